@@ -1,0 +1,51 @@
+"""The retry schedule: client-go's reflector numbers, with an injected clock and random source.
+
+0.8 s, doubled on every failure, jittered up to twice that (jitter 1.0), never above the 30 s
+cap, and started afresh once the last failure is more than 2 minutes old (the connection was
+healthy in between). ``Retry-After`` from the server is a floor for the next delay.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+
+class Backoff:
+    def __init__(
+        self,
+        initial: float = 0.8,
+        factor: float = 2.0,
+        cap: float = 30.0,
+        reset_after: float = 120.0,
+        jitter: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.initial = initial
+        self.factor = factor
+        self.cap = cap
+        self.reset_after = reset_after
+        self.jitter = jitter
+        self._clock = clock
+        self._rand = rand
+        self._base = initial
+        self._last: float | None = None
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        """The delay before the next attempt; each call counts as one more failure."""
+        now = self._clock()
+        if self._last is not None and now - self._last > self.reset_after:
+            self._base = self.initial
+        self._last = now
+        base = min(self._base, self.cap)
+        delay = min(self.cap, base * (1.0 + self.jitter * self._rand()))
+        self._base = min(self._base * self.factor, self.cap)
+        if retry_after is not None and retry_after > delay:
+            delay = retry_after
+        return delay
+
+    def reset(self) -> None:
+        self._base = self.initial
+        self._last = None

@@ -1,0 +1,78 @@
+"""The checkpoint: the resourceVersion to resume from, one key per cluster and watch scope,
+in a JetStream KV bucket, so it lives as long as the stream it describes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import nats.js.errors
+import orjson
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from bridge import logs, subjects
+
+log = logs.get("checkpoints")
+
+
+class CheckpointStore(Protocol):
+    async def load(self, key: str) -> int | None: ...
+    async def save(self, key: str, resource_version: int) -> None: ...
+
+
+def checkpoint_key(cluster: str, namespace: str | None) -> str:
+    """``<cluster>.all`` or ``<cluster>.ns.<namespace>``; KV keys allow ``[-/_=.a-zA-Z0-9]``."""
+    scope = "all" if namespace is None else f"ns.{subjects.token(namespace)}"
+    return f"{subjects.token(cluster)}.{scope}"
+
+
+class KvCheckpointStore:
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> KvCheckpointStore:
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(bucket=bucket, history=5, replicas=replicas)
+            log.info("checkpoint_bucket_created", bucket=bucket)
+        return cls(kv)
+
+    async def load(self, key: str) -> int | None:
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        try:
+            doc = orjson.loads(entry.value)
+            return int(doc["resourceVersion"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            # Starting over (a list) loses nothing: the stream drops what it already has.
+            log.error("checkpoint_unreadable", key=key, value=entry.value[:200].decode(
+                "utf-8", "replace"), action="starting from a fresh list")
+            return None
+
+    async def save(self, key: str, resource_version: int) -> None:
+        value = orjson.dumps({"resourceVersion": str(resource_version),
+                              "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        await self._kv.put(key, value)
+
+
+class MemoryCheckpointStore:
+    """For unit tests and the demo's first phase."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+        self.saves = 0
+
+    async def load(self, key: str) -> int | None:
+        return self.values.get(key)
+
+    async def save(self, key: str, resource_version: int) -> None:
+        self.values[key] = resource_version
+        self.saves += 1

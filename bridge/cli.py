@@ -1,0 +1,78 @@
+"""The command line: ``run``, ``demo``, ``check-config``, ``tail``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+from bridge import logs, settings
+from bridge.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="k8s-event-bridge",
+        description="Watch Kubernetes Events and publish them as CloudEvents to NATS JetStream.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the service")
+    run.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
+    demo = sub.add_parser("demo", help="embedded nats-server + a simulated cluster: "
+                          "see events flow, a restart, and the stream checked")
+    demo.add_argument("--events", type=int, default=300, help="events to write (default 300)")
+    demo.add_argument("--rate", type=float, default=150.0, help="events per second")
+    demo.add_argument("--quiet", action="store_true", help="only the summary")
+    check = sub.add_parser("check-config", help="validate and print the effective config")
+    check.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
+    tail = sub.add_parser("tail", help="print the stream's events, one readable line each")
+    tail.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
+    tail.add_argument("--subject", help="subject filter (default <subject_prefix>.>)")
+    tail.add_argument("--all", action="store_true", help="from the start of the stream")
+    tail.add_argument("--count", type=int, help="stop after this many events")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from bridge import demo
+
+            return asyncio.run(demo.main(events=args.events, rate=args.rate, quiet=args.quiet))
+        cfg = settings.load(args.config)
+    except ConfigError as exc:
+        print(f"k8s-event-bridge: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check-config":
+        print(yaml.safe_dump(settings.redacted(cfg), sort_keys=False), end="")
+        return 0
+    logs.setup(cfg.log.level, cfg.log.format)
+    if args.command == "tail":
+        from bridge import tailing
+
+        try:
+            return asyncio.run(tailing.tail(cfg, args.subject, all_=args.all, count=args.count))
+        except KeyboardInterrupt:
+            return 0
+    from bridge import app
+
+    return _run_loop(app.serve(cfg))
+
+
+def _run_loop(coro: object) -> int:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return int(runner(coro))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Event → CloudEvent 1.0 (pure), on the hot path without the SDK.
+
+The envelope is built as a dict and serialised once with orjson; the cloudevents SDK stays
+the reference: the tests parse every shape this module produces with it. Mapping (DESIGN.md):
+
+    id        <event uid>/<resourceVersion>        (also the Nats-Msg-Id: deterministic)
+    source    k8s://<cluster>/namespaces/<namespace>
+    type      io.k8s.event.<type lowercased>
+    subject   <involvedObject.kind>/<involvedObject.name>
+    time      series.lastObservedTime | lastTimestamp | eventTime | metadata.creationTimestamp
+    data      the Event, metadata.managedFields removed
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+from urllib.parse import quote
+
+import orjson
+
+from bridge import subjects
+from bridge.errors import ConversionError
+from bridge.filtering import event_count
+
+STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
+DATA_CONTENT_TYPE: Final = "application/json"
+MSG_ID_HEADER: Final = "Nats-Msg-Id"
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+# CloudEvents binding rule: printable ASCII except space, '"' and '%' stays as it is.
+_CE_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
+_TYPE_CHARS = re.compile(r"[^a-z0-9]")
+
+
+@dataclass(slots=True)
+class Message:
+    """One NATS message ready to publish."""
+
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    msg_id: str
+
+
+def valid_time(value: Any) -> bool:
+    return isinstance(value, str) and _RFC3339.match(value) is not None
+
+
+def occurrence_time(obj: dict[str, Any]) -> str | None:
+    series = obj.get("series")
+    if isinstance(series, dict):
+        t = series.get("lastObservedTime")
+        if valid_time(t):
+            return str(t)
+    for t in (obj.get("lastTimestamp"), obj.get("eventTime")):
+        if valid_time(t):
+            return str(t)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        t = meta.get("creationTimestamp")
+        if valid_time(t):
+            return str(t)
+    return None
+
+
+def event_type(value: Any) -> str:
+    t = value.lower() if isinstance(value, str) and value else "unknown"
+    if not t.isalnum() or not t.isascii():
+        t = _TYPE_CHARS.sub("", t) or "unknown"
+    return f"io.k8s.event.{t}"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class Converter:
+    """Turns a raw Event dict into a ``Message``; one per bridge, static parts computed once."""
+
+    def __init__(
+        self, cluster: str, subject_prefix: str, mode: Literal["structured", "binary"]
+    ) -> None:
+        self.cluster = cluster
+        self.subject_prefix = subject_prefix
+        self.binary = mode == "binary"
+        self._source_prefix = f"k8s://{cluster}/namespaces/"
+        self._subject_prefix = f"{subject_prefix}.{subjects.token(cluster)}."
+
+    def convert(self, obj: dict[str, Any]) -> Message:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise ConversionError("event has no metadata")
+        uid = meta.get("uid")
+        rv = meta.get("resourceVersion")
+        if not uid or not isinstance(uid, str):
+            raise ConversionError("event has no metadata.uid")
+        if not rv or not isinstance(rv, str):
+            raise ConversionError("event has no metadata.resourceVersion")
+        if "managedFields" in meta:
+            meta = dict(meta)
+            del meta["managedFields"]
+            obj = dict(obj)
+            obj["metadata"] = meta
+        namespace = _str(meta.get("namespace"))
+        involved = obj.get("involvedObject")
+        if not isinstance(involved, dict):
+            involved = {}
+        kind = _str(involved.get("kind"))
+        name = _str(involved.get("name"))
+        reason = _str(obj.get("reason"))
+        msg_id = f"{uid}/{rv}"
+        subject = (
+            f"{self._subject_prefix}{subjects.token(namespace)}."
+            f"{subjects.token(kind)}.{subjects.token(reason)}"
+        )
+        attrs: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": msg_id,
+            "source": self._source_prefix + (namespace or "_"),
+            "type": event_type(obj.get("type")),
+            "subject": f"{kind}/{name}",
+        }
+        t = occurrence_time(obj)
+        if t is not None:
+            attrs["time"] = t
+        attrs["datacontenttype"] = DATA_CONTENT_TYPE
+        attrs["k8scluster"] = self.cluster
+        attrs["k8snamespace"] = namespace
+        attrs["k8skind"] = kind
+        attrs["k8sname"] = name
+        attrs["k8sreason"] = reason
+        attrs["k8scount"] = event_count(obj)
+        if self.binary:
+            headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
+            headers["Content-Type"] = DATA_CONTENT_TYPE
+            headers[MSG_ID_HEADER] = msg_id
+            payload = orjson.dumps(obj)
+        else:
+            attrs["data"] = obj
+            headers = {MSG_ID_HEADER: msg_id, "Content-Type": STRUCTURED_CONTENT_TYPE}
+            payload = orjson.dumps(attrs)
+        return Message(subject, payload, headers, msg_id)
+
+    def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:
+        """A status event of the bridge itself (gap, started, stopped, apiserver ...)."""
+        attrs: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": msg_id,
+            "source": f"k8s://{self.cluster}/bridge",
+            "type": f"io.k8s.bridge.{_TYPE_CHARS.sub('', what.lower())}",
+            "subject": what,
+            "time": time,
+            "datacontenttype": DATA_CONTENT_TYPE,
+            "k8scluster": self.cluster,
+        }
+        subject = subjects.status_subject(self.subject_prefix, self.cluster, what)
+        if self.binary:
+            headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
+            headers["Content-Type"] = DATA_CONTENT_TYPE
+            headers[MSG_ID_HEADER] = msg_id
+            return Message(subject, orjson.dumps(data), headers, msg_id)
+        attrs["data"] = data
+        headers = {MSG_ID_HEADER: msg_id, "Content-Type": STRUCTURED_CONTENT_TYPE}
+        return Message(subject, orjson.dumps(attrs), headers, msg_id)

@@ -1,0 +1,121 @@
+"""The bridge's exceptions, one tree.
+
+    BridgeError
+    ├── ConfigError              bad or missing configuration (exit code 2)
+    ├── KubeError                the Kubernetes API refused or failed a request
+    │   ├── ResourceExpired      410: the resourceVersion or continue token is compacted away
+    │   ├── TooManyRequests      429: throttled; ``retry_after`` seconds when the server said
+    │   ├── Unauthorized         401: credentials missing, expired or rotated
+    │   ├── Forbidden            403: RBAC does not allow the request
+    │   ├── KubeUnavailable      5xx, refused, reset, timed out: the server is not there now
+    │   └── KubeBadRequest       other 4xx: our request is wrong (bad field selector, ...)
+    ├── ConversionError          an Event that can not be turned into a CloudEvent
+    └── PublishError             NATS / JetStream refused or failed a publish
+        ├── PublishTimeout       no ack within the timeout (it may still have been stored)
+        ├── NoStream             no stream listens on the subject
+        └── PublishRejected      the server answered with an error
+        └── StreamConfigMismatch an existing stream's config differs from the settings
+
+Foreign exceptions are mapped once, at the boundary that met them (``kube.py`` for
+aiohttp / kubernetes_asyncio, ``publishing.py`` and ``streams.py`` for nats-py), with
+``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """The configuration is invalid; the message names the key."""
+
+
+class KubeError(BridgeError):
+    """A request to the Kubernetes API failed."""
+
+    status: int | None = None
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class ResourceExpired(KubeError):
+    status = 410
+
+
+class TooManyRequests(KubeError):
+    status = 429
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class Unauthorized(KubeError):
+    status = 401
+
+
+class Forbidden(KubeError):
+    status = 403
+
+
+class KubeUnavailable(KubeError):
+    """5xx, connection refused or reset, read timeout."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class KubeBadRequest(KubeError):
+    status = 400
+
+
+class ConversionError(BridgeError):
+    """An Event can not be converted to a CloudEvent."""
+
+
+class PublishError(BridgeError):
+    """A publish to JetStream failed."""
+
+
+class PublishTimeout(PublishError):
+    pass
+
+
+class NoStream(PublishError):
+    pass
+
+
+class PublishRejected(PublishError):
+    pass
+
+
+class StreamConfigMismatch(PublishError):
+    """An existing stream's configuration differs from what the settings ask for."""
+
+
+def from_status(
+    status: int, message: str = "", reason: str = "", retry_after: float | None = None
+) -> KubeError:
+    """The exception for an HTTP status, or for an ERROR Status inside a watch stream."""
+    text = f"{status} {reason}: {message or 'HTTP ' + str(status)}"
+    if status == 410:
+        return ResourceExpired(text)
+    if status == 429:
+        return TooManyRequests(text, retry_after=retry_after)
+    if status == 401:
+        return Unauthorized(text)
+    if status == 403:
+        return Forbidden(text)
+    if status >= 500 or status in (0, 408):
+        return KubeUnavailable(text, status=status, retry_after=retry_after)
+    return KubeBadRequest(text, status=status)

@@ -1,0 +1,49 @@
+"""``/healthz`` (alive), ``/readyz`` (watching and connected), ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from bridge.health import Health
+from bridge.metrics import Metrics
+
+
+class HttpServer:
+    def __init__(self, host: str, port: int, health: Health, metrics: Metrics) -> None:
+        self.host = host
+        self.port = port
+        self.health = health
+        self.metrics = metrics
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        if self.port == 0 and server is not None and server.sockets:  # type: ignore[attr-defined]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        problems = self.health.problems()
+        self.metrics.ready.set(0 if problems else 1)
+        if problems:
+            return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
+        return web.Response(text="ready\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

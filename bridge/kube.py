@@ -1,0 +1,220 @@
+"""The Kubernetes boundary: the only module that imports kubernetes_asyncio and aiohttp's client.
+
+kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
+token refresh, and the request itself with ``_preload_content=False``. Its ``Watch`` helper
+and model objects are not used: the raw response's status is checked here, lines are split
+here and parsed by the watcher with orjson. Every foreign exception is mapped here, once,
+to the ``errors.KubeError`` tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.incluster_config import (
+    SERVICE_HOST_ENV_NAME,
+    SERVICE_TOKEN_FILENAME,
+)
+
+from bridge import errors
+from bridge.settings import KubernetesSettings
+
+MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit
+_FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def error_for_status(status: int, headers: Any, body: bytes) -> errors.KubeError:
+    """The exception for a non-2xx answer, with the Status object's message and reason."""
+    message, reason = "", ""
+    try:
+        doc = orjson.loads(body) if body else {}
+        if isinstance(doc, dict):
+            message = str(doc.get("message") or "")
+            reason = str(doc.get("reason") or "")
+    except orjson.JSONDecodeError:
+        message = body[:200].decode("utf-8", "replace")
+    retry_after = _retry_after(headers.get("Retry-After") if headers else None)
+    return errors.from_status(status, message, reason, retry_after)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get(SERVICE_HOST_ENV_NAME)) and os.path.isfile(SERVICE_TOKEN_FILENAME)
+
+
+class KubeClient:
+    """Lists and watches core/v1 Events; ``reload_credentials()`` after a 401/403."""
+
+    def __init__(self, settings: KubernetesSettings) -> None:
+        self.settings = settings
+        self._api: Any = None
+        self._client: Any = None
+        self._timeout = aiohttp.ClientTimeout(
+            sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
+        )
+
+    async def connect(self) -> None:
+        cfg = k8s_client.Configuration()
+        try:
+            if self.settings.kubeconfig is None and in_cluster():
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            else:
+                path = self.settings.kubeconfig or os.environ.get("KUBECONFIG") or None
+                await k8s_config.load_kube_config(
+                    config_file=path,
+                    context=self.settings.context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+            raise errors.ConfigError(f"kubernetes credentials: {exc}") from exc
+        old = self._client
+        self._client = k8s_client.ApiClient(configuration=cfg)
+        self._api = k8s_client.CoreV1Api(self._client)
+        if old is not None:
+            await old.close()
+
+    async def reload_credentials(self) -> None:
+        """Read the kubeconfig or the service-account token again (they rotate)."""
+        await self.connect()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @property
+    def host(self) -> str:
+        return str(self._client.configuration.host) if self._client else ""
+
+    async def _call(self, method: str, *args: Any, **params: Any) -> aiohttp.ClientResponse:
+        try:
+            resp: aiohttp.ClientResponse = await getattr(self._api, method)(
+                *args, _preload_content=False, _request_timeout=self._timeout, **params
+            )
+        except _FOREIGN as exc:
+            raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        if resp.status != 200:
+            try:
+                body = await resp.read()
+            except _FOREIGN:
+                body = b""
+            finally:
+                resp.release()
+            raise error_for_status(resp.status, resp.headers, body)
+        return resp
+
+    async def _json(self, method: str, *args: Any, **params: Any) -> dict[str, Any]:
+        resp = await self._call(method, *args, **params)
+        try:
+            body = await resp.read()
+        except _FOREIGN as exc:
+            raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            resp.release()
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
+        if not isinstance(doc, dict):
+            raise errors.KubeUnavailable("response is not a JSON object")
+        return doc
+
+    async def cluster_uid(self) -> str:
+        """The kube-system namespace's uid: a stable id for a cluster without a name."""
+        doc = await self._json("read_namespace", "kube-system")
+        uid = doc.get("metadata", {}).get("uid")
+        if not uid:
+            raise errors.KubeUnavailable("kube-system namespace has no uid")
+        return str(uid)
+
+    async def list_events(
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        cont: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str = "",
+    ) -> dict[str, Any]:
+        """One page of a list; raises ``ResourceExpired`` for a compacted continue token."""
+        params: dict[str, Any] = {"limit": limit}
+        if cont:
+            params["_continue"] = cont
+        if resource_version is not None:
+            params["resource_version"] = resource_version
+        if field_selector:
+            params["field_selector"] = field_selector
+        if namespace is None:
+            return await self._json("list_event_for_all_namespaces", **params)
+        return await self._json("list_namespaced_event", namespace, **params)
+
+    @asynccontextmanager
+    async def watch_events(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str = "",
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """An open watch: yields an iterator of raw lines (newline stripped, blank skipped)."""
+        params: dict[str, Any] = {
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_seconds,
+        }
+        if field_selector:
+            params["field_selector"] = field_selector
+        if namespace is None:
+            resp = await self._call("list_event_for_all_namespaces", **params)
+        else:
+            resp = await self._call("list_namespaced_event", namespace, **params)
+        try:
+            yield self._lines(resp)
+        finally:
+            resp.close()
+
+    async def _lines(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        buf = bytearray()
+        skipping = False
+        try:
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                start = 0
+                while True:
+                    i = buf.find(b"\n", start)
+                    if i < 0:
+                        break
+                    if skipping:
+                        skipping = False
+                    elif i > start:
+                        yield bytes(buf[start:i])
+                    start = i + 1
+                del buf[:start]
+                if len(buf) > MAX_LINE_BYTES:
+                    # One line larger than any object can be: drop it up to its newline.
+                    del buf[:]
+                    skipping = True
+                    yield b"\x00oversize"
+        except _FOREIGN as exc:
+            raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc
+        if buf.strip() and not skipping:
+            yield bytes(buf)  # a last line without newline: the parser judges it

@@ -1,0 +1,119 @@
+"""The NATS connection: auth and TLS from the settings, reconnecting forever.
+
+``max_reconnect_attempts=-1``: nats-py's default (60) closes the client for good after a long
+outage. The first connect is retried with back-off too, so the bridge may start before NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+
+from bridge import logs
+from bridge.backoff import Backoff
+from bridge.errors import ConfigError
+from bridge.settings import NatsSettings
+
+log = logs.get("nats")
+
+
+def tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
+    tls = settings.tls
+    wants_tls = any(s.startswith(("tls://", "wss://")) for s in settings.servers)
+    if not (tls.ca_file or tls.cert_file or wants_tls):
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file and tls.key_file:
+            ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"nats.tls: {exc}") from exc
+    return ctx
+
+
+def connect_options(settings: NatsSettings) -> dict[str, Any]:
+    opts: dict[str, Any] = {
+        "servers": settings.servers,
+        "name": settings.name,
+        "connect_timeout": settings.connect_timeout,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 1,
+        "skip_subject_validation": True,  # every subject is sanitised by bridge.subjects
+    }
+    if settings.user:
+        opts["user"] = settings.user
+    if settings.password is not None:
+        opts["password"] = settings.password.get_secret_value()
+    if settings.token is not None:
+        opts["token"] = settings.token.get_secret_value()
+    if settings.nkey_seed_file:
+        opts["nkeys_seed"] = settings.nkey_seed_file
+    if settings.creds_file:
+        opts["user_credentials"] = settings.creds_file
+    ctx = tls_context(settings)
+    if ctx is not None:
+        opts["tls"] = ctx
+    return opts
+
+
+async def connect(
+    settings: NatsSettings,
+    *,
+    on_state: Callable[[bool], None] = lambda up: None,
+    on_reconnected: Callable[[], Awaitable[None]] | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> NATS:
+    """Connect, retrying the first connect forever with back-off; report up/down."""
+
+    async def error_cb(exc: Exception) -> None:
+        log.warn_sampled(f"err:{type(exc).__name__}", "nats_error", interval=30,
+                         error=f"{type(exc).__name__}: {exc}")
+
+    async def disconnected_cb() -> None:
+        on_state(False)
+        log.warning("nats_disconnected")
+
+    async def reconnected_cb() -> None:
+        on_state(True)
+        log.info("nats_reconnected", server=str(nc.connected_url.netloc if nc.connected_url
+                                                 else ""))
+        if on_reconnected is not None:
+            await on_reconnected()
+
+    async def closed_cb() -> None:
+        on_state(False)
+
+    opts = connect_options(settings)
+    backoff = Backoff(initial=0.5, cap=10.0)
+    while True:
+        nc = NATS()
+        try:
+            await nc.connect(
+                error_cb=error_cb,
+                disconnected_cb=disconnected_cb,
+                reconnected_cb=reconnected_cb,
+                closed_cb=closed_cb,
+                **opts,
+            )
+        except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            if isinstance(exc, nats.errors.AuthorizationError | ssl.SSLError):
+                log.error("nats_auth_failed", error=str(exc) or type(exc).__name__)
+            delay = backoff.next_delay()
+            log.warning("nats_connect_failed", servers=settings.servers,
+                        error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 2))
+            try:
+                await nc.close()
+            except Exception:  # noqa: BLE001 - a half-made client; nothing to keep
+                pass
+            await sleep(delay)
+            continue
+        on_state(True)
+        log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url
+                                              else ""))
+        return nc

@@ -1,0 +1,63 @@
+"""How far the checkpoint may move: the newest resourceVersion with nothing older in flight.
+
+The watcher records every item in stream order: done at once (filtered out, a bookmark, the
+end of a list) or pending until JetStream acks it. The safe resourceVersion is the last one
+of the longest done prefix. Consecutive done entries are folded into one, so the record
+holds at most about two entries per event in flight, whatever the event rate.
+
+List items carry no resourceVersion of their own here: a list arrives in no RV order, so
+only the list's own resourceVersion (its end marker) may move the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class Entry:
+    __slots__ = ("done", "progress", "rv")
+
+    def __init__(self, progress: Progress, rv: int | None, done: bool) -> None:
+        self.progress = progress
+        self.rv = rv
+        self.done = done
+
+
+class Progress:
+    def __init__(self, checkpoint: int | None = None) -> None:
+        self.safe_rv: int | None = checkpoint
+        self._entries: deque[Entry] = deque()
+
+    def pending(self, rv: int | None) -> Entry:
+        """An item handed to the publisher; ``ack(entry)`` once JetStream has stored it."""
+        entry = Entry(self, rv, False)
+        self._entries.append(entry)
+        return entry
+
+    def done(self, rv: int | None) -> None:
+        """An item that needs no publish (filtered, bookmark, list end, bad input)."""
+        if not self._entries:
+            if rv is not None:
+                self.safe_rv = rv
+            return
+        tail = self._entries[-1]
+        if tail.done:
+            if rv is not None:
+                tail.rv = rv
+            return
+        self._entries.append(Entry(self, rv, True))
+
+    def ack(self, entry: Entry) -> None:
+        entry.done = True
+        entries = self._entries
+        while entries and entries[0].done:
+            rv = entries.popleft().rv
+            if rv is not None:
+                self.safe_rv = rv
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for e in self._entries if not e.done)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,70 @@
+"""``k8s-event-bridge tail``: read the stream and print events as a person wants to read them."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, TextIO
+
+import orjson
+from nats.js.api import DeliverPolicy
+
+from bridge import natsconn
+from bridge.settings import Settings
+
+
+def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
+    """A CloudEvent message (structured or binary mode) → its attributes and ``data``."""
+    ct = (headers or {}).get("Content-Type", "")
+    if ct.startswith("application/cloudevents"):
+        doc: dict[str, Any] = orjson.loads(body)
+        return doc
+    from urllib.parse import unquote
+
+    attrs: dict[str, Any] = {k[3:]: unquote(v) for k, v in (headers or {}).items()
+                             if k.lower().startswith("ce-")}
+    attrs["data"] = orjson.loads(body) if body else None
+    return attrs
+
+
+def line(ce: dict[str, Any]) -> str:
+    """``time  namespace  Kind/name  Reason  xN  message`` (status events marked ``bridge``)."""
+    data = ce.get("data") if isinstance(ce.get("data"), dict) else {}
+    assert isinstance(data, dict)
+    t = str(ce.get("time", ""))[:19].replace("T", " ")
+    if str(ce.get("type", "")).startswith("io.k8s.bridge."):
+        what = str(ce.get("type", "")).removeprefix("io.k8s.bridge.")
+        detail = " ".join(f"{k}={v}" for k, v in data.items() if k != "meaning")
+        return f"{t}  {'-':<16} {'bridge':<40} {what.upper():<22} {detail}"
+    ns = ce.get("k8snamespace", "")
+    subject = ce.get("subject", "")
+    reason = ce.get("k8sreason", "")
+    count = ce.get("k8scount", 1)
+    kind = "W" if str(ce.get("type", "")).endswith("warning") else " "
+    msg = str(data.get("message", "")).replace("\n", " ")
+    return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4} {msg}"
+
+
+async def tail(settings: Settings, subject: str | None, *, all_: bool, count: int | None,
+               out: TextIO = sys.stdout) -> int:
+    nc = await natsconn.connect(settings.nats)
+    js = nc.jetstream()
+    subject = subject or f"{settings.nats.subject_prefix}.>"
+    policy = DeliverPolicy.ALL if all_ else DeliverPolicy.NEW
+    sub = await js.subscribe(subject, stream=settings.nats.stream, ordered_consumer=True,
+                             deliver_policy=policy)
+    seen = 0
+    try:
+        while count is None or seen < count:
+            try:
+                msg = await sub.next_msg(timeout=3600)
+            except asyncio.TimeoutError:
+                continue
+            try:
+                print(line(decode(msg.headers, msg.data)), file=out, flush=True)
+            except (orjson.JSONDecodeError, UnicodeDecodeError, AssertionError):
+                print(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})", file=out)
+            seen += 1
+    finally:
+        await nc.close()
+    return 0

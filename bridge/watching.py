@@ -1,0 +1,289 @@
+"""The list+watch loop over core/v1 Events, modelled on client-go's Reflector.
+
+``Watcher.run`` drives the state machine of ``bridge.state``: it lists (paged) when it has no
+resourceVersion to resume from or after a 410, watches from the last resourceVersion it
+passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order.
+
+Which resourceVersion is "the last one passed on":
+- a watch event's own ``metadata.resourceVersion`` (watch events come in RV order);
+- a BOOKMARK's: the watch has synced there, so just update the resourceVersion;
+- a list's ``metadata.resourceVersion``, never one of its items' (they come in no order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import orjson
+
+from bridge import errors, logs
+from bridge.backoff import Backoff
+from bridge.health import Health
+from bridge.metrics import Metrics
+from bridge.settings import KubernetesSettings
+from bridge.state import Outcome, WatchState, next_state
+
+log = logs.get("watching")
+
+CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
+# A watch that the server ends this soon without sending anything is a failure, not a
+# normal close: going again at once would be a tight loop.
+MIN_HEALTHY_WATCH = 1.0
+
+
+class EventSource(Protocol):
+    async def list_events(
+        self, namespace: str | None, *, limit: int, cont: str | None = None,
+        resource_version: str | None = None, field_selector: str = "",
+    ) -> dict[str, Any]: ...
+
+    def watch_events(
+        self, namespace: str | None, *, resource_version: str, timeout_seconds: int,
+        field_selector: str = "",
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
+
+    async def reload_credentials(self) -> None: ...
+
+
+class Sink(Protocol):
+    async def item(self, watch_type: str, obj: dict[str, Any], rv: int | None) -> None: ...
+    def mark(self, rv: int) -> None: ...
+    async def gap(self, from_rv: int, to_rv: int) -> None: ...
+    async def reachability(self, reachable: bool, detail: str) -> None: ...
+
+
+def parse_rv(value: Any) -> int | None:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def classify(exc: BaseException) -> Outcome:
+    """Retriable or not, decided in one place for the Kubernetes boundary."""
+    if isinstance(exc, errors.ResourceExpired):
+        return Outcome.EXPIRED
+    if isinstance(exc, errors.Unauthorized | errors.Forbidden):
+        return Outcome.AUTH
+    return Outcome.RETRIABLE
+
+
+class Watcher:
+    def __init__(
+        self,
+        source: EventSource,
+        sink: Sink,
+        settings: KubernetesSettings,
+        *,
+        namespace: str | None,
+        checkpoint: int | None,
+        field_selector: str,
+        metrics: Metrics,
+        health: Health,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.source = source
+        self.sink = sink
+        self.settings = settings
+        self.namespace = namespace
+        self.scope = namespace or "*"
+        self.rv: int | None = checkpoint
+        self.field_selector = field_selector
+        self.m = metrics
+        self.health = health
+        self._clock = clock
+        self._sleep = sleep
+        self._rand = rand
+        b = settings.backoff
+        self.backoff = Backoff(b.initial, b.factor, b.max, b.reset_after, clock=clock, rand=rand)
+        self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
+        self._reachable = True
+        self._retry_after: float | None = None
+        self.lists = 0
+
+    async def run(self) -> None:
+        relist = False
+        reload_credentials = False
+        while self.state is not WatchState.STOPPED:
+            if self.state is WatchState.LISTING:
+                outcome = await self._attempt(self._list(relist))
+            elif self.state is WatchState.WATCHING:
+                outcome = await self._attempt(self._watch())
+            else:
+                delay = self.backoff.next_delay(self._retry_after)
+                self._retry_after = None
+                log.info("backing_off", scope=self.scope, seconds=round(delay, 3))
+                await self._sleep(delay)
+                if reload_credentials:
+                    try:
+                        await self.source.reload_credentials()
+                    except errors.BridgeError as exc:
+                        log.error("credentials_reload_failed", error=str(exc))
+                outcome = Outcome.RETRY
+            t = next_state(self.state, outcome, have_rv=self.rv is not None)
+            if outcome is not Outcome.RETRY and t.state is WatchState.WATCHING:
+                self.m.watch_restarts.labels(outcome.value).inc()
+            relist = t.relist
+            reload_credentials = t.reload_credentials
+            self.state = t.state
+
+    async def _attempt(self, step: Awaitable[Outcome]) -> Outcome:
+        try:
+            outcome = await step
+        except errors.KubeError as exc:
+            outcome = classify(exc)
+            await self._failed(exc, outcome)
+            return outcome
+        if not self._reachable:
+            self._reachable = True
+            self.m.apiserver_reachable.set(1)
+            await self.sink.reachability(True, "list/watch succeeded again")
+        return outcome
+
+    async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
+        if outcome is Outcome.EXPIRED:
+            log.info("resource_version_expired", scope=self.scope, resource_version=self.rv,
+                     detail=str(exc))
+            return
+        self.health.watch_failed()
+        self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
+        if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
+            self._retry_after = exc.retry_after
+        if outcome is Outcome.AUTH:
+            status = "403" if isinstance(exc, errors.Forbidden) else "401"
+            self.m.auth_failures.labels(status).inc()
+            where = "cluster-wide" if self.namespace is None else f"in namespace {self.namespace}"
+            need = ("list and watch on events (core/v1) " + where) if status == "403" else (
+                "valid credentials (token expired or rotated, or the kubeconfig is wrong)")
+            log.warn_sampled(f"auth{status}", "kube_permission_denied", interval=60,
+                             status=int(status), scope=self.scope, needs=need, detail=str(exc))
+            return
+        log.warning("kube_request_failed", scope=self.scope, state=self.state.value,
+                    error=type(exc).__name__, detail=str(exc)[:300])
+        if isinstance(exc, errors.KubeUnavailable) and self._reachable:
+            self._reachable = False
+            self.m.apiserver_reachable.set(0)
+            await self.sink.reachability(False, str(exc)[:300])
+
+    async def _list(self, relist: bool) -> Outcome:
+        """A consistent, paged list; publishes what is newer than what was passed on."""
+        self.lists += 1
+        if self.lists > 1:
+            self.m.relists.labels("expired" if relist else "no_resource_version").inc()
+        only_rv = self.rv is None and self.settings.initial == "new"
+        limit = 1 if only_rv else self.settings.page_size
+        cont: str | None = None
+        list_rv: int | None = None
+        passed = skipped = 0
+        while True:
+            doc = await self.source.list_events(
+                self.namespace, limit=limit, cont=cont, field_selector=self.field_selector)
+            meta = doc.get("metadata") or {}
+            if list_rv is None:
+                list_rv = parse_rv(meta.get("resourceVersion"))
+                if list_rv is None:
+                    raise errors.KubeUnavailable("list answer has no resourceVersion")
+                if relist and self.rv is not None and list_rv > self.rv:
+                    # Versions between the two may be compacted away: say so first.
+                    self.m.gaps.inc()
+                    log.warning("history_gap", scope=self.scope, from_resource_version=self.rv,
+                                to_resource_version=list_rv)
+                    await self.sink.gap(self.rv, list_rv)
+            if only_rv:
+                break
+            for item in doc.get("items") or ():
+                if not isinstance(item, dict):
+                    self._bad("invalid_item", item)
+                    continue
+                item_rv = parse_rv((item.get("metadata") or {}).get("resourceVersion"))
+                if item_rv is None:
+                    self._bad("no_resource_version", item)
+                    continue
+                if self.rv is not None and item_rv <= self.rv:
+                    skipped += 1  # passed on before the relist: the stream has it
+                    continue
+                passed += 1
+                await self.sink.item("ADDED", item, None)
+            cont = meta.get("continue") or None
+            if not cont:
+                break
+        assert list_rv is not None
+        log.info("listed", scope=self.scope, resource_version=list_rv, published=passed,
+                 not_newer=skipped, relist=relist)
+        self.rv = list_rv
+        self.sink.mark(list_rv)
+        self.health.watch_ok()
+        self.health.synced = True
+        return Outcome.LISTED
+
+    async def _watch(self) -> Outcome:
+        lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
+        timeout = int(lo + (hi - lo) * self._rand())
+        started = self._clock()
+        lines = 0
+        assert self.rv is not None
+        async with self.source.watch_events(
+            self.namespace, resource_version=str(self.rv), timeout_seconds=max(1, timeout),
+            field_selector=self.field_selector,
+        ) as stream:
+            self.health.watch_ok()
+            self.health.synced = True
+            log.debug("watch_started", scope=self.scope, resource_version=self.rv,
+                      timeout_seconds=timeout)
+            async for line in stream:
+                lines += 1
+                await self._line(line)
+        if lines == 0 and self._clock() - started < MIN_HEALTHY_WATCH:
+            raise errors.KubeUnavailable("the watch closed at once without any event")
+        log.debug("watch_closed", scope=self.scope, resource_version=self.rv, lines=lines)
+        return Outcome.CLOSED
+
+    async def _line(self, line: bytes) -> None:
+        try:
+            ev = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self._bad("malformed_line", line)
+            return
+        if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
+            self._bad("malformed_line", line)
+            return
+        kind = ev.get("type")
+        obj = ev["object"]
+        if kind in CHANGE_TYPES:
+            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+            if rv is None:
+                self._bad("no_resource_version", line)
+                return
+            if self.rv is not None and rv <= self.rv:
+                self.m.skipped.labels("not_newer").inc()
+                return
+            await self.sink.item(kind, obj, rv)
+            self.rv = rv
+        elif kind == "BOOKMARK":
+            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+            if rv is None:
+                self._bad("no_resource_version", line)
+                return
+            if self.rv is None or rv > self.rv:
+                self.sink.mark(rv)
+                self.rv = rv
+        elif kind == "ERROR":
+            code = obj.get("code")
+            status = code if isinstance(code, int) else 500
+            raise errors.from_status(status, str(obj.get("message", "")),
+                                     str(obj.get("reason", "")))
+        else:
+            self._bad("unknown_type", line)
+
+    def _bad(self, reason: str, sample: Any) -> None:
+        self.m.skipped.labels(reason).inc()
+        text = sample[:300].decode("utf-8", "replace") if isinstance(sample, bytes) else (
+            str(sample)[:300])
+        log.warn_sampled(reason, "input_skipped", reason=reason, scope=self.scope,
+                         sample=text)
