@@ -1,0 +1,64 @@
+import pytest
+
+from bridge.backoff import Backoff
+from bridge.state import Outcome, Transition, WatchState, next_state
+
+L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, WatchState.STOPPED
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome", "have_rv", "expected"),
+    [
+        (L, Outcome.LISTED, True, Transition(W)),
+        (W, Outcome.CLOSED, True, Transition(W)),
+        (W, Outcome.EXPIRED, True, Transition(L, relist=True)),
+        (L, Outcome.EXPIRED, False, Transition(L, relist=False)),  # expired continue token
+        (W, Outcome.RETRIABLE, True, Transition(B)),
+        (W, Outcome.AUTH, True, Transition(B, reload_credentials=True)),
+        (B, Outcome.RETRY, True, Transition(W)),  # keep the resourceVersion
+        (B, Outcome.RETRY, False, Transition(L)),
+        (W, Outcome.STOP, True, Transition(S)),
+        (B, Outcome.STOP, True, Transition(S)),
+    ],
+)
+def test_next_state(state, outcome, have_rv, expected):
+    assert next_state(state, outcome, have_rv=have_rv) == expected
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_backoff_follows_reflector_numbers_without_jitter():
+    clock = FakeClock()
+    b = Backoff(clock=clock, rand=lambda: 0.0)
+    delays = [b.next_delay() for _ in range(8)]
+    assert delays == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
+
+
+def test_backoff_jitter_stays_between_base_and_cap():
+    clock = FakeClock()
+    b = Backoff(clock=clock, rand=lambda: 1.0)
+    delays = [b.next_delay() for _ in range(7)]
+    assert delays == [1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
+
+
+def test_backoff_resets_after_two_healthy_minutes():
+    clock = FakeClock()
+    b = Backoff(clock=clock, rand=lambda: 0.0)
+    for _ in range(5):
+        b.next_delay()
+    clock.t += 119
+    assert b.next_delay() == 25.6  # not yet healthy long enough
+    clock.t += 121
+    assert b.next_delay() == 0.8
+
+
+def test_backoff_honours_retry_after():
+    b = Backoff(clock=FakeClock(), rand=lambda: 0.0)
+    assert b.next_delay(retry_after=7) == 7
+    assert b.next_delay(retry_after=0.1) == 1.6

@@ -1,0 +1,285 @@
+"""The watcher against a scripted in-memory source: no I/O, no sleeping."""
+
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+
+from bridge import errors
+from bridge.health import Health
+from bridge.metrics import Metrics
+from bridge.settings import KubernetesSettings
+from bridge.watching import Watcher
+
+
+def ev(name, rv, reason="BackOff"):
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
+                         "resourceVersion": str(rv)}, "reason": reason, "type": "Warning",
+            "involvedObject": {"kind": "Pod", "name": name}}
+
+
+def line(type_, obj):
+    return orjson.dumps({"type": type_, "object": obj})
+
+
+def bookmark(rv):
+    return line("BOOKMARK", {"kind": "Event", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(rv)}})
+
+
+def expired():
+    return line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
+                          "message": "too old resource version"})
+
+
+class Stop(Exception):
+    pass
+
+
+class FakeSource:
+    """Answers list/watch calls from scripts; each script entry is consumed once."""
+
+    def __init__(self, lists=(), watches=()):
+        self.lists = list(lists)  # each: dict page, or an exception
+        self.watches = list(watches)  # each: list of lines, or an exception
+        self.list_calls = []
+        self.watch_calls = []
+        self.reloads = 0
+
+    async def list_events(self, namespace, *, limit, cont=None, resource_version=None,
+                          field_selector=""):
+        self.list_calls.append({"limit": limit, "cont": cont})
+        if not self.lists:
+            raise Stop
+        page = self.lists.pop(0)
+        if isinstance(page, Exception):
+            raise page
+        return page
+
+    @asynccontextmanager
+    async def watch_events(self, namespace, *, resource_version, timeout_seconds,
+                           field_selector=""):
+        self.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
+        if not self.watches:
+            raise Stop
+        script = self.watches.pop(0)
+        if isinstance(script, Exception):
+            raise script
+
+        async def lines():
+            for item in script:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+
+        yield lines()
+
+    async def reload_credentials(self):
+        self.reloads += 1
+
+
+class RecordingSink:
+    def __init__(self):
+        self.items = []
+        self.marks = []
+        self.gaps = []
+        self.reach = []
+
+    async def item(self, watch_type, obj, rv):
+        self.items.append((watch_type, obj["metadata"]["name"], rv))
+
+    def mark(self, rv):
+        self.marks.append(rv)
+
+    async def gap(self, from_rv, to_rv):
+        self.gaps.append((from_rv, to_rv))
+
+    async def reachability(self, reachable, detail):
+        self.reach.append(reachable)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def make(source, checkpoint=None, **settings):
+    clock = Clock()
+    sleeps = []
+
+    async def sleep(d):
+        sleeps.append(d)
+        clock.t += d
+
+    sink = RecordingSink()
+    metrics = Metrics()
+    w = Watcher(source, sink, KubernetesSettings(**settings), namespace=None,
+                checkpoint=checkpoint, field_selector="", metrics=metrics,
+                health=Health(60, clock=clock), clock=clock, sleep=sleep, rand=lambda: 0.0)
+    return w, sink, sleeps, metrics, clock
+
+
+def page(rv, items, cont=None):
+    meta = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+    return {"metadata": meta, "items": items}
+
+
+async def run_until_stop(w):
+    with pytest.raises(Stop):
+        await w.run()
+
+
+async def test_first_start_lists_all_pages_then_watches_from_list_rv():
+    src = FakeSource(
+        lists=[page(100, [ev("b", 90), ev("a", 50)], cont="t1"), page(100, [ev("c", 70)])],
+        watches=[[line("ADDED", ev("d", 101))]],
+    )
+    w, sink, *_ = make(src, page_size=2)
+    await run_until_stop(w)
+    assert [c["cont"] for c in src.list_calls] == [None, "t1"]
+    # list items carry no rv of their own: only the list's rv moves the checkpoint
+    assert sink.items[:3] == [("ADDED", "b", None), ("ADDED", "a", None), ("ADDED", "c", None)]
+    assert sink.marks == [100]
+    assert src.watch_calls[0]["rv"] == "100"
+    assert sink.items[3] == ("ADDED", "d", 101)
+
+
+async def test_initial_new_skips_what_exists():
+    src = FakeSource(lists=[page(100, [ev("a", 50)], cont="more")], watches=[[]])
+    w, sink, *_ = make(src, initial="new")
+    await run_until_stop(w)
+    assert src.list_calls == [{"limit": 1, "cont": None}]
+    assert sink.items == [] and sink.marks == [100]
+
+
+async def test_watch_timeout_is_random_between_5_and_10_minutes():
+    src = FakeSource(watches=[[line("ADDED", ev("a", 11))]])
+    w, *_ = make(src, checkpoint=10)
+    w._rand = lambda: 0.999
+    await run_until_stop(w)
+    assert 300 <= src.watch_calls[0]["timeout"] < 600
+
+
+async def test_normal_close_watches_again_from_last_rv_at_once():
+    src = FakeSource(watches=[[line("ADDED", ev("a", 11)), line("MODIFIED", ev("a", 12))],
+                              [line("MODIFIED", ev("a", 13))]])
+    w, sink, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert [c["rv"] for c in src.watch_calls] == ["10", "12", "13"]
+    assert sleeps == []
+    assert [i[2] for i in sink.items] == [11, 12, 13]
+
+
+async def test_bookmark_advances_rv_without_an_item():
+    src = FakeSource(watches=[[bookmark(500)], []])
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.marks == [500] and sink.items == []
+    assert src.watch_calls[1]["rv"] == "500"
+
+
+async def test_410_in_stream_relists_from_consistent_read_and_reports_gap():
+    src = FakeSource(
+        watches=[[expired()], [line("ADDED", ev("z", 301))]],
+        lists=[page(300, [ev("old", 5), ev("new", 250)])],
+    )
+    w, sink, sleeps, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 300)]
+    # not newer than what was passed on: not published again
+    assert [i[1] for i in sink.items] == ["new", "z"]
+    assert src.watch_calls[1]["rv"] == "300"
+    assert sleeps == []
+    assert metrics.relists.labels("expired")._value.get() == 0  # first list of this watcher
+
+
+async def test_http_410_on_watch_relists():
+    src = FakeSource(watches=[errors.ResourceExpired("410"), []], lists=[page(20, [])])
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 20)]
+
+
+async def test_expired_continue_token_restarts_the_list():
+    src = FakeSource(lists=[page(100, [ev("a", 1)], cont="t"), errors.ResourceExpired("410"),
+                            page(120, [ev("a", 1), ev("b", 2)])], watches=[[]])
+    w, sink, *_ = make(src)
+    await run_until_stop(w)
+    assert [c["cont"] for c in src.list_calls] == [None, "t", None]
+    assert sink.marks == [120]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [errors.KubeUnavailable("503", status=503), errors.KubeUnavailable("reset"),
+     errors.TooManyRequests("429")],
+)
+async def test_retriable_failures_back_off_and_keep_the_rv(failure):
+    src = FakeSource(watches=[failure, failure, failure, [line("ADDED", ev("a", 11))]])
+    w, sink, sleeps, _, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sleeps == [0.8, 1.6, 3.2]
+    assert [c["rv"] for c in src.watch_calls[:4]] == ["10"] * 4
+    assert sink.items == [("ADDED", "a", 11)]
+
+
+async def test_retry_after_is_honoured():
+    src = FakeSource(watches=[errors.TooManyRequests("429", retry_after=7.0), [bookmark(11)]])
+    w, _, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sleeps == [7.0]
+
+
+async def test_backoff_is_capped_at_30s():
+    src = FakeSource(watches=[errors.KubeUnavailable("down")] * 9)
+    w, _, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert max(sleeps) == 30.0 and sleeps[:3] == [0.8, 1.6, 3.2]
+
+
+async def test_401_backs_off_and_reloads_credentials():
+    src = FakeSource(watches=[errors.Unauthorized("401"), [line("ADDED", ev("a", 11))]])
+    w, sink, sleeps, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert src.reloads == 1 and sleeps == [0.8]
+    assert metrics.auth_failures.labels("401")._value.get() == 1
+    assert sink.items == [("ADDED", "a", 11)]
+
+
+async def test_a_watch_that_closes_at_once_is_not_a_tight_loop():
+    src = FakeSource(watches=[[], [], []])
+    w, _, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sleeps == [0.8, 1.6, 3.2]
+
+
+async def test_bad_lines_are_counted_and_skipped_and_the_loop_goes_on():
+    src = FakeSource(watches=[[b"not json", b'{"type":"ADDED","object":', line("WEIRD", {}),
+                               b'{"type":"ADDED"}', line("ADDED", {"metadata": {}}),
+                               line("ADDED", ev("ok", 11))]])
+    w, sink, _, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.items == [("ADDED", "ok", 11)]
+    assert metrics.skipped.labels("malformed_line")._value.get() == 3
+    assert metrics.skipped.labels("unknown_type")._value.get() == 1
+    assert metrics.skipped.labels("no_resource_version")._value.get() == 1
+
+
+async def test_stale_events_not_newer_than_rv_are_dropped():
+    src = FakeSource(watches=[[line("MODIFIED", ev("a", 9)), line("MODIFIED", ev("a", 12))]])
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.items == [("MODIFIED", "a", 12)]
+
+
+async def test_unreachable_then_reachable_is_reported_once_each():
+    down = errors.KubeUnavailable("refused")
+    src = FakeSource(watches=[down, down, [line("ADDED", ev("a", 11))]])
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.reach == [False, True]
