@@ -40,6 +40,7 @@ class NatsServer:
                  args: list[str] | None = None) -> None:
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="bridge-nats-")
+        os.makedirs(self.store_dir, exist_ok=True)
         self.port = port or free_port()
         self.args = args or []
         self.proc: subprocess.Popen[bytes] | None = None

@@ -27,8 +27,13 @@ def core_event(**over):
             "creationTimestamp": "2026-11-29T10:00:00Z",
             "managedFields": [{"manager": "kubelet", "operation": "Update"}],
         },
-        "involvedObject": {"kind": "Pod", "namespace": "shop", "name": "web-1",
-                           "uid": "p-uid", "apiVersion": "v1"},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": "shop",
+            "name": "web-1",
+            "uid": "p-uid",
+            "apiVersion": "v1",
+        },
         "reason": "BackOff",
         "message": "Back-off restarting failed container web in pod web-1",
         "source": {"component": "kubelet", "host": "node-1"},
@@ -76,9 +81,13 @@ def test_converter_does_not_change_the_input():
 
 
 def test_events_k8s_io_style_uses_series_and_event_time():
-    obj = core_event(count=None, lastTimestamp=None, firstTimestamp=None,
-                     eventTime="2026-11-29T10:00:00.123456Z",
-                     series={"count": 12, "lastObservedTime": "2026-11-29T11:00:00.500000Z"})
+    obj = core_event(
+        count=None,
+        lastTimestamp=None,
+        firstTimestamp=None,
+        eventTime="2026-11-29T10:00:00.123456Z",
+        series={"count": 12, "lastObservedTime": "2026-11-29T11:00:00.500000Z"},
+    )
     del obj["count"]
     ce = sdk_structured(Converter("c", "p", "structured").convert(obj).payload)
     assert ce.get_extension("k8scount") == 12
@@ -97,7 +106,7 @@ def test_time_falls_back_to_creation_timestamp():
 
 
 def test_binary_mode_headers_parse_with_the_sdk():
-    obj = core_event(message="100% \"quoted\" ünïcode")
+    obj = core_event(message='100% "quoted" ünïcode')
     msg = Converter("prod eu", "k8s.events", "binary").convert(obj)
     assert msg.headers["ce-source"] == "k8s://prod%20eu/namespaces/shop"
     headers = {k: v for k, v in msg.headers.items() if k != "Nats-Msg-Id"}
@@ -106,7 +115,7 @@ def test_binary_mode_headers_parse_with_the_sdk():
     ce = from_binary(HTTPMessage(headers=headers, body=msg.payload), JSONFormat())
     assert ce.get_id() == msg.msg_id
     assert ce.get_source() == "k8s://prod eu/namespaces/shop"
-    assert ce.get_data()["message"] == "100% \"quoted\" ünïcode"
+    assert ce.get_data()["message"] == '100% "quoted" ünïcode'
     assert unquote(msg.headers["ce-k8scount"]) == "7"
     assert msg.subject == "k8s.events.prod_eu.shop.Pod.BackOff"
 
@@ -121,25 +130,32 @@ def test_event_without_identity_is_a_conversion_error(drop):
 
 def test_status_event_is_a_valid_cloudevent():
     msg = Converter("c1", "k8s.events", "structured").status(
-        "gap", "gap/*/1-9", {"fromResourceVersion": "1"}, "2026-11-29T10:00:00.000000Z")
+        "gap", "gap/*/1-9", {"fromResourceVersion": "1"}, "2026-11-29T10:00:00.000000Z"
+    )
     ce = sdk_structured(msg.payload)
     assert ce.get_type() == "io.k8s.bridge.gap"
     assert msg.subject == "k8s.events.c1._bridge.gap"
 
 
 text = st.text(max_size=30)
-maybe_time = st.one_of(st.none(), st.just("garbage"), st.datetimes(
-    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(
-        lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")))
+maybe_time = st.one_of(
+    st.none(),
+    st.just("garbage"),
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(
+        lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ),
+)
 event_strategy = st.fixed_dictionaries(
     {
-        "metadata": st.fixed_dictionaries({
-            "uid": st.uuids().map(str),
-            "resourceVersion": st.integers(1, 10**12).map(str),
-            "namespace": text,
-            "name": text,
-            "creationTimestamp": maybe_time,
-        }),
+        "metadata": st.fixed_dictionaries(
+            {
+                "uid": st.uuids().map(str),
+                "resourceVersion": st.integers(1, 10**12).map(str),
+                "namespace": text,
+                "name": text,
+                "creationTimestamp": maybe_time,
+            }
+        ),
         "involvedObject": st.fixed_dictionaries({"kind": text, "name": text}),
         "reason": text,
         "message": st.text(max_size=200),
@@ -149,15 +165,19 @@ event_strategy = st.fixed_dictionaries(
     },
     optional={
         "count": st.integers(-5, 10**6),
-        "series": st.fixed_dictionaries({"count": st.integers(0, 10**6),
-                                         "lastObservedTime": maybe_time}),
+        "series": st.fixed_dictionaries(
+            {"count": st.integers(0, 10**6), "lastObservedTime": maybe_time}
+        ),
     },
 )
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(obj=event_strategy, cluster=st.from_regex(TOKEN, fullmatch=True),
-       mode=st.sampled_from(["structured", "binary"]))
+@given(
+    obj=event_strategy,
+    cluster=st.from_regex(TOKEN, fullmatch=True),
+    mode=st.sampled_from(["structured", "binary"]),
+)
 def test_any_event_gives_a_valid_cloudevent_and_subject(obj, cluster, mode):
     msg = Converter(cluster, "k8s.events", mode).convert(obj)
     if mode == "structured":

@@ -5,8 +5,12 @@ from bridge.settings import FilterSettings
 
 
 def ev(reason="BackOff", type_="Warning", kind="Pod", ns="default", count=None, series=None):
-    obj = {"metadata": {"namespace": ns, "name": "x", "uid": "u", "resourceVersion": "1"},
-           "reason": reason, "type": type_, "involvedObject": {"kind": kind, "name": "p"}}
+    obj = {
+        "metadata": {"namespace": ns, "name": "x", "uid": "u", "resourceVersion": "1"},
+        "reason": reason,
+        "type": type_,
+        "involvedObject": {"kind": kind, "name": "p"},
+    }
     if count is not None:
         obj["count"] = count
     if series is not None:
@@ -43,16 +47,21 @@ def test_filter(settings, watch_type, event, accepted):
 
 
 def test_filter_survives_events_missing_fields():
-    f = Filter(FilterSettings(reasons=["BackOff"], kinds=["Pod"], namespaces=["a"],
-                              min_count=2))
+    f = Filter(FilterSettings(reasons=["BackOff"], kinds=["Pod"], namespaces=["a"], min_count=2))
     assert f.accepts("ADDED", {}) is False
     assert f.accepts("ADDED", {"involvedObject": "nonsense", "metadata": None}) is False
 
 
 @pytest.mark.parametrize(
     ("obj", "count"),
-    [({}, 1), ({"count": 4}, 4), ({"series": {"count": 9}, "count": 4}, 9),
-     ({"count": 0}, 1), ({"count": "7"}, 1), ({"series": None, "count": 2}, 2)],
+    [
+        ({}, 1),
+        ({"count": 4}, 4),
+        ({"series": {"count": 9}, "count": 4}, 9),
+        ({"count": 0}, 1),
+        ({"count": "7"}, 1),
+        ({"series": None, "count": 2}, 2),
+    ],
 )
 def test_event_count(obj, count):
     assert event_count(obj) == count
@@ -68,8 +77,11 @@ def test_event_count(obj, count):
         ("", {"reasons": ["BackOff", "OOMKilling"]}, ""),
         ("", {"exclude_reasons": ["Pulled", "Created"]}, "reason!=Pulled,reason!=Created"),
         ("type=Warning", {"types": ["Warning"]}, "type=Warning"),
-        ("source=kubelet", {"kinds": ["Pod"], "exclude_namespaces": ["kube-system"]},
-         "source=kubelet,involvedObject.kind=Pod,metadata.namespace!=kube-system"),
+        (
+            "source=kubelet",
+            {"kinds": ["Pod"], "exclude_namespaces": ["kube-system"]},
+            "source=kubelet,involvedObject.kind=Pod,metadata.namespace!=kube-system",
+        ),
     ],
 )
 def test_server_field_selector_only_narrows(user, settings, expected):

@@ -13,9 +13,17 @@ from bridge.watching import Watcher
 
 
 def ev(name, rv, reason="BackOff"):
-    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
-                         "resourceVersion": str(rv)}, "reason": reason, "type": "Warning",
-            "involvedObject": {"kind": "Pod", "name": name}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "resourceVersion": str(rv),
+        },
+        "reason": reason,
+        "type": "Warning",
+        "involvedObject": {"kind": "Pod", "name": name},
+    }
 
 
 def line(type_, obj):
@@ -23,13 +31,16 @@ def line(type_, obj):
 
 
 def bookmark(rv):
-    return line("BOOKMARK", {"kind": "Event", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": str(rv)}})
+    return line(
+        "BOOKMARK", {"kind": "Event", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
+    )
 
 
 def expired():
-    return line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
-                          "message": "too old resource version"})
+    return line(
+        "ERROR",
+        {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"},
+    )
 
 
 class Stop(Exception):
@@ -46,8 +57,9 @@ class FakeSource:
         self.watch_calls = []
         self.reloads = 0
 
-    async def list_events(self, namespace, *, limit, cont=None, resource_version=None,
-                          field_selector=""):
+    async def list_events(
+        self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
+    ):
         self.list_calls.append({"limit": limit, "cont": cont})
         if not self.lists:
             raise Stop
@@ -57,8 +69,9 @@ class FakeSource:
         return page
 
     @asynccontextmanager
-    async def watch_events(self, namespace, *, resource_version, timeout_seconds,
-                           field_selector=""):
+    async def watch_events(
+        self, namespace, *, resource_version, timeout_seconds, field_selector=""
+    ):
         self.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
         if not self.watches:
             raise Stop
@@ -116,9 +129,19 @@ def make(source, checkpoint=None, **settings):
 
     sink = RecordingSink()
     metrics = Metrics()
-    w = Watcher(source, sink, KubernetesSettings(**settings), namespace=None,
-                checkpoint=checkpoint, field_selector="", metrics=metrics,
-                health=Health(60, clock=clock), clock=clock, sleep=sleep, rand=lambda: 0.0)
+    w = Watcher(
+        source,
+        sink,
+        KubernetesSettings(**settings),
+        namespace=None,
+        checkpoint=checkpoint,
+        field_selector="",
+        metrics=metrics,
+        health=Health(60, clock=clock),
+        clock=clock,
+        sleep=sleep,
+        rand=lambda: 0.0,
+    )
     return w, sink, sleeps, metrics, clock
 
 
@@ -166,8 +189,12 @@ async def test_watch_timeout_is_random_between_5_and_10_minutes():
 
 
 async def test_normal_close_watches_again_from_last_rv_at_once():
-    src = FakeSource(watches=[[line("ADDED", ev("a", 11)), line("MODIFIED", ev("a", 12))],
-                              [line("MODIFIED", ev("a", 13))]])
+    src = FakeSource(
+        watches=[
+            [line("ADDED", ev("a", 11)), line("MODIFIED", ev("a", 12))],
+            [line("MODIFIED", ev("a", 13))],
+        ]
+    )
     w, sink, sleeps, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert [c["rv"] for c in src.watch_calls] == ["10", "12", "13"]
@@ -206,8 +233,14 @@ async def test_http_410_on_watch_relists():
 
 
 async def test_expired_continue_token_restarts_the_list():
-    src = FakeSource(lists=[page(100, [ev("a", 1)], cont="t"), errors.ResourceExpired("410"),
-                            page(120, [ev("a", 1), ev("b", 2)])], watches=[[]])
+    src = FakeSource(
+        lists=[
+            page(100, [ev("a", 1)], cont="t"),
+            errors.ResourceExpired("410"),
+            page(120, [ev("a", 1), ev("b", 2)]),
+        ],
+        watches=[[]],
+    )
     w, sink, *_ = make(src)
     await run_until_stop(w)
     assert [c["cont"] for c in src.list_calls] == [None, "t", None]
@@ -216,8 +249,11 @@ async def test_expired_continue_token_restarts_the_list():
 
 @pytest.mark.parametrize(
     "failure",
-    [errors.KubeUnavailable("503", status=503), errors.KubeUnavailable("reset"),
-     errors.TooManyRequests("429")],
+    [
+        errors.KubeUnavailable("503", status=503),
+        errors.KubeUnavailable("reset"),
+        errors.TooManyRequests("429"),
+    ],
 )
 async def test_retriable_failures_back_off_and_keep_the_rv(failure):
     src = FakeSource(watches=[failure, failure, failure, [line("ADDED", ev("a", 11))]])
@@ -259,9 +295,18 @@ async def test_a_watch_that_closes_at_once_is_not_a_tight_loop():
 
 
 async def test_bad_lines_are_counted_and_skipped_and_the_loop_goes_on():
-    src = FakeSource(watches=[[b"not json", b'{"type":"ADDED","object":', line("WEIRD", {}),
-                               b'{"type":"ADDED"}', line("ADDED", {"metadata": {}}),
-                               line("ADDED", ev("ok", 11))]])
+    src = FakeSource(
+        watches=[
+            [
+                b"not json",
+                b'{"type":"ADDED","object":',
+                line("WEIRD", {}),
+                b'{"type":"ADDED"}',
+                line("ADDED", {"metadata": {}}),
+                line("ADDED", ev("ok", 11)),
+            ]
+        ]
+    )
     w, sink, _, metrics, _ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert sink.items == [("ADDED", "ok", 11)]

@@ -1,0 +1,47 @@
+import pytest
+
+from bridge.natsserver import NatsServer
+
+
+@pytest.fixture
+def nats_server(tmp_path):
+    """A real nats-server -js on a free loopback port with its own store directory."""
+    server = NatsServer(store_dir=str(tmp_path / "nats")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def sim():
+    """The simulated API server (bridge.sim) on a free loopback port."""
+    from bridge.sim.apiserver import SimApiServer
+
+    server = SimApiServer(bookmark_interval=0.3)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def kubeconfig(tmp_path, sim):
+    from tests.integration.harness import write_kubeconfig
+
+    return write_kubeconfig(tmp_path / "kubeconfig", sim.url)
+
+
+@pytest.fixture
+def run_bridge(tmp_path, nats_server, kubeconfig):
+    """Start ``k8s-event-bridge run`` processes; every one is killed at the end."""
+    from tests.integration.harness import BridgeProcess, bridge_config
+
+    started = []
+
+    def start(config=None, env=None, **sections):
+        cfg = config or bridge_config(tmp_path, nats_server.url, kubeconfig, **sections)
+        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log", env=env or {}).start()
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()

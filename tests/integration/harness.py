@@ -1,0 +1,285 @@
+"""Helpers for running the real bridge process against the simulated API server and a real
+nats-server, and for reading back what reached the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+import orjson
+import yaml
+
+from bridge.natsserver import free_port
+from bridge.sim.apiserver import SimApiServer
+from bridge.sim.workload import make_event
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    *,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
+) -> Path:
+    user: dict[str, Any] = {}
+    if token:
+        user["token"] = token
+    if token_file:
+        user["tokenFile"] = token_file
+    cluster: dict[str, Any] = {"server": server}
+    if ca_file:
+        cluster["certificate-authority"] = ca_file
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sim",
+        "clusters": [{"name": "sim", "cluster": cluster}],
+        "users": [{"name": "bridge", "user": user}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = (
+            deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
+    return out
+
+
+def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, **sections: Any) -> Path:
+    """A config with test-sized intervals; ``sections`` override per key."""
+    cfg: dict[str, Any] = {
+        "cluster": {"name": "test"},
+        "kubernetes": {
+            "kubeconfig": str(kubeconfig),
+            "read_timeout": "5s",
+            "connect_timeout": "2s",
+            "backoff": {"initial": "50ms", "max": "1s", "reset_after": "30s"},
+        },
+        "nats": {"servers": [nats_url], "ack_timeout": "1s"},
+        "checkpoint": {"interval": "100ms"},
+        "http": {"host": "127.0.0.1", "port": free_port(), "unready_after": "2s"},
+        "log": {"level": "debug", "format": "json"},
+        "shutdown": {"drain_timeout": "10s"},
+    }
+    cfg = deep_merge(cfg, sections)
+    path = tmp / f"bridge-{random.randrange(1 << 30)}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@dataclass
+class BridgeProcess:
+    """``python -m bridge run --config FILE`` as a real child process."""
+
+    config: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        return int(yaml.safe_load(self.config.read_text())["http"]["port"])
+
+    def start(self) -> BridgeProcess:
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bridge", "run", "--config", str(self.config)],
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
+        return self
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(
+                f"http://127.0.0.1:{self.port}{path}", timeout=aiohttp.ClientTimeout(total=3)
+            ) as r,
+        ):
+            return r.status, await r.text()
+
+    async def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"bridge exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
+                )
+            try:
+                status, _ = await self.get("/readyz")
+                if status == 200:
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"bridge not ready in {timeout}s:\n{self.logs()[-3000:]}")
+
+    async def metric(self, name: str, labels: str = "") -> float:
+        _, text = await self.get("/metrics")
+        total = 0.0
+        for ln in text.splitlines():
+            if (
+                ln.startswith(f"k8s_event_bridge_{name}")
+                and labels in ln
+                and not ln.startswith("#")
+            ):
+                key = ln.split(" ")[0]
+                base = key.split("{")[0]
+                if base in (f"k8s_event_bridge_{name}", f"k8s_event_bridge_{name}_total"):
+                    total += float(ln.rsplit(" ", 1)[1])
+        return total
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        for _ in range(int(timeout * 20)):
+            if self.proc.poll() is not None:
+                return self.proc.returncode
+            await asyncio.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"bridge did not exit in {timeout}s:\n{self.logs()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_events(self) -> list[dict[str, Any]]:
+        out = []
+        for ln in self.logs().splitlines():
+            if ln.startswith("{"):
+                try:
+                    out.append(orjson.loads(ln))
+                except orjson.JSONDecodeError:
+                    pass
+        return out
+
+
+class Writer:
+    """Writes realistic Events (creates and count bumps) and records every version's id."""
+
+    def __init__(self, sim: SimApiServer, seed: int = 1) -> None:
+        self.sim = sim
+        self.rng = random.Random(seed)
+        self.ids: list[str] = []
+        self.latest: dict[str, str] = {}  # uid -> newest id
+        self.live: list[tuple[str, str]] = []
+        self.n = 0
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        mid = f"{m['uid']}/{m['resourceVersion']}"
+        self.ids.append(mid)
+        self.latest[m["uid"]] = mid
+
+    def create(self, **kw: Any) -> dict[str, Any]:
+        self.n += 1
+        ev = make_event(self.rng, i=self.n, **kw)
+        obj = self.sim.create_event(ev)
+        self._record(obj)
+        self.live.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        return obj
+
+    def bump(self) -> dict[str, Any]:
+        ns, name = self.rng.choice(self.live[-50:])
+        obj = self.sim.bump_count(ns, name)
+        self._record(obj)
+        return obj
+
+    async def write(self, n: int, rate: float = 500.0, bump_ratio: float = 0.3, **kw: Any) -> None:
+        for i in range(n):
+            if self.live and self.rng.random() < bump_ratio:
+                self.bump()
+            else:
+                self.create(**kw)
+            if i % max(1, int(rate / 20)) == 0:
+                await asyncio.sleep(1 / 20)
+
+
+async def stream_messages(
+    nats_url: str, stream: str = "K8S_EVENTS", subject: str = "k8s.events.>"
+) -> list[tuple[str, dict[str, str], bytes]]:
+    """Every message in the stream: (subject, headers, body)."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(stream)
+        out = []
+        if info.state.messages:
+            sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+            while True:
+                try:
+                    m = await sub.next_msg(timeout=1.0)
+                except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                    break
+                out.append((m.subject, dict(m.headers or {}), m.data))
+                if len(out) >= info.state.messages:
+                    break
+            await sub.unsubscribe()
+        return out
+    finally:
+        await nc.close()
+
+
+async def event_ids(nats_url: str) -> list[str]:
+    """The Nats-Msg-Id of every Event message (status events left out)."""
+    return [h["Nats-Msg-Id"] for s, h, _ in await stream_messages(nats_url) if "._bridge." not in s]
+
+
+async def status_events(nats_url: str, what: str) -> list[dict[str, Any]]:
+    return [
+        orjson.loads(b)
+        for s, _, b in await stream_messages(nats_url)
+        if s.endswith(f"._bridge.{what}")
+    ]
+
+
+async def checkpoint(
+    nats_url: str, key: str = "test.all", bucket: str = "k8s_event_bridge"
+) -> int | None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().key_value(bucket)
+        try:
+            e = await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return int(orjson.loads(e.value)["resourceVersion"])
+    finally:
+        await nc.close()
+
+
+async def eventually(check: Any, timeout: float = 20.0, interval: float = 0.1) -> Any:
+    """Wait until ``await check()`` is truthy; return its value."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last = None
+    while asyncio.get_running_loop().time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met in {timeout}s (last: {last!r})")

@@ -1,0 +1,147 @@
+"""The whole bridge process between the simulated API server and a real nats-server."""
+
+import signal
+
+import orjson
+import pytest
+from cloudevents.core.formats.json import JSONFormat
+
+from tests.integration.harness import (
+    Writer,
+    checkpoint,
+    event_ids,
+    eventually,
+    status_events,
+    stream_messages,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def test_events_reach_the_stream_once_per_version_as_cloudevents(sim, nats_server,
+                                                                        run_bridge):
+    w = Writer(sim)
+    await w.write(40, bump_ratio=0.0)  # exist before the bridge starts: published by the list
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(160, bump_ratio=0.4)
+
+    async def all_there():
+        ids = await event_ids(nats_server.url)
+        return ids if len(ids) >= len(w.ids) else None
+
+    ids = await eventually(all_there)
+    assert sorted(ids) == sorted(w.ids)
+    for subject, headers, body in await stream_messages(nats_server.url):
+        ce = JSONFormat().read(None, body)
+        assert headers["Nats-Msg-Id"] == ce.get_id()
+        if "._bridge." in subject:
+            continue
+        data = ce.get_data()
+        assert ce.get_id() == f"{data['metadata']['uid']}/{data['metadata']['resourceVersion']}"
+        ns, kind, reason = subject.split(".")[3:6]
+        assert (ns, kind, reason) == (data["metadata"]["namespace"],
+                                      data["involvedObject"]["kind"], data["reason"])
+        assert "managedFields" not in data["metadata"]
+    started = await status_events(nats_server.url, "started")
+    assert len(started) == 1
+    assert await bridge.metric("events_published") >= len(w.ids)
+
+
+async def test_sigterm_drains_saves_checkpoint_and_exits_0(sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(300, rate=3000)
+    bridge.signal(signal.SIGTERM)  # while events are still being read and published
+    assert await bridge.wait_exit() == 0
+    stopped = [e for e in bridge.log_events() if e.get("event") == "stopped"]
+    assert stopped and stopped[0]["drained"] is True
+    cp = await checkpoint(nats_server.url)
+    assert cp is not None
+    ids = set(await event_ids(nats_server.url))
+    read = [i for i in w.ids if _rv(i) <= cp]
+    assert read and set(read) <= ids, "SIGTERM lost events that were read"
+    assert len(await status_events(nats_server.url, "stopped")) == 1
+    # the restart resumes exactly at the checkpoint: only newer versions are read again
+    again = run_bridge()
+    await again.wait_ready()
+    await eventually(lambda: _count_at_least(nats_server.url, len(w.ids)))
+    assert await again.metric("events_received") == len([i for i in w.ids if _rv(i) > cp])
+    final = await event_ids(nats_server.url)
+    assert sorted(final) == sorted(w.ids)
+
+
+def _rv(msg_id):
+    return int(msg_id.rsplit("/", 1)[1])
+
+
+async def test_sigkill_while_events_flow_then_restart_loses_and_duplicates_nothing(
+        sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(200, rate=1000)
+    await eventually(lambda: _count_at_least(nats_server.url, 50))
+    bridge.kill()  # SIGKILL mid-flow: nothing drained, nothing saved at the end
+    await w.write(300, rate=2000, bump_ratio=0.5)  # written while the bridge is down
+    again = run_bridge()
+    await again.wait_ready()
+    await w.write(100, rate=1000)
+
+    async def all_there():
+        ids = await event_ids(nats_server.url)
+        return ids if len(ids) >= len(w.ids) else None
+
+    ids = await eventually(all_there, timeout=30)
+    assert len(ids) == len(set(ids)), "duplicates in the stream"
+    assert sorted(ids) == sorted(w.ids)
+    assert any(e.get("event") == "scope_started" and e.get("resource_version")
+               for e in again.log_events()), "restart did not resume from the checkpoint"
+
+
+async def test_second_signal_exits_at_once(sim, nats_server, run_bridge):
+    bridge = run_bridge(shutdown={"drain_timeout": "60s"})
+    await bridge.wait_ready()
+    nats_server.kill()  # nothing can be acked: the drain would wait 60 s
+    Writer(sim).create()
+    bridge.signal(signal.SIGTERM)
+    await eventually(lambda: _logged(bridge, "stop_requested"), timeout=5)
+    bridge.signal(signal.SIGINT)
+    code = await bridge.wait_exit(timeout=10)  # far less than the 60 s drain
+    assert code == 128 + signal.SIGINT
+
+
+async def _logged(bridge, event):
+    return any(e.get("event") == event for e in bridge.log_events())
+
+
+async def _count_at_least(url, n):
+    return len(await event_ids(url)) >= n
+
+
+async def test_readyz_and_metrics(sim, nats_server, run_bridge):
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    status, text = await bridge.get("/healthz")
+    assert status == 200
+    _, metrics = await bridge.get("/metrics")
+    for name in ("events_received", "events_filtered", "events_published", "events_failed",
+                 "publish_latency_seconds", "watch_restarts", "relists", "queue_depth",
+                 "checkpoint_age_seconds", "nats_connected", "apiserver_reachable"):
+        assert f"k8s_event_bridge_{name}" in metrics
+    nats_server.kill()
+    await eventually(lambda: _status_is(bridge, "/readyz", 503), timeout=15)
+    _, text = await bridge.get("/readyz")
+    assert "NATS" in text
+    nats_server.start()
+    await eventually(lambda: _status_is(bridge, "/readyz", 200), timeout=15)
+
+
+async def _status_is(bridge, path, code):
+    status, _ = await bridge.get(path)
+    return status == code
+
+
+def _ce(body):
+    return orjson.loads(body)

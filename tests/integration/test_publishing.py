@@ -1,0 +1,180 @@
+"""The publisher against a real nats-server: acks, dedup, timeouts, outages."""
+
+import asyncio
+
+import nats
+import pytest
+
+from bridge import streams
+from bridge.converting import Message
+from bridge.errors import StreamConfigMismatch
+from bridge.metrics import Metrics
+from bridge.progress import Progress
+from bridge.publishing import Outgoing, Publisher
+from bridge.queueing import BoundedQueue
+from bridge.settings import NatsSettings
+
+pytestmark = pytest.mark.integration
+
+
+def msg(i, subject="k8s.events.c.ns.Pod.BackOff"):
+    mid = f"uid-{i}/{i}"
+    return Message(subject, b'{"i":%d}' % i, {"Nats-Msg-Id": mid}, mid)
+
+
+async def stream_ids(nc, stream="K8S_EVENTS"):
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    ids = []
+    if info.state.messages:
+        sub = await js.subscribe("k8s.events.>", stream=stream, ordered_consumer=True)
+        for _ in range(info.state.messages):
+            m = await sub.next_msg(timeout=5)
+            ids.append(m.headers["Nats-Msg-Id"])
+        await sub.unsubscribe()
+    return ids
+
+
+async def start(nats_url, **kw):
+    state = {}
+
+    async def disconnected():
+        state["pub"].set_connected(False)
+
+    async def reconnected():
+        state["pub"].set_connected(True)
+        await state["pub"].resend_all()
+
+    nc = await nats.connect(
+        nats_url,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.2,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+    )
+    await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_url]))
+    pub = state["pub"] = Publisher(nc, Metrics(), **kw)
+    await pub.start()
+    return nc, pub
+
+
+async def test_every_message_acked_and_checkpoint_follows(nats_server):
+    nc, pub = await start(nats_server.url, max_inflight=8)
+    q: BoundedQueue[Outgoing] = BoundedQueue(100, 1 << 20)
+    progress = Progress(0)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap())]
+    for i in range(1, 201):
+        await q.put(Outgoing(msg(i), progress.pending(i)), 10)
+    for _ in range(200):
+        if progress.safe_rv == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert progress.safe_rv == 200
+    assert sorted(await stream_ids(nc)) == sorted(f"uid-{i}/{i}" for i in range(1, 201))
+    for t in tasks:
+        t.cancel()
+    await nc.close()
+
+
+async def test_same_msg_id_twice_is_stored_once(nats_server):
+    nc, pub = await start(nats_server.url)
+    q: BoundedQueue[Outgoing] = BoundedQueue(100, 1 << 20)
+    p = Progress(0)
+    task = asyncio.create_task(pub.run(q))
+    for _ in range(3):
+        await q.put(Outgoing(msg(1), p.pending(1)), 10)
+    while p.safe_rv != 1 or pub.in_flight:
+        await asyncio.sleep(0.02)
+    assert await stream_ids(nc) == ["uid-1/1"]
+    assert pub._m.duplicates._value.get() == 2
+    task.cancel()
+    await nc.close()
+
+
+async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
+    """No stream takes the subject at first: no ack comes; once it exists the retry lands."""
+    nc = await nats.connect(nats_server.url)
+    pub = Publisher(nc, Metrics(), ack_timeout=0.3)
+    await pub.start()
+    q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
+    p = Progress(0)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
+    await q.put(Outgoing(msg(7), p.pending(7)), 10)
+    await asyncio.sleep(1.0)
+    assert p.safe_rv == 0, "checkpoint moved without an ack"
+    await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_server.url]))
+    for _ in range(200):
+        if p.safe_rv == 7:
+            break
+        await asyncio.sleep(0.05)
+    assert p.safe_rv == 7
+    assert pub._m.retries._value.get() >= 1
+    assert await stream_ids(nc) == ["uid-7/7"]
+    for t in tasks:
+        t.cancel()
+    await nc.close()
+
+
+async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_server):
+    nc, pub = await start(nats_server.url, ack_timeout=0.5, max_inflight=64)
+    q: BoundedQueue[Outgoing] = BoundedQueue(50, 1 << 20)
+    p = Progress(0)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
+
+    async def produce():
+        for i in range(1, 1001):
+            await q.put(Outgoing(msg(i), p.pending(i)), 10)
+            if i % 50 == 0:
+                await asyncio.sleep(0.01)
+
+    producer = asyncio.create_task(produce())
+    while p.safe_rv < 200:
+        await asyncio.sleep(0.01)
+    nats_server.kill()
+    await asyncio.sleep(1.0)
+    assert len(q) <= 50  # the queue bound holds; the producer waits
+    nats_server.start()
+    await asyncio.wait_for(producer, 60)
+    for _ in range(600):
+        if p.safe_rv == 1000:
+            break
+        await asyncio.sleep(0.05)
+    assert p.safe_rv == 1000
+    ids = await stream_ids(nc)
+    assert len(ids) == len(set(ids)) == 1000
+    for t in tasks:
+        t.cancel()
+    await nc.close()
+
+
+async def test_existing_stream_with_other_subjects_is_reported_not_changed(nats_server):
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    await js.add_stream(name="K8S_EVENTS", subjects=["other.>"])
+    with pytest.raises(StreamConfigMismatch, match="other"):
+        await streams.ensure_stream(js, NatsSettings(servers=[nats_server.url]))
+    info = await js.stream_info("K8S_EVENTS")
+    assert info.config.subjects == ["other.>"]
+    await nc.close()
+
+
+async def test_stream_created_with_the_configured_duplicate_window(nats_server, caplog):
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    s = NatsSettings(servers=[nats_server.url], duplicate_window=3600, max_age=7200)
+    await streams.ensure_stream(js, s)
+    info = await js.stream_info("K8S_EVENTS")
+    assert info.config.duplicate_window == 3600
+    assert info.config.subjects == ["k8s.events.>"]
+    assert info.config.storage == "file"
+    caplog.clear()
+    await streams.ensure_stream(js, s)  # same settings: nothing to report
+    assert [r for r in caplog.records if r.getMessage() == "stream_config_differs"] == []
+    # a second start with other limits reports, changes nothing
+    await streams.ensure_stream(
+        js, NatsSettings(servers=[nats_server.url], max_age=60, duplicate_window=3600)
+    )
+    assert (await js.stream_info("K8S_EVENTS")).config.max_age == 7200
+    diffs = [r.fields for r in caplog.records if r.getMessage() == "stream_config_differs"]
+    assert [d["key"] for d in diffs] == ["max_age"]
+    await nc.close()
