@@ -135,16 +135,20 @@ class Watcher:
 
     async def _attempt(self, step: Awaitable[Outcome]) -> Outcome:
         try:
-            outcome = await step
+            return await step
         except errors.KubeError as exc:
             outcome = classify(exc)
             await self._failed(exc, outcome)
             return outcome
+
+    async def _reached(self) -> None:
+        """The API server answered a list or opened a watch."""
+        self.health.watch_ok()
+        self.health.synced = True
         if not self._reachable:
             self._reachable = True
             self.m.apiserver_reachable.set(1)
-            await self.sink.reachability(True, "list/watch succeeded again")
-        return outcome
+            await self.sink.reachability(True, "the API server answers again")
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
@@ -185,6 +189,7 @@ class Watcher:
             doc = await self.source.list_events(
                 self.namespace, limit=limit, cont=cont, field_selector=self.field_selector)
             meta = doc.get("metadata") or {}
+            await self._reached()
             if list_rv is None:
                 list_rv = parse_rv(meta.get("resourceVersion"))
                 if list_rv is None:
@@ -218,8 +223,6 @@ class Watcher:
                  not_newer=skipped, relist=relist)
         self.rv = list_rv
         self.sink.mark(list_rv)
-        self.health.watch_ok()
-        self.health.synced = True
         return Outcome.LISTED
 
     async def _watch(self) -> Outcome:
@@ -232,8 +235,7 @@ class Watcher:
             self.namespace, resource_version=str(self.rv), timeout_seconds=max(1, timeout),
             field_selector=self.field_selector,
         ) as stream:
-            self.health.watch_ok()
-            self.health.synced = True
+            await self._reached()
             log.debug("watch_started", scope=self.scope, resource_version=self.rv,
                       timeout_seconds=timeout)
             async for line in stream:

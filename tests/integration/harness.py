@@ -196,9 +196,11 @@ class Writer:
         self.ids.append(mid)
         self.latest[m["uid"]] = mid
 
-    def create(self, **kw: Any) -> dict[str, Any]:
+    def create(self, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
+        """A new Event; ``fields`` replace top-level fields (``reason="OOMKilling"``)."""
         self.n += 1
-        ev = make_event(self.rng, i=self.n, **kw)
+        ev = make_event(self.rng, namespace=namespace, i=self.n)
+        ev.update(fields)
         obj = self.sim.create_event(ev)
         self._record(obj)
         self.live.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))

@@ -1,0 +1,195 @@
+"""The bridge process through faults: NATS outage, compaction, API errors, bad lines,
+rotated credentials, and a narrow filter kept alive by bookmarks."""
+
+import signal
+
+import pytest
+
+from tests.integration.harness import (
+    Writer,
+    checkpoint,
+    event_ids,
+    eventually,
+    status_events,
+    write_kubeconfig,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def all_of(url, ids, timeout=40):
+    async def check():
+        have = await event_ids(url)
+        return have if len(have) >= len(ids) else None
+
+    return await eventually(check, timeout=timeout)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+async def test_nats_outage_pauses_the_watch_bounds_memory_and_loses_nothing(
+        sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge(queue={"max_events": 100}, nats={"max_inflight": 50,
+                                                         "ack_timeout": "500ms"})
+    await bridge.wait_ready()
+    await w.write(200, rate=2000)
+    await all_of(nats_server.url, w.ids)
+    rss_before = rss_kib(bridge.proc.pid)
+    nats_server.kill()
+    await w.write(3000, rate=5000, bump_ratio=0.3)  # all of it written during the outage
+    received = await bridge.metric("events_received")
+    published = await bridge.metric("events_filtered") + await bridge.metric("events_published")
+    # the watch stops reading once the queue is full: at most queue + window are held
+    assert received - 200 <= 100 + 50 + 2, (received, published)
+    assert await bridge.metric("queue_depth") <= 100
+    assert rss_kib(bridge.proc.pid) - rss_before < 20 * 1024
+    nats_server.start()  # same port, same store
+    ids = await all_of(nats_server.url, w.ids, timeout=60)
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(w.ids)
+
+
+async def test_compaction_while_stopped_relists_without_duplicates_and_reports_gap(
+        sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(60, bump_ratio=0.0)
+    await all_of(nats_server.url, w.ids)
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit() == 0
+    cp = await checkpoint(nats_server.url)
+    before = set(await event_ids(nats_server.url))
+    await w.write(200, rate=5000, bump_ratio=0.6)  # bumps make versions that will be lost
+    sim.compact()
+    again = run_bridge()
+    await again.wait_ready()
+    newest = set(w.latest.values())
+
+    async def caught_up():
+        have = set(await event_ids(nats_server.url))
+        return have if newest <= have else None
+
+    have_set = await eventually(caught_up, timeout=30)
+    ids = await event_ids(nats_server.url)
+    assert len(ids) == len(set(ids)), "duplicates after the relist"
+    assert before <= have_set
+    assert newest <= have_set, "the newest version of some Event is missing"
+    gaps = await status_events(nats_server.url, "gap")
+    assert len(gaps) == 1
+    assert gaps[0]["data"]["fromResourceVersion"] == str(cp)
+    assert int(gaps[0]["data"]["toResourceVersion"]) >= sim.compacted
+    assert await again.metric("relists") == 0  # the first list of this process
+    assert any(e.get("event") == "resource_version_expired" for e in again.log_events())
+
+
+async def test_api_errors_429_5xx_and_resets_are_recovered(sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sim.faults.status_next = [(429, {"Retry-After": "1"}), (503, {}), (500, {})]
+    sim.faults.reset_next = 2
+    sim.close_watches()
+    await w.write(100)
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+    assert sim.faults.injected["reset"] >= 2
+    assert not sim.faults.status_next
+    assert await bridge.metric("watch_restarts", 'cause="error"') >= 5
+
+
+async def test_mid_stream_resets_and_refused_connections_are_recovered(sim, nats_server,
+                                                                         run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sim.faults.reset_watches_after = 25
+    await w.write(200, rate=1000)
+    await sim.refuse_connections()
+    await w.write(100, rate=2000)
+    await eventually(lambda: _apiserver_reachable(bridge, 0), timeout=15)
+    await sim.accept_connections()
+    sim.faults.reset_watches_after = None
+    ids = await all_of(nats_server.url, w.ids)
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(w.ids)
+    unreachable = await status_events(nats_server.url, "apiserver_unreachable")
+    reachable = await status_events(nats_server.url, "apiserver_reachable")
+    assert unreachable and reachable
+
+
+async def _apiserver_reachable(bridge, value):
+    return await bridge.metric("apiserver_reachable") == value
+
+
+async def test_malformed_and_split_lines_are_skipped_or_reassembled(sim, nats_server,
+                                                                     run_bridge):
+    w = Writer(sim)
+    sim.faults.malformed_every = 5
+    sim.faults.split_lines = True
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(300)
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+    assert await bridge.metric("input_skipped", 'reason="malformed_line"') >= 10
+    assert await bridge.metric("input_skipped", 'reason="unknown_type"') >= 5
+    assert sim.faults.injected["split_chunk"] > 100  # lines really arrived in pieces
+
+
+async def test_401_then_rotated_token_file_recovers(tmp_path, sim, nats_server, run_bridge):
+    token_file = tmp_path / "token"
+    token_file.write_text("first-token")
+    sim.tokens = {"first-token"}
+    kubeconfig = write_kubeconfig(tmp_path / "kc-token", sim.url, token_file=str(token_file))
+    w = Writer(sim)
+    bridge = run_bridge(kubernetes={"kubeconfig": str(kubeconfig)})
+    await bridge.wait_ready()
+    await w.write(20)
+    await all_of(nats_server.url, w.ids)
+    sim.tokens = {"second-token"}  # the server rotated: the old token is refused
+    sim.close_watches()
+    await eventually(lambda: _metric_at_least(bridge, "kube_auth_failures", 1), timeout=15)
+    token_file.write_text("second-token")
+    await w.write(50)
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+    denied = [e for e in bridge.log_events() if e.get("event") == "kube_permission_denied"]
+    assert denied and denied[0]["status"] == 401
+
+
+async def _metric_at_least(bridge, name, n):
+    return await bridge.metric(name) >= n
+
+
+async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge(filter={"reasons": ["OOMKilling"]})
+    await bridge.wait_ready()
+    await w.write(150, reason="BackOff", bump_ratio=0.2)
+    top = sim.resource_version
+
+    async def advanced():
+        cp = await checkpoint(nats_server.url)
+        return cp is not None and cp >= top
+
+    await eventually(advanced, timeout=20)
+    assert await event_ids(nats_server.url) == []  # nothing matched the filter
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit() == 0
+    sim.compact()  # history before the checkpoint is gone: resuming must not need it
+    oom = w.create(reason="OOMKilling")
+    again = run_bridge(filter={"reasons": ["OOMKilling"]})
+    await again.wait_ready()
+    await all_of(nats_server.url, [oom])
+    assert not any(e.get("event") == "resource_version_expired" for e in again.log_events())
+    assert await status_events(nats_server.url, "gap") == []
+    watch_queries = [r.query for r in sim.requests if r.query.get("watch") in ("true", "1")]
+    assert all(q.get("fieldSelector") == "reason=OOMKilling" for q in watch_queries)
