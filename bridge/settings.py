@@ -23,7 +23,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from bridge.errors import ConfigError
 
@@ -337,6 +342,13 @@ def load(path: str | None = None) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from exc
+    except SettingsError as exc:
+        # e.g. BRIDGE_FILTER__REASONS=BackOff: lists and maps from the environment are JSON
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(
+            f"invalid configuration: {exc}{cause} (lists from the environment are JSON, "
+            f"e.g. BRIDGE_FILTER__REASONS='[\"BackOff\"]')"
+        ) from exc
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

@@ -1,0 +1,412 @@
+"""Realistic core/v1 Events and a bounded, seeded workload that feeds them to the simulator.
+
+The shapes follow what ``kubectl get events -o json`` shows on real clusters: the kubelet and
+controllers write core/v1 Events (``count``, ``firstTimestamp``/``lastTimestamp``,
+``source``), the scheduler writes through events.k8s.io (``eventTime``, ``action``,
+``reportingComponent``, no count, sometimes a ``series``); both are read back as core/v1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from bridge.sim.apiserver import SimApiServer
+
+__all__ = ["NAMESPACES", "WorkloadStats", "make_event", "run_workload"]
+
+Style = Literal["core", "events.k8s.io"]
+
+NAMESPACES = (
+    "default",
+    "kube-system",
+    "monitoring",
+    "ingress-nginx",
+    "cert-manager",
+    "payments",
+    "checkout",
+    "search",
+    "data",
+    "staging",
+)
+APPS = ("api", "web", "worker", "redis", "postgres", "gateway", "frontend", "scheduler", "cache")
+IMAGES = {
+    "api": "registry.example.com/shop/api:v2.14.3",
+    "web": "registry.example.com/shop/web:v1.9.0",
+    "worker": "registry.example.com/shop/worker:v2.14.3",
+    "redis": "docker.io/library/redis:7.2.4-alpine",
+    "postgres": "docker.io/library/postgres:16.2",
+    "gateway": "registry.k8s.io/ingress-nginx/controller:v1.10.0",
+    "frontend": "registry.example.com/shop/frontend:v3.1.0",
+    "scheduler": "registry.example.com/platform/cron-scheduler:v0.8.1",
+    "cache": "docker.io/library/memcached:1.6.26",
+}
+NODES = tuple(f"ip-10-0-{a}-{b}.eu-west-1.compute.internal" for a, b in ((1, 17), (2, 34), (3, 51)))
+NODES += ("worker-pool-a-7f9c2", "worker-pool-b-3d81e")
+EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+_ALNUM = "bcdfghjklmnpqrstvwxz2456789"
+
+# (reason, type, involved kind, weight); FailedPullImage is the kubelet's "Failed".
+SCENARIOS: tuple[tuple[str, str, str, int], ...] = (
+    ("BackOff", "Warning", "Pod", 10),
+    ("Unhealthy", "Warning", "Pod", 8),
+    ("FailedMount", "Warning", "Pod", 4),
+    ("FailedCreatePodSandBox", "Warning", "Pod", 2),
+    ("Failed", "Warning", "Pod", 3),
+    ("Evicted", "Warning", "Pod", 1),
+    ("NodeNotReady", "Warning", "Pod", 1),
+    ("FailedScheduling", "Warning", "Pod", 4),
+    ("OOMKilling", "Warning", "Node", 2),
+    ("NodeNotReady", "Normal", "Node", 1),
+    ("Scheduled", "Normal", "Pod", 8),
+    ("Pulling", "Normal", "Pod", 9),
+    ("Pulled", "Normal", "Pod", 9),
+    ("Created", "Normal", "Pod", 9),
+    ("Started", "Normal", "Pod", 9),
+    ("Killing", "Normal", "Pod", 5),
+    ("SuccessfulCreate", "Normal", "ReplicaSet", 5),
+    ("ScalingReplicaSet", "Normal", "Deployment", 4),
+    ("SuccessfulRescale", "Normal", "HorizontalPodAutoscaler", 2),
+    ("FailedGetResourceMetric", "Warning", "HorizontalPodAutoscaler", 1),
+    ("ProvisioningFailed", "Warning", "PersistentVolumeClaim", 1),
+    ("ExternalProvisioning", "Normal", "PersistentVolumeClaim", 1),
+)
+_WEIGHTS = [weight for *_, weight in SCENARIOS]
+
+API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "PersistentVolumeClaim": "v1",
+    "ReplicaSet": "apps/v1",
+    "Deployment": "apps/v1",
+    "HorizontalPodAutoscaler": "autoscaling/v2",
+}
+# reason -> (component, events.k8s.io action) of the real reporter
+REPORTERS = {
+    "FailedScheduling": ("default-scheduler", "Scheduling"),
+    "Scheduled": ("default-scheduler", "Binding"),
+    "OOMKilling": ("kernel-monitor", "OOMKilling"),
+    "NodeNotReady": ("node-controller", "NodeNotReady"),
+    "SuccessfulCreate": ("replicaset-controller", "Create"),
+    "ScalingReplicaSet": ("deployment-controller", "Scale"),
+    "SuccessfulRescale": ("horizontal-pod-autoscaler", "Rescale"),
+    "FailedGetResourceMetric": ("horizontal-pod-autoscaler", "GetResourceMetric"),
+    "ProvisioningFailed": ("persistentvolume-controller", "Provision"),
+    "ExternalProvisioning": ("persistentvolume-controller", "Provision"),
+}
+
+
+@dataclasses.dataclass
+class WorkloadStats:
+    """What a workload run did."""
+
+    created: int = 0
+    bumped: int = 0
+    conflicts: int = 0  # creates refused because the name exists (same seed run twice)
+    elapsed: float = 0.0
+
+    @property
+    def operations(self) -> int:
+        return self.created + self.bumped
+
+
+def _rand(rng: random.Random, length: int, alphabet: str = _ALNUM) -> str:
+    return "".join(rng.choices(alphabet, k=length))
+
+
+def _uid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _time(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _message(
+    rng: random.Random, reason: str, kind: str, app: str, name: str, namespace: str, node: str
+) -> str:
+    image = IMAGES[app]
+    ip = f"10.244.{rng.randint(0, 7)}.{rng.randint(2, 250)}"
+    rs = name.rsplit("-", 1)[0]
+    messages: dict[str, Callable[[], str]] = {  # lazy: draw only what is used
+        "BackOff": lambda: (
+            f"Back-off restarting failed container {app} in pod {name}_{namespace}({_uid(rng)})"
+        ),
+        "Unhealthy": lambda: rng.choice(
+            (
+                f'Readiness probe failed: Get "http://{ip}:8080/healthz": dial tcp {ip}:8080: '
+                "connect: connection refused",
+                "Liveness probe failed: HTTP probe failed with statuscode: 500",
+                f'Startup probe failed: Get "http://{ip}:8080/ready": context deadline exceeded '
+                "(Client.Timeout exceeded while awaiting headers)",
+            )
+        ),
+        "FailedMount": lambda: (
+            f'MountVolume.SetUp failed for volume "{app}-config" : configmap '
+            f'"{app}-config" not found'
+        ),
+        "FailedCreatePodSandBox": lambda: (
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = "
+            f'failed to setup network for sandbox "{rng.getrandbits(256):064x}": plugin '
+            'type="calico" failed (add): error getting ClusterInformation: connection is '
+            "unauthorized: Unauthorized"
+        ),
+        "Failed": lambda: (
+            f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to '
+            f'pull and unpack image "{image}": failed to resolve reference "{image}": not found'
+        ),
+        "Evicted": lambda: (
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: "
+            f"{rng.randint(40000, 99000)}Ki. Container {app} was using "
+            f"{rng.randint(900000, 3000000)}Ki, request is 512Mi, has larger consumption of memory."
+        ),
+        "NodeNotReady": lambda: (
+            "Node is not ready" if kind == "Pod" else f"Node {name} status is now: NodeNotReady"
+        ),
+        "FailedScheduling": lambda: (
+            f"0/{len(NODES)} nodes are available: 2 Insufficient cpu, 3 node(s) "
+            "had untolerated taint {node-role.kubernetes.io/control-plane: }. preemption: "
+            f"0/{len(NODES)} nodes are available: 2 No preemption victims found for incoming "
+            "pod, 3 Preemption is not helpful for scheduling."
+        ),
+        "OOMKilling": lambda: (
+            f"Memory cgroup out of memory: Killed process {rng.randint(1000, 99999)} "
+            f"({app}) total-vm:{rng.randint(1_000_000, 9_000_000)}kB, anon-rss:"
+            f"{rng.randint(500_000, 2_000_000)}kB, file-rss:{rng.randint(1000, 90000)}kB, "
+            f"shmem-rss:0kB, UID:1000 pgtables:{rng.randint(1000, 9000)}kB oom_score_adj:"
+            f"{rng.choice((-997, 999, 1000))}"
+        ),
+        "Scheduled": lambda: f"Successfully assigned {namespace}/{name} to {node}",
+        "Pulling": lambda: f'Pulling image "{image}"',
+        "Pulled": lambda: (
+            f'Successfully pulled image "{image}" in {rng.randint(300, 9000)}ms '
+            f"({rng.randint(300, 9000)}ms including waiting). Image size: "
+            f"{rng.randint(5_000_000, 400_000_000)} bytes."
+        ),
+        "Created": lambda: f"Created container: {app}",
+        "Started": lambda: f"Started container {app}",
+        "Killing": lambda: f"Stopping container {app}",
+        "SuccessfulCreate": lambda: f"Created pod: {rs}-{_rand(rng, 5)}",
+        "ScalingReplicaSet": lambda: (
+            f"Scaled up replica set {name}-{_rand(rng, 10)} from "
+            f"{(n := rng.randint(1, 8))} to {n + rng.randint(1, 4)}"
+        ),
+        "SuccessfulRescale": lambda: (
+            f"New size: {rng.randint(3, 20)}; reason: cpu resource utilization "
+            "(percentage of request) above target"
+        ),
+        "FailedGetResourceMetric": lambda: (
+            "failed to get cpu utilization: unable to get metrics for "
+            f"resource cpu: no metrics returned from resource metrics API for pod {app}-x"
+        ),
+        "ProvisioningFailed": lambda: (
+            f'storageclass.storage.k8s.io "{rng.choice(("gp3", "fast-ssd"))}" not found'
+        ),
+        "ExternalProvisioning": lambda: (
+            "Waiting for a volume to be created either by the external "
+            'provisioner "ebs.csi.aws.com" or manually by the system administrator. If volume '
+            "creation is delayed, please verify that your external provisioner is running and "
+            "correctly registered."
+        ),
+    }
+    return messages[reason]()
+
+
+def _involved(
+    rng: random.Random, kind: str, namespace: str, app: str, node: str
+) -> tuple[dict[str, Any], str]:
+    if kind == "Node":
+        ref: dict[str, Any] = {"kind": "Node", "name": node, "uid": node}
+        return ref, node
+    rs_hash = _rand(rng, rng.choice((9, 10)))
+    name = {
+        "Pod": f"{app}-{rs_hash}-{_rand(rng, 5)}",
+        "ReplicaSet": f"{app}-{rs_hash}",
+        "Deployment": app,
+        "HorizontalPodAutoscaler": app,
+        "PersistentVolumeClaim": f"data-{app}-{rng.randint(0, 2)}",
+    }[kind]
+    ref = {
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+        "uid": _uid(rng),
+        "apiVersion": API_VERSIONS[kind],
+        "resourceVersion": str(rng.randint(100_000, 99_999_999)),
+    }
+    return ref, name
+
+
+def _managed_fields(style: Style, manager: str, moment: datetime.datetime) -> list[Any]:
+    if style == "core":
+        fields: dict[str, Any] = {
+            "f:count": {},
+            "f:firstTimestamp": {},
+            "f:involvedObject": {},
+            "f:lastTimestamp": {},
+            "f:message": {},
+            "f:reason": {},
+            "f:reportingComponent": {},
+            "f:reportingInstance": {},
+            "f:source": {"f:component": {}, "f:host": {}},
+            "f:type": {},
+        }
+        api_version = "v1"
+    else:
+        fields = {
+            "f:action": {},
+            "f:eventTime": {},
+            "f:note": {},
+            "f:reason": {},
+            "f:regarding": {},
+            "f:reportingController": {},
+            "f:reportingInstance": {},
+            "f:type": {},
+        }
+        api_version = "events.k8s.io/v1"
+    return [
+        {
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": api_version,
+            "time": _time(moment),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
+        }
+    ]
+
+
+def make_event(
+    rng: random.Random,
+    *,
+    namespace: str | None = None,
+    i: int = 0,
+    style: Style | None = None,
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
+    """A realistic core/v1 Event as a client would create it (no uid/resourceVersion yet).
+
+    ``now`` is when it happened; by default a fixed epoch plus ``i`` seconds, so the result is
+    a pure function of the generator's state and the arguments.
+    """
+    moment = now if now is not None else EPOCH + datetime.timedelta(seconds=i)
+    reason, event_type, kind, _ = rng.choices(SCENARIOS, weights=_WEIGHTS)[0]
+    if style is None:
+        style = "events.k8s.io" if reason in ("FailedScheduling", "Scheduled") else "core"
+        if rng.random() < 0.05:
+            style = "events.k8s.io" if style == "core" else "core"
+    app = rng.choice(APPS)
+    node = rng.choice(NODES)
+    if namespace is None:
+        namespace = "default" if kind == "Node" else rng.choice(NAMESPACES)
+    involved, involved_name = _involved(rng, kind, namespace, app, node)
+    if kind == "Pod" and reason in ("BackOff", "Pulling", "Pulled", "Created", "Started",
+                                    "Killing", "Unhealthy", "Failed"):  # fmt: skip
+        involved["fieldPath"] = f"spec.containers{{{app}}}"
+    component, action = REPORTERS.get(reason, ("kubelet", reason))
+    host = node if component in ("kubelet", "kernel-monitor") else ""
+    unix_nanos = int(moment.timestamp()) * 1_000_000_000 + rng.randrange(1_000_000_000)
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{involved_name}.{unix_nanos:x}",
+            "namespace": namespace,
+            "managedFields": _managed_fields(
+                style, "kube-scheduler" if component == "default-scheduler" else component, moment
+            ),
+        },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": _message(rng, reason, kind, app, involved_name, namespace, node),
+        "type": event_type,
+    }
+    if style == "core":
+        count = rng.choice((1, 1, 1, 1, 2, 3, 5, 12))
+        first = moment - datetime.timedelta(seconds=(count - 1) * rng.randint(10, 300))
+        event["source"] = (
+            {"component": component, "host": host} if host else {"component": component}
+        )
+        event["firstTimestamp"] = _time(first)
+        event["lastTimestamp"] = _time(moment)
+        event["count"] = count
+        event["eventTime"] = None
+        event["reportingComponent"] = component if component == "kubelet" else ""
+        event["reportingInstance"] = host if component == "kubelet" else ""
+    else:
+        event["source"] = {}
+        event["firstTimestamp"] = None
+        event["lastTimestamp"] = None
+        event["eventTime"] = _micro(moment)
+        event["action"] = action
+        event["reportingComponent"] = component
+        event["reportingInstance"] = f"{component}-{node}"
+        if rng.random() < 0.3:
+            later = moment + datetime.timedelta(seconds=rng.randint(30, 900))
+            event["series"] = {"count": rng.randint(2, 40), "lastObservedTime": _micro(later)}
+    return event
+
+
+async def run_workload(
+    sim: SimApiServer,
+    *,
+    total: int,
+    rate: float | None,
+    bump_ratio: float = 0.3,
+    seed: int = 0,
+    namespaces: list[str] | tuple[str, ...] | None = None,
+    clock: Callable[[], datetime.datetime] | None = None,
+) -> WorkloadStats:
+    """Write ``total`` operations to ``sim``: new Events, or with ``bump_ratio`` a repeat of a
+    recent one (count+1). ``rate`` is operations per second (None: as fast as possible).
+
+    The sequence is a function of ``seed`` (and of ``clock``, which stamps the Events; by default
+    the fixed epoch used by :func:`make_event`).
+    """
+    rng = random.Random(seed)
+    stats = WorkloadStats()
+    recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
+    started = time.monotonic()
+    for index in range(total):
+        bumped = False
+        if recent and rng.random() < bump_ratio:
+            namespace, name = rng.choice(recent)
+            try:
+                sim.bump_count(namespace, name)
+                stats.bumped += 1
+                bumped = True
+            except KeyError:  # expired by the TTL meanwhile
+                recent.remove((namespace, name))
+        if not bumped:
+            chosen = rng.choice(namespaces) if namespaces else None
+            event = make_event(
+                rng, namespace=chosen, i=index, now=clock() if clock is not None else None
+            )
+            try:
+                sim.create_event(event)
+                stats.created += 1
+                recent.append((event["metadata"]["namespace"], event["metadata"]["name"]))
+            except ValueError:
+                stats.conflicts += 1
+        if rate:
+            delay = started + (index + 1) / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif index % 200 == 199:
+                await asyncio.sleep(0)
+        elif index % 200 == 199:
+            await asyncio.sleep(0)
+    stats.elapsed = time.monotonic() - started
+    return stats

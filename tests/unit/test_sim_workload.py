@@ -1,0 +1,146 @@
+"""The workload generator: realistic, sized like real Events, deterministic per seed."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import random
+import re
+from typing import Any
+
+import orjson
+import pytest
+
+from bridge.sim import SimApiServer, make_event, run_workload
+from bridge.sim.workload import NAMESPACES
+
+SERVER_FIELDS = {"uid": "0b6a4b1e-2f5c-4a8e-9d3b-7c1e5f2a9d40", "resourceVersion": "123456789"}
+
+
+def stored_size(event: dict[str, Any]) -> int:
+    """Bytes on the wire once the server has added uid, resourceVersion, creationTimestamp."""
+    meta = {**event["metadata"], **SERVER_FIELDS, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return len(orjson.dumps({**event, "metadata": meta}))
+
+
+def test_make_event_is_a_function_of_the_seed() -> None:
+    first = [make_event(random.Random(7), i=i) for i in range(20)]
+    again = [make_event(random.Random(7), i=i) for i in range(20)]
+    other = [make_event(random.Random(8), i=i) for i in range(20)]
+    assert first == again
+    assert first != other
+
+
+@pytest.mark.parametrize("style", ["core", "events.k8s.io", None])
+def test_events_are_half_to_one_and_a_half_kilobytes(style: Any) -> None:
+    sizes = [stored_size(make_event(random.Random(s), i=s, style=style)) for s in range(500)]
+    assert 500 <= min(sizes)
+    assert max(sizes) <= 1536
+
+
+def test_core_style_has_count_and_timestamps() -> None:
+    event = make_event(random.Random(1), style="core", namespace="payments")
+    assert event["apiVersion"] == "v1" and event["kind"] == "Event"
+    assert event["metadata"]["namespace"] == "payments"
+    assert event["count"] >= 1
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", event["lastTimestamp"])
+    assert event["firstTimestamp"] <= event["lastTimestamp"]
+    assert event["eventTime"] is None
+    assert event["source"]["component"]
+    assert event["metadata"]["managedFields"][0]["fieldsType"] == "FieldsV1"
+    assert re.fullmatch(r"[a-z0-9.-]+\.[0-9a-f]{16}", event["metadata"]["name"])
+    assert event["metadata"]["name"].startswith(event["involvedObject"]["name"] + ".")
+
+
+def test_events_k8s_io_style_has_event_time_and_no_count() -> None:
+    events = [make_event(random.Random(s), style="events.k8s.io") for s in range(200)]
+    for event in events:
+        assert "count" not in event
+        assert event["firstTimestamp"] is None and event["lastTimestamp"] is None
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", event["eventTime"])
+        assert event["reportingComponent"] and event["action"]
+    with_series = [event for event in events if "series" in event]
+    assert 0 < len(with_series) < len(events)
+    assert all(event["series"]["count"] >= 2 for event in with_series)
+
+
+def test_pod_events_name_a_container_field_path() -> None:
+    events = [make_event(random.Random(s)) for s in range(300)]
+    pulled = [e for e in events if e["reason"] == "Pulled"]
+    assert pulled
+    assert all(e["involvedObject"]["fieldPath"].startswith("spec.containers{") for e in pulled)
+    assert all(e["involvedObject"]["kind"] == "Pod" for e in pulled)
+
+
+def test_the_mix_looks_like_a_real_cluster() -> None:
+    rng = random.Random(3)
+    events = [make_event(rng, i=i) for i in range(3000)]
+    reasons = collections.Counter(e["reason"] for e in events)
+    kinds = collections.Counter(e["involvedObject"]["kind"] for e in events)
+    namespaces = {e["metadata"]["namespace"] for e in events}
+    for reason in (
+        "BackOff",
+        "OOMKilling",
+        "FailedScheduling",
+        "Unhealthy",
+        "FailedMount",
+        "FailedCreatePodSandBox",
+        "Evicted",
+        "NodeNotReady",
+        "Failed",
+        "Scheduled",
+        "Pulling",
+        "Pulled",
+        "Created",
+        "Started",
+        "Killing",
+        "SuccessfulCreate",
+        "ScalingReplicaSet",
+    ):
+        assert reasons[reason] > 0, reason
+    assert kinds.most_common(1)[0][0] == "Pod"
+    assert set(kinds) >= {
+        "Pod",
+        "Node",
+        "ReplicaSet",
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "PersistentVolumeClaim",
+    }
+    assert namespaces == set(NAMESPACES)
+    assert {e["type"] for e in events} == {"Normal", "Warning"}
+    assert len({e["metadata"]["name"] for e in events}) == len(events)
+
+
+def fixed_clock() -> datetime.datetime:
+    return datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def shape(sim: SimApiServer) -> list[tuple[Any, ...]]:
+    return [
+        (e["metadata"]["name"], e["reason"], e.get("count"), (e.get("series") or {}).get("count"))
+        for e in sim.list_events()
+    ]
+
+
+async def test_run_workload_is_deterministic_and_bounded() -> None:
+    first, second, other = SimApiServer(), SimApiServer(), SimApiServer()
+    stats = await run_workload(first, total=400, rate=None, seed=5, clock=fixed_clock)
+    await run_workload(second, total=400, rate=None, seed=5, clock=fixed_clock)
+    await run_workload(other, total=400, rate=None, seed=6, clock=fixed_clock)
+    assert shape(first) == shape(second)
+    assert shape(first) != shape(other)
+    assert stats.operations == stats.created + stats.bumped == 400
+    assert first.resource_version == 1 + 400
+    assert 0.2 < stats.bumped / 400 < 0.4
+    assert len(first.list_events()) == stats.created
+    bumped = [e for e in first.list_events() if (e.get("count") or 1) > 1 or "series" in e]
+    assert bumped
+
+
+async def test_run_workload_paces_to_the_rate_and_respects_namespaces() -> None:
+    sim = SimApiServer()
+    stats = await run_workload(sim, total=20, rate=200, bump_ratio=0.0, namespaces=["a", "b"])
+    assert stats.created == 20 and stats.bumped == 0
+    assert stats.elapsed >= 0.09
+    assert {e["metadata"]["namespace"] for e in sim.list_events()} == {"a", "b"}
