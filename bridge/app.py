@@ -33,8 +33,9 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
 class Scope:
-    def __init__(self, namespace: str | None, key: str, progress: Progress,
-                 watcher: Watcher) -> None:
+    def __init__(
+        self, namespace: str | None, key: str, progress: Progress, watcher: Watcher
+    ) -> None:
         self.namespace = namespace
         self.key = key
         self.progress = progress
@@ -49,14 +50,14 @@ class Bridge:
         self.settings = settings
         self.metrics = Metrics()
         self.health = Health(settings.http.unready_after)
-        self.http = HttpServer(settings.http.host, settings.http.port, self.health,
-                               self.metrics)
+        self.http = HttpServer(settings.http.host, settings.http.port, self.health, self.metrics)
         self.stop_requested = asyncio.Event()
         self.scopes: list[Scope] = []
         self.cluster = settings.cluster.name or ""
         self.publisher: Publisher | None = None
         self.queue: BoundedQueue[Outgoing] = BoundedQueue(
-            settings.queue.max_events, settings.queue.max_bytes)
+            settings.queue.max_events, settings.queue.max_bytes
+        )
         self._last_save = time.monotonic()
         self._kube: KubeClient | None = None
         self._nc: Any = None
@@ -93,13 +94,17 @@ class Bridge:
         self._kube = KubeClient(s.kubernetes)
         await self._kube.connect()  # credentials are a config matter: exit 2 when bad
         try:
-            self._nc = await self._until_stopped(natsconn.connect(
-                s.nats, on_state=self._nats_state, on_reconnected=self._nats_reconnected))
+            self._nc = await self._until_stopped(
+                natsconn.connect(
+                    s.nats, on_state=self._nats_state, on_reconnected=self._nats_reconnected
+                )
+            )
             js = self._nc.jetstream()
             try:
                 await self._until_stopped(streams.ensure_stream(js, s.nats))
                 store: CheckpointStore = await self._until_stopped(
-                    KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas))
+                    KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas)
+                )
             except PublishError as exc:
                 log.error("stream_unusable", error=str(exc))
                 return EXIT_FAILED
@@ -112,7 +117,8 @@ class Bridge:
 
     async def _cluster_uid(self) -> str:
         assert self._kube is not None
-        backoff = Backoff()
+        b = self.settings.kubernetes.backoff
+        backoff = Backoff(b.initial, b.factor, b.max, b.reset_after)
         while True:
             try:
                 uid = await self._kube.cluster_uid()
@@ -120,8 +126,12 @@ class Bridge:
                 return uid
             except KubeError as exc:
                 delay = backoff.next_delay(getattr(exc, "retry_after", None))
-                log.warning("cluster_id_unavailable", error=str(exc), retry_in=round(delay, 2),
-                            hint="set cluster.name to skip this lookup")
+                log.warning(
+                    "cluster_id_unavailable",
+                    error=str(exc),
+                    retry_in=round(delay, 2),
+                    hint="set cluster.name to skip this lookup",
+                )
                 await asyncio.sleep(delay)
 
     async def _pipeline(self, store: CheckpointStore) -> int:
@@ -131,39 +141,64 @@ class Bridge:
         event_filter = Filter(s.filter)
         selector = server_field_selector(s.kubernetes.field_selector, s.filter)
         publisher = self.publisher = Publisher(
-            self._nc, self.metrics, ack_timeout=s.nats.ack_timeout,
-            max_inflight=s.nats.max_inflight)
+            self._nc, self.metrics, ack_timeout=s.nats.ack_timeout, max_inflight=s.nats.max_inflight
+        )
         publisher.set_connected(self._nc.is_connected)
         await publisher.start()
-        for ns in s.kubernetes.namespaces or [None]:
+        namespaces: list[str | None] = [*s.kubernetes.namespaces] or [None]
+        for ns in namespaces:
             key = checkpoint_key(self.cluster, ns)
             cp = await store.load(key)
             progress = Progress(cp)
-            intake = Intake(ns or "*", progress, event_filter, converter, self.queue,
-                            self.metrics)
-            watcher = Watcher(self._kube, intake, s.kubernetes, namespace=ns, checkpoint=cp,
-                              field_selector=selector, metrics=self.metrics,
-                              health=self.health)
+            intake = Intake(ns or "*", progress, event_filter, converter, self.queue, self.metrics)
+            watcher = Watcher(
+                self._kube,
+                intake,
+                s.kubernetes,
+                namespace=ns,
+                checkpoint=cp,
+                field_selector=selector,
+                metrics=self.metrics,
+                health=self.health,
+            )
             self.scopes.append(Scope(ns, key, progress, watcher))
-            log.info("scope_started", scope=ns or "*", checkpoint=key, resource_version=cp,
-                     start="watch from checkpoint" if cp is not None else
-                     f"list (kubernetes.initial={s.kubernetes.initial})",
-                     field_selector=selector)
+            log.info(
+                "scope_started",
+                scope=ns or "*",
+                checkpoint=key,
+                resource_version=cp,
+                start="watch from checkpoint"
+                if cp is not None
+                else f"list (kubernetes.initial={s.kubernetes.initial})",
+                field_selector=selector,
+            )
         started = now_rfc3339()
-        await enqueue_status(self.queue, converter.status(
-            "started", f"started/{socket.gethostname()}/{os.getpid()}/{started}",
-            {"host": socket.gethostname(), "pid": os.getpid(), "at": started,
-             "scopes": [sc.namespace or "*" for sc in self.scopes]}, started))
-        watchers = [asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}")
-                    for sc in self.scopes]
+        await enqueue_status(
+            self.queue,
+            converter.status(
+                "started",
+                f"started/{socket.gethostname()}/{os.getpid()}/{started}",
+                {
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "at": started,
+                    "scopes": [sc.namespace or "*" for sc in self.scopes],
+                },
+                started,
+            ),
+        )
+        watchers = [
+            asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}") for sc in self.scopes
+        ]
         workers = [
             asyncio.create_task(publisher.run(self.queue), name="publish"),
             asyncio.create_task(publisher.reap(), name="reap"),
             asyncio.create_task(self._checkpointing(store), name="checkpoint"),
         ]
         stop = asyncio.create_task(self.stop_requested.wait(), name="stop")
-        done, _ = await asyncio.wait([stop, *watchers, *workers],
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            [stop, *watchers, *workers], return_when=asyncio.FIRST_COMPLETED
+        )
         code = EXIT_OK
         for t in done:
             if t is not stop and not t.cancelled() and t.exception() is not None:
@@ -181,23 +216,37 @@ class Bridge:
             t.cancel()
         await asyncio.gather(*workers, stop, return_exceptions=True)
         await self._save_all(store, final=True)
-        log.info("stopped", drained=drained, queued=len(self.queue),
-                 in_flight=publisher.in_flight,
-                 checkpoints={sc.key: sc.saved for sc in self.scopes})
+        log.info(
+            "stopped",
+            drained=drained,
+            queued=len(self.queue),
+            in_flight=publisher.in_flight,
+            checkpoints={sc.key: sc.saved for sc in self.scopes},
+        )
         return code
 
     async def _drain(self, converter: Converter, timeout: float) -> bool:
         assert self.publisher is not None
         publisher = self.publisher
         at = now_rfc3339()
-        await enqueue_status(self.queue, converter.status(
-            "stopped", f"stopped/{socket.gethostname()}/{os.getpid()}/{at}",
-            {"host": socket.gethostname(), "pid": os.getpid(), "at": at}, at))
+        await enqueue_status(
+            self.queue,
+            converter.status(
+                "stopped",
+                f"stopped/{socket.gethostname()}/{os.getpid()}/{at}",
+                {"host": socket.gethostname(), "pid": os.getpid(), "at": at},
+                at,
+            ),
+        )
         deadline = time.monotonic() + timeout
         while len(self.queue) or publisher.in_flight:
             if time.monotonic() >= deadline:
-                log.warning("drain_timeout", queued=len(self.queue), in_flight=publisher.in_flight,
-                            note="not acked: published again after the restart")
+                log.warning(
+                    "drain_timeout",
+                    queued=len(self.queue),
+                    in_flight=publisher.in_flight,
+                    note="not acked: published again after the restart",
+                )
                 return False
             await asyncio.sleep(0.02)
         return True
@@ -216,9 +265,15 @@ class Bridge:
                 continue
             try:
                 await asyncio.wait_for(store.save(sc.key, rv), timeout=5.0)
-            except (TimeoutError, BridgeError, Exception) as exc:  # noqa: BLE001
-                log.warn_sampled("save", "checkpoint_save_failed", interval=10, key=sc.key,
-                                 error=f"{type(exc).__name__}: {exc}", final=final)
+            except (TimeoutError, BridgeError, Exception) as exc:
+                log.warn_sampled(
+                    "save",
+                    "checkpoint_save_failed",
+                    interval=10,
+                    key=sc.key,
+                    error=f"{type(exc).__name__}: {exc}",
+                    final=final,
+                )
                 continue
             sc.saved = rv
             self._last_save = time.monotonic()
@@ -258,8 +313,11 @@ async def serve(settings: Settings) -> int:
         nonlocal signals
         signals += 1
         if signals == 1:
-            log.info("stop_requested", signal=signal.Signals(signum).name,
-                     note="a second signal exits at once")
+            log.info(
+                "stop_requested",
+                signal=signal.Signals(signum).name,
+                note="a second signal exits at once",
+            )
             bridge.request_stop()
         else:
             log.warning("exiting_now", signal=signal.Signals(signum).name)

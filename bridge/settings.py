@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -35,8 +36,17 @@ from bridge.errors import ConfigError
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_duration(value: Any) -> float:
@@ -83,8 +93,28 @@ def parse_size(value: Any) -> int:
     raise ValueError(f"{value!r} is not a size such as 64MiB or 1GB")
 
 
+def _require_positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be greater than 0 (a zero interval would be a tight loop)")
+    return value
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _file_exists(value: str | None) -> str | None:
+    if value is not None and not Path(value).is_file():
+        raise ValueError(f"{value}: no such file")
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[
+    float, AfterValidator(_require_positive), BeforeValidator(parse_duration)
+]
 Size = Annotated[int, BeforeValidator(parse_size)]
+ExistingFile = Annotated[str | None, AfterValidator(_file_exists)]
 
 
 class _Section(BaseModel):
@@ -94,12 +124,29 @@ class _Section(BaseModel):
 class ClusterSettings(_Section):
     name: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        # The name is a subject token and part of the checkpoint key: "prod.eu" would add a
+        # subject level, and sanitising it would make "prod.eu" and "prod_eu" collide.
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", v):
+            raise ValueError(
+                "must be letters, digits, - and _ (leave it unset to use the kube-system uid)"
+            )
+        return v
+
 
 class BackoffSettings(_Section):
-    initial: Duration = 0.8
+    initial: PositiveDuration = 0.8
     factor: float = Field(2.0, ge=1.0)
-    max: Duration = 30.0
-    reset_after: Duration = 120.0
+    max: PositiveDuration = 30.0
+    reset_after: PositiveDuration = 120.0
+
+    @model_validator(mode="after")
+    def _order(self) -> BackoffSettings:
+        if self.max < self.initial:
+            raise ValueError("max must not be below initial")
+        return self
 
 
 class KubernetesSettings(_Section):
@@ -125,9 +172,7 @@ class KubernetesSettings(_Section):
     @model_validator(mode="after")
     def _watch_timeouts(self) -> KubernetesSettings:
         if not 1 <= self.watch_timeout_min <= self.watch_timeout_max:
-            raise ValueError(
-                "watch_timeout_min must be at least 1s and at most watch_timeout_max"
-            )
+            raise ValueError("watch_timeout_min must be at least 1s and at most watch_timeout_max")
         return self
 
 
@@ -143,9 +188,9 @@ class FilterSettings(_Section):
 
 
 class TLSSettings(_Section):
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
+    ca_file: ExistingFile = None
+    cert_file: ExistingFile = None
+    key_file: ExistingFile = None
 
     @model_validator(mode="after")
     def _pair(self) -> TLSSettings:
@@ -170,8 +215,8 @@ class NatsSettings(_Section):
     user: str | None = None
     password: SecretStr | None = None
     token: SecretStr | None = None
-    nkey_seed_file: str | None = None
-    creds_file: str | None = None
+    nkey_seed_file: ExistingFile = None
+    creds_file: ExistingFile = None
     tls: TLSSettings = TLSSettings()
 
     @field_validator("servers")
@@ -205,6 +250,23 @@ class NatsSettings(_Section):
             raise ValueError("must be greater than 0")
         return v
 
+    @field_validator("max_bytes")
+    @classmethod
+    def _max_bytes(cls, v: int) -> int:
+        if v != -1 and v <= 0:
+            raise ValueError("must be -1 (unlimited) or a positive size")
+        return v
+
+    @model_validator(mode="after")
+    def _window_within_age(self) -> NatsSettings:
+        if self.duplicate_window > self.max_age:
+            raise ValueError(
+                "duplicate_window must not be longer than max_age (JetStream refuses it)"
+            )
+        if self.password is not None and not self.user:
+            raise ValueError("password needs user")
+        return self
+
 
 class CloudEventsSettings(_Section):
     mode: Literal["structured", "binary"] = "structured"
@@ -212,7 +274,7 @@ class CloudEventsSettings(_Section):
 
 class CheckpointSettings(_Section):
     bucket: str = "k8s_event_bridge"
-    interval: Duration = 1.0
+    interval: PositiveDuration = 1.0
 
     @field_validator("bucket")
     @classmethod
@@ -237,11 +299,11 @@ class QueueSettings(_Section):
 class HttpSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(8080, ge=0, le=65535)
-    unready_after: Duration = 60.0
+    unready_after: PositiveDuration = 60.0
 
 
 class LogSettings(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
     format: Literal["json", "text"] = "json"
 
 
@@ -307,8 +369,10 @@ def _describe(exc: ValidationError) -> str:
         else:
             msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
-        shown = "" if err["type"] == "extra_forbidden" or isinstance(value, dict) else (
-            f" (got {value!r})" if not _secret_key(loc) else ""
+        shown = (
+            ""
+            if err["type"] == "extra_forbidden" or isinstance(value, dict)
+            else (f" (got {value!r})" if not _secret_key(loc) else "")
         )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")
     return "invalid configuration: " + "; ".join(lines)

@@ -2,10 +2,10 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
-from pathlib import Path
 
 from bridge import cli, settings
 from bridge.errors import ConfigError
@@ -16,8 +16,9 @@ def run_cli(*args, env=None):
 
     e = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True,
-                          text=True, env=e, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args], capture_output=True, text=True, env=e, timeout=60
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,6 +39,15 @@ def run_cli(*args, env=None):
         ("", {"BRIDGE_NAT__SERVERS": '["nats://x:1"]'}, "BRIDGE_NAT__SERVERS"),
         ("", {"BRIDGE_FILTER__REASONS": "BackOff"}, "filter"),
         ("nats: {tls: {cert_file: /c.pem}}\n", {}, "nats.tls"),
+        ("nats: {creds_file: /nonexistent.creds}\n", {}, "nats.creds_file"),
+        ("nats: {max_age: 1h}\n", {}, "duplicate_window must not be longer than max_age"),
+        ("nats: {max_bytes: -7}\n", {}, "nats.max_bytes"),
+        ("nats: {password: x}\n", {}, "password needs user"),
+        ("checkpoint: {interval: 0s}\n", {}, "checkpoint.interval"),
+        ("kubernetes: {backoff: {initial: 1s, max: 100ms}}\n", {}, "kubernetes.backoff"),
+        ("cluster: {name: prod.eu}\n", {}, "cluster.name"),
+        ("cluster: {name: ''}\n", {}, "cluster.name"),
+        ("", {"BRIDGE_KUBERNETES__NAMESPACES": "default"}, "lists from the environment are JSON"),
     ],
 )
 def test_bad_config_exits_2_and_names_the_key(tmp_path, yaml_text, env, names):
@@ -76,15 +86,23 @@ def test_config_file_from_environment_variable(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1s", 1.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("1m30s", 90.0), (3, 3.0),
-     ("2.5", 2.5)],
+    [
+        ("1s", 1.0),
+        ("500ms", 0.5),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1m30s", 90.0),
+        (3, 3.0),
+        ("2.5", 2.5),
+    ],
 )
 def test_durations(text, seconds):
     assert settings.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize(("text", "size"), [("64MiB", 64 * 2**20), ("1GB", 10**9),
-                                            (100, 100), ("-1", -1)])
+@pytest.mark.parametrize(
+    ("text", "size"), [("64MiB", 64 * 2**20), ("1GB", 10**9), (100, 100), ("-1", -1)]
+)
 def test_sizes(text, size):
     assert settings.parse_size(text) == size
 
@@ -132,3 +150,8 @@ def test_example_config_documents_every_key():
         return out
 
     assert keys(settings.Settings()) == doc_keys(doc)
+
+
+def test_log_level_is_case_insensitive(monkeypatch):
+    monkeypatch.setenv("BRIDGE_LOG__LEVEL", "INFO")
+    assert settings.load().log.level == "info"
