@@ -1,0 +1,32 @@
+# k8s-event-bridge: `make demo` shows it work, `make test` runs every test (CI calls it).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint unit integration clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/k8s-event-bridge demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff format --check bridge tests
+	$(BIN)/ruff check bridge tests
+	$(BIN)/mypy
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest tests/unit
+
+integration: $(BIN)/.installed
+	$(BIN)/pytest tests/integration
+
+test: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
