@@ -53,13 +53,21 @@ class KvCheckpointStore:
             return int(doc["resourceVersion"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             # Starting over (a list) loses nothing: the stream drops what it already has.
-            log.error("checkpoint_unreadable", key=key, value=entry.value[:200].decode(
-                "utf-8", "replace"), action="starting from a fresh list")
+            log.error(
+                "checkpoint_unreadable",
+                key=key,
+                value=entry.value[:200].decode("utf-8", "replace"),
+                action="starting from a fresh list",
+            )
             return None
 
     async def save(self, key: str, resource_version: int) -> None:
-        value = orjson.dumps({"resourceVersion": str(resource_version),
-                              "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        value = orjson.dumps(
+            {
+                "resourceVersion": str(resource_version),
+                "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
         await self._kv.put(key, value)
 
 

@@ -18,12 +18,16 @@ EXIT_CONFIG = 2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="k8s-event-bridge",
-        description="Watch Kubernetes Events and publish them as CloudEvents to NATS JetStream.")
+        description="Watch Kubernetes Events and publish them as CloudEvents to NATS JetStream.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the service")
     run.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
-    demo = sub.add_parser("demo", help="embedded nats-server + a simulated cluster: "
-                          "see events flow, a restart, and the stream checked")
+    demo = sub.add_parser(
+        "demo",
+        help="embedded nats-server + a simulated cluster: "
+        "see events flow, a restart, and the stream checked",
+    )
     demo.add_argument("--events", type=int, default=300, help="events to write (default 300)")
     demo.add_argument("--rate", type=float, default=150.0, help="events per second")
     demo.add_argument("--quiet", action="store_true", help="only the summary")
@@ -71,7 +75,7 @@ def _run_loop(coro: object) -> int:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return int(runner(coro))  # type: ignore[arg-type]
+    return int(runner(coro))
 
 
 if __name__ == "__main__":

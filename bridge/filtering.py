@@ -29,8 +29,16 @@ def event_count(obj: dict[str, Any]) -> int:
 class Filter:
     """``accepts(watch_type, event)`` decides; compiled once from the settings."""
 
-    __slots__ = ("_exclude_ns", "_exclude_reasons", "_kinds", "_min_count", "_namespaces",
-                 "_reasons", "_types", "_watch_types")
+    __slots__ = (
+        "_exclude_ns",
+        "_exclude_reasons",
+        "_kinds",
+        "_min_count",
+        "_namespaces",
+        "_reasons",
+        "_types",
+        "_watch_types",
+    )
 
     def __init__(self, settings: FilterSettings) -> None:
         self._reasons = frozenset(settings.reasons)

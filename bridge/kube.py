@@ -73,7 +73,7 @@ class KubeClient:
         cfg = k8s_client.Configuration()
         try:
             if self.settings.kubeconfig is None and in_cluster():
-                k8s_config.load_incluster_config(client_configuration=cfg)
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
                 path = self.settings.kubeconfig or os.environ.get("KUBECONFIG") or None
                 await k8s_config.load_kube_config(

@@ -16,8 +16,12 @@ from typing import Any
 
 import orjson
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 class _JsonFormatter(logging.Formatter):
@@ -70,12 +74,12 @@ class Logger:
     def exception(self, event: str, **fields: Any) -> None:
         self._emit(logging.ERROR, event, fields, exc=True)
 
-    def warn_sampled(self, key: str, event: str, interval: float = 60.0, **fields: Any) -> None:
-        """A WARNING at most once per ``interval`` seconds for ``key``."""
+    def warn_sampled(self, once: str, event: str, /, interval: float = 60.0, **fields: Any) -> None:
+        """A WARNING at most once per ``interval`` seconds for the sampling key ``once``."""
         now = time.monotonic()
-        last = self._last.get(key)
+        last = self._last.get(once)
         if last is None or now - last >= interval:
-            self._last[key] = now
+            self._last[once] = now
             self._emit(logging.WARNING, event, fields)
 
 

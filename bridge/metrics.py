@@ -10,48 +10,101 @@ PREFIX = "k8s_event_bridge"
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.received = Counter(f"{PREFIX}_events_received", "Events read from the API server "
-                                "(watch and list items)", registry=r)
-        self.filtered = Counter(f"{PREFIX}_events_filtered", "Events the filter dropped",
-                                registry=r)
-        self.published = Counter(f"{PREFIX}_events_published", "Messages acked by JetStream "
-                                 "(events and status events)", registry=r)
-        self.duplicates = Counter(f"{PREFIX}_publish_duplicates", "Publishes JetStream "
-                                  "acked as duplicates (already in the stream)", registry=r)
-        self.failed = Counter(f"{PREFIX}_events_failed", "Publish attempts that failed, by "
-                              "reason (each is retried unless the reason is permanent)",
-                              ["reason"], registry=r)
-        self.retries = Counter(f"{PREFIX}_publish_retries", "Publishes sent again with the "
-                               "same Nats-Msg-Id", registry=r)
-        self.skipped = Counter(f"{PREFIX}_input_skipped", "Bad input skipped, by reason",
-                               ["reason"], registry=r)
+        self.received = Counter(
+            f"{PREFIX}_events_received",
+            "Events read from the API server (watch and list items)",
+            registry=r,
+        )
+        self.filtered = Counter(
+            f"{PREFIX}_events_filtered", "Events the filter dropped", registry=r
+        )
+        self.published = Counter(
+            f"{PREFIX}_events_published",
+            "Messages acked by JetStream (events and status events)",
+            registry=r,
+        )
+        self.duplicates = Counter(
+            f"{PREFIX}_publish_duplicates",
+            "Publishes JetStream acked as duplicates (already in the stream)",
+            registry=r,
+        )
+        self.failed = Counter(
+            f"{PREFIX}_events_failed",
+            "Publish attempts that failed, by "
+            "reason (each is retried unless the reason is permanent)",
+            ["reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            f"{PREFIX}_publish_retries",
+            "Publishes sent again with the same Nats-Msg-Id",
+            registry=r,
+        )
+        self.skipped = Counter(
+            f"{PREFIX}_input_skipped", "Bad input skipped, by reason", ["reason"], registry=r
+        )
         self.latency = Histogram(
-            f"{PREFIX}_publish_latency_seconds", "From sending a message to its JetStream ack",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
-                     5, 10),
-            registry=r)
-        self.watch_restarts = Counter(f"{PREFIX}_watch_restarts", "Watches started again, by "
-                                      "cause", ["cause"], registry=r)
-        self.relists = Counter(f"{PREFIX}_relists", "Lists after the first, by cause",
-                               ["cause"], registry=r)
-        self.gaps = Counter(f"{PREFIX}_gaps", "History lost to compaction (gap events)",
-                            registry=r)
-        self.auth_failures = Counter(f"{PREFIX}_kube_auth_failures", "401/403 answers from the "
-                                     "API server", ["status"], registry=r)
-        self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Messages waiting to be published",
-                                 registry=r)
-        self.queue_bytes = Gauge(f"{PREFIX}_queue_bytes", "Bytes waiting to be published",
-                                 registry=r)
-        self.inflight = Gauge(f"{PREFIX}_publish_inflight", "Publishes waiting for an ack",
-                              registry=r)
-        self.checkpoint_age = Gauge(f"{PREFIX}_checkpoint_age_seconds", "Seconds since the "
-                                    "checkpoint was last saved", registry=r)
-        self.checkpoint_rv = Gauge(f"{PREFIX}_checkpoint_resource_version", "The saved "
-                                   "resourceVersion, by scope", ["scope"], registry=r)
-        self.nats_connected = Gauge(f"{PREFIX}_nats_connected", "1 while connected to NATS",
-                                    registry=r)
-        self.apiserver_reachable = Gauge(f"{PREFIX}_apiserver_reachable", "1 while the last "
-                                         "list or watch reached the API server", registry=r)
+            f"{PREFIX}_publish_latency_seconds",
+            "From sending a message to its JetStream ack",
+            buckets=(
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1,
+                2.5,
+                5,
+                10,
+            ),
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            f"{PREFIX}_watch_restarts", "Watches started again, by cause", ["cause"], registry=r
+        )
+        self.relists = Counter(
+            f"{PREFIX}_relists", "Lists after the first, by cause", ["cause"], registry=r
+        )
+        self.gaps = Counter(f"{PREFIX}_gaps", "History lost to compaction (gap events)", registry=r)
+        self.auth_failures = Counter(
+            f"{PREFIX}_kube_auth_failures",
+            "401/403 answers from the API server",
+            ["status"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            f"{PREFIX}_queue_depth", "Messages waiting to be published", registry=r
+        )
+        self.queue_bytes = Gauge(
+            f"{PREFIX}_queue_bytes", "Bytes waiting to be published", registry=r
+        )
+        self.inflight = Gauge(
+            f"{PREFIX}_publish_inflight", "Publishes waiting for an ack", registry=r
+        )
+        self.checkpoint_age = Gauge(
+            f"{PREFIX}_checkpoint_age_seconds",
+            "Seconds since the checkpoint was last saved",
+            registry=r,
+        )
+        self.checkpoint_rv = Gauge(
+            f"{PREFIX}_checkpoint_resource_version",
+            "The saved resourceVersion, by scope",
+            ["scope"],
+            registry=r,
+        )
+        self.nats_connected = Gauge(
+            f"{PREFIX}_nats_connected", "1 while connected to NATS", registry=r
+        )
+        self.apiserver_reachable = Gauge(
+            f"{PREFIX}_apiserver_reachable",
+            "1 while the last list or watch reached the API server",
+            registry=r,
+        )
         self.ready = Gauge(f"{PREFIX}_ready", "1 while /readyz answers 200", registry=r)
 
     def render(self) -> bytes:

@@ -72,8 +72,12 @@ async def connect(
     """Connect, retrying the first connect forever with back-off; report up/down."""
 
     async def error_cb(exc: Exception) -> None:
-        log.warn_sampled(f"err:{type(exc).__name__}", "nats_error", interval=30,
-                         error=f"{type(exc).__name__}: {exc}")
+        log.warn_sampled(
+            f"err:{type(exc).__name__}",
+            "nats_error",
+            interval=30,
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
     async def disconnected_cb() -> None:
         on_state(False)
@@ -81,8 +85,9 @@ async def connect(
 
     async def reconnected_cb() -> None:
         on_state(True)
-        log.info("nats_reconnected", server=str(nc.connected_url.netloc if nc.connected_url
-                                                 else ""))
+        log.info(
+            "nats_reconnected", server=str(nc.connected_url.netloc if nc.connected_url else "")
+        )
         if on_reconnected is not None:
             await on_reconnected()
 
@@ -101,19 +106,22 @@ async def connect(
                 closed_cb=closed_cb,
                 **opts,
             )
-        except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
             if isinstance(exc, nats.errors.AuthorizationError | ssl.SSLError):
                 log.error("nats_auth_failed", error=str(exc) or type(exc).__name__)
             delay = backoff.next_delay()
-            log.warning("nats_connect_failed", servers=settings.servers,
-                        error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 2))
+            log.warning(
+                "nats_connect_failed",
+                servers=settings.servers,
+                error=f"{type(exc).__name__}: {exc}",
+                retry_in=round(delay, 2),
+            )
             try:
                 await nc.close()
-            except Exception:  # noqa: BLE001 - a half-made client; nothing to keep
+            except Exception:
                 pass
             await sleep(delay)
             continue
         on_state(True)
-        log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url
-                                              else ""))
+        log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url else ""))
         return nc

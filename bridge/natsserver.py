@@ -36,8 +36,9 @@ def free_port() -> int:
 class NatsServer:
     """A nats-server process with JetStream on a loopback port and its own store directory."""
 
-    def __init__(self, store_dir: str | None = None, port: int | None = None,
-                 args: list[str] | None = None) -> None:
+    def __init__(
+        self, store_dir: str | None = None, port: int | None = None, args: list[str] | None = None
+    ) -> None:
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="bridge-nats-")
         os.makedirs(self.store_dir, exist_ok=True)
@@ -51,8 +52,17 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> NatsServer:
-        cmd = [binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-               "-sd", self.store_dir, *self.args]
+        cmd = [
+            binary(),
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-sd",
+            self.store_dir,
+            *self.args,
+        ]
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

@@ -55,8 +55,13 @@ class Intake:
             msg = self.converter.convert(obj)
         except ConversionError as exc:
             self.m.skipped.labels("invalid_event").inc()
-            log.warn_sampled("invalid_event", "input_skipped", reason="invalid_event",
-                             detail=str(exc), sample=str(obj)[:300])
+            log.warn_sampled(
+                "invalid_event",
+                "input_skipped",
+                reason="invalid_event",
+                detail=str(exc),
+                sample=str(obj)[:300],
+            )
             self.progress.done(rv)
             return
         entry = self.progress.pending(rv)
@@ -72,16 +77,19 @@ class Intake:
             "toResourceVersion": str(to_rv),
             "detectedAt": now_rfc3339(),
             "meaning": "versions of Events written between these resourceVersions may be "
-                       "missing: the API server compacted them before the bridge read them; "
-                       "the newest version of every Event that still exists follows",
+            "missing: the API server compacted them before the bridge read them; "
+            "the newest version of every Event that still exists follows",
         }
         await self.status("gap", f"gap/{self.scope}/{from_rv}-{to_rv}", data)
 
     async def reachability(self, reachable: bool, detail: str) -> None:
         what = "apiserver_reachable" if reachable else "apiserver_unreachable"
         at = now_rfc3339()
-        await self.status(what, f"{what}/{socket.gethostname()}/{self.scope}/{at}",
-                          {"scope": self.scope, "detail": detail, "at": at})
+        await self.status(
+            what,
+            f"{what}/{socket.gethostname()}/{self.scope}/{at}",
+            {"scope": self.scope, "detail": detail, "at": at},
+        )
 
     async def status(self, what: str, msg_id: str, data: dict[str, Any]) -> None:
         msg = self.converter.status(what, msg_id, data, now_rfc3339())

@@ -129,20 +129,31 @@ class Publisher:
         self._m.inflight.set(len(self._inflight))
         msg = p.out.msg
         try:
-            await self._nc.publish(msg.subject, msg.payload, reply=self._prefix + p.token,
-                                   headers=msg.headers)
+            await self._nc.publish(
+                msg.subject, msg.payload, reply=self._prefix + p.token, headers=msg.headers
+            )
         except nats.errors.MaxPayloadError:
             self._forget(p.token)
             self._m.failed.labels("too_large").inc()
-            log.error("publish_too_large", msg_id=msg.msg_id, subject=msg.subject,
-                      bytes=len(msg.payload), action="skipped: NATS max_payload is smaller")
+            log.error(
+                "publish_too_large",
+                msg_id=msg.msg_id,
+                subject=msg.subject,
+                bytes=len(msg.payload),
+                action="skipped: NATS max_payload is smaller",
+            )
             self._settle(p)
         except (nats.errors.Error, OSError) as exc:
             # Not sent (buffer full while reconnecting, connection closed): the deadline
             # sends it again.
             self._m.failed.labels("send").inc()
-            log.warn_sampled("send", "publish_send_failed", interval=10, msg_id=msg.msg_id,
-                             error=type(exc).__name__)
+            log.warn_sampled(
+                "send",
+                "publish_send_failed",
+                interval=10,
+                msg_id=msg.msg_id,
+                error=type(exc).__name__,
+            )
 
     def _forget(self, token: str) -> _Pending | None:
         p = self._inflight.pop(token, None)
@@ -158,7 +169,7 @@ class Publisher:
             entry.progress.ack(entry)
 
     async def _on_reply(self, msg: Msg) -> None:
-        token = msg.subject[len(self._prefix):]
+        token = msg.subject[len(self._prefix) :]
         p = self._inflight.get(token)
         if p is None:
             return  # an ack for an attempt that was already sent again, or settled
@@ -173,8 +184,11 @@ class Publisher:
             return
         err = resp.get("error") if isinstance(resp, dict) else None
         if err:
-            self._retry_later(p, f"jetstream_{err.get('err_code', err.get('code', ''))}",
-                              str(err.get("description", err)))
+            self._retry_later(
+                p,
+                f"jetstream_{err.get('err_code', err.get('code', ''))}",
+                str(err.get("description", err)),
+            )
             return
         self._forget(token)
         self._m.latency.observe(self._clock() - p.first_sent)
@@ -188,9 +202,16 @@ class Publisher:
         self._m.failed.labels(reason).inc()
         delay = min(_RETRY_CAP, 0.5 * 2 ** min(p.attempts, 5))
         p.deadline = self._clock() + delay
-        log.warn_sampled(reason, "publish_rejected", interval=10, reason=reason,
-                         detail=detail, msg_id=p.out.msg.msg_id, subject=p.out.msg.subject,
-                         retry_in=delay)
+        log.warn_sampled(
+            reason,
+            "publish_rejected",
+            interval=10,
+            reason=reason,
+            detail=detail,
+            msg_id=p.out.msg.msg_id,
+            subject=p.out.msg.subject,
+            retry_in=delay,
+        )
 
     async def resend_all(self) -> None:
         """After a reconnect: whatever was in flight may have died with the old socket."""

@@ -79,8 +79,13 @@ async def ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
             await js.add_stream(want)
         except nats.js.errors.APIError as exc:
             raise PublishError(f"creating stream {settings.stream}: {exc}") from exc
-        log.info("stream_created", stream=settings.stream, subjects=want.subjects,
-                 max_age=settings.max_age, duplicate_window=settings.duplicate_window)
+        log.info(
+            "stream_created",
+            stream=settings.stream,
+            subjects=want.subjects,
+            max_age=settings.max_age,
+            duplicate_window=settings.duplicate_window,
+        )
         return
     have = info.config
     subject_filter = f"{settings.subject_prefix}.>"
@@ -90,6 +95,11 @@ async def ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
             f"{subject_filter}; fix the stream or nats.subject_prefix"
         )
     for key, (existing, wanted) in differences(have, want).items():
-        log.warning("stream_config_differs", stream=settings.stream, key=key,
-                    existing=str(existing), wanted=str(wanted),
-                    note="left unchanged; change the stream yourself if wanted")
+        log.warning(
+            "stream_config_differs",
+            stream=settings.stream,
+            key=key,
+            existing=str(existing),
+            wanted=str(wanted),
+            note="left unchanged; change the stream yourself if wanted",
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Any, TextIO
 
@@ -21,8 +20,9 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
         return doc
     from urllib.parse import unquote
 
-    attrs: dict[str, Any] = {k[3:]: unquote(v) for k, v in (headers or {}).items()
-                             if k.lower().startswith("ce-")}
+    attrs: dict[str, Any] = {
+        k[3:]: unquote(v) for k, v in (headers or {}).items() if k.lower().startswith("ce-")
+    }
     attrs["data"] = orjson.loads(body) if body else None
     return attrs
 
@@ -45,20 +45,27 @@ def line(ce: dict[str, Any]) -> str:
     return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4} {msg}"
 
 
-async def tail(settings: Settings, subject: str | None, *, all_: bool, count: int | None,
-               out: TextIO = sys.stdout) -> int:
+async def tail(
+    settings: Settings,
+    subject: str | None,
+    *,
+    all_: bool,
+    count: int | None,
+    out: TextIO = sys.stdout,
+) -> int:
     nc = await natsconn.connect(settings.nats)
     js = nc.jetstream()
     subject = subject or f"{settings.nats.subject_prefix}.>"
     policy = DeliverPolicy.ALL if all_ else DeliverPolicy.NEW
-    sub = await js.subscribe(subject, stream=settings.nats.stream, ordered_consumer=True,
-                             deliver_policy=policy)
+    sub = await js.subscribe(
+        subject, stream=settings.nats.stream, ordered_consumer=True, deliver_policy=policy
+    )
     seen = 0
     try:
         while count is None or seen < count:
             try:
                 msg = await sub.next_msg(timeout=3600)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
             try:
                 print(line(decode(msg.headers, msg.data)), file=out, flush=True)

@@ -38,12 +38,21 @@ MIN_HEALTHY_WATCH = 1.0
 
 class EventSource(Protocol):
     async def list_events(
-        self, namespace: str | None, *, limit: int, cont: str | None = None,
-        resource_version: str | None = None, field_selector: str = "",
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        cont: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str = "",
     ) -> dict[str, Any]: ...
 
     def watch_events(
-        self, namespace: str | None, *, resource_version: str, timeout_seconds: int,
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
         field_selector: str = "",
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
 
@@ -152,8 +161,12 @@ class Watcher:
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
-            log.info("resource_version_expired", scope=self.scope, resource_version=self.rv,
-                     detail=str(exc))
+            log.info(
+                "resource_version_expired",
+                scope=self.scope,
+                resource_version=self.rv,
+                detail=str(exc),
+            )
             return
         self.health.watch_failed()
         self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
@@ -163,13 +176,28 @@ class Watcher:
             status = "403" if isinstance(exc, errors.Forbidden) else "401"
             self.m.auth_failures.labels(status).inc()
             where = "cluster-wide" if self.namespace is None else f"in namespace {self.namespace}"
-            need = ("list and watch on events (core/v1) " + where) if status == "403" else (
-                "valid credentials (token expired or rotated, or the kubeconfig is wrong)")
-            log.warn_sampled(f"auth{status}", "kube_permission_denied", interval=60,
-                             status=int(status), scope=self.scope, needs=need, detail=str(exc))
+            need = (
+                ("list and watch on events (core/v1) " + where)
+                if status == "403"
+                else ("valid credentials (token expired or rotated, or the kubeconfig is wrong)")
+            )
+            log.warn_sampled(
+                f"auth{status}",
+                "kube_permission_denied",
+                interval=60,
+                status=int(status),
+                scope=self.scope,
+                needs=need,
+                detail=str(exc),
+            )
             return
-        log.warning("kube_request_failed", scope=self.scope, state=self.state.value,
-                    error=type(exc).__name__, detail=str(exc)[:300])
+        log.warning(
+            "kube_request_failed",
+            scope=self.scope,
+            state=self.state.value,
+            error=type(exc).__name__,
+            detail=str(exc)[:300],
+        )
         if isinstance(exc, errors.KubeUnavailable) and self._reachable:
             self._reachable = False
             self.m.apiserver_reachable.set(0)
@@ -187,7 +215,8 @@ class Watcher:
         passed = skipped = 0
         while True:
             doc = await self.source.list_events(
-                self.namespace, limit=limit, cont=cont, field_selector=self.field_selector)
+                self.namespace, limit=limit, cont=cont, field_selector=self.field_selector
+            )
             meta = doc.get("metadata") or {}
             await self._reached()
             if list_rv is None:
@@ -197,8 +226,12 @@ class Watcher:
                 if relist and self.rv is not None and list_rv > self.rv:
                     # Versions between the two may be compacted away: say so first.
                     self.m.gaps.inc()
-                    log.warning("history_gap", scope=self.scope, from_resource_version=self.rv,
-                                to_resource_version=list_rv)
+                    log.warning(
+                        "history_gap",
+                        scope=self.scope,
+                        from_resource_version=self.rv,
+                        to_resource_version=list_rv,
+                    )
                     await self.sink.gap(self.rv, list_rv)
             if only_rv:
                 break
@@ -219,8 +252,14 @@ class Watcher:
             if not cont:
                 break
         assert list_rv is not None
-        log.info("listed", scope=self.scope, resource_version=list_rv, published=passed,
-                 not_newer=skipped, relist=relist)
+        log.info(
+            "listed",
+            scope=self.scope,
+            resource_version=list_rv,
+            published=passed,
+            not_newer=skipped,
+            relist=relist,
+        )
         self.rv = list_rv
         self.sink.mark(list_rv)
         return Outcome.LISTED
@@ -232,12 +271,15 @@ class Watcher:
         lines = 0
         assert self.rv is not None
         async with self.source.watch_events(
-            self.namespace, resource_version=str(self.rv), timeout_seconds=max(1, timeout),
+            self.namespace,
+            resource_version=str(self.rv),
+            timeout_seconds=max(1, timeout),
             field_selector=self.field_selector,
         ) as stream:
             await self._reached()
-            log.debug("watch_started", scope=self.scope, resource_version=self.rv,
-                      timeout_seconds=timeout)
+            log.debug(
+                "watch_started", scope=self.scope, resource_version=self.rv, timeout_seconds=timeout
+            )
             async for line in stream:
                 lines += 1
                 await self._line(line)
@@ -278,14 +320,17 @@ class Watcher:
         elif kind == "ERROR":
             code = obj.get("code")
             status = code if isinstance(code, int) else 500
-            raise errors.from_status(status, str(obj.get("message", "")),
-                                     str(obj.get("reason", "")))
+            raise errors.from_status(
+                status, str(obj.get("message", "")), str(obj.get("reason", ""))
+            )
         else:
             self._bad("unknown_type", line)
 
     def _bad(self, reason: str, sample: Any) -> None:
         self.m.skipped.labels(reason).inc()
-        text = sample[:300].decode("utf-8", "replace") if isinstance(sample, bytes) else (
-            str(sample)[:300])
-        log.warn_sampled(reason, "input_skipped", reason=reason, scope=self.scope,
-                         sample=text)
+        text = (
+            sample[:300].decode("utf-8", "replace")
+            if isinstance(sample, bytes)
+            else (str(sample)[:300])
+        )
+        log.warn_sampled(reason, "input_skipped", reason=reason, scope=self.scope, sample=text)

@@ -127,7 +127,7 @@ class BridgeProcess:
                 status, _ = await self.get("/readyz")
                 if status == 200:
                     return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.1)
         raise AssertionError(f"bridge not ready in {timeout}s:\n{self.logs()[-3000:]}")
@@ -236,7 +236,7 @@ async def stream_messages(
             while True:
                 try:
                     m = await sub.next_msg(timeout=1.0)
-                except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                except (TimeoutError, nats.errors.TimeoutError):
                     break
                 out.append((m.subject, dict(m.headers or {}), m.data))
                 if len(out) >= info.state.messages:

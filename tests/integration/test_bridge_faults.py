@@ -34,10 +34,12 @@ def rss_kib(pid):
 
 
 async def test_nats_outage_pauses_the_watch_bounds_memory_and_loses_nothing(
-        sim, nats_server, run_bridge):
+    sim, nats_server, run_bridge
+):
     w = Writer(sim)
-    bridge = run_bridge(queue={"max_events": 100}, nats={"max_inflight": 50,
-                                                         "ack_timeout": "500ms"})
+    bridge = run_bridge(
+        queue={"max_events": 100}, nats={"max_inflight": 50, "ack_timeout": "500ms"}
+    )
     await bridge.wait_ready()
     await w.write(200, rate=2000)
     await all_of(nats_server.url, w.ids)
@@ -57,7 +59,8 @@ async def test_nats_outage_pauses_the_watch_bounds_memory_and_loses_nothing(
 
 
 async def test_compaction_while_stopped_relists_without_duplicates_and_reports_gap(
-        sim, nats_server, run_bridge):
+    sim, nats_server, run_bridge
+):
     w = Writer(sim)
     bridge = run_bridge()
     await bridge.wait_ready()
@@ -105,8 +108,9 @@ async def test_api_errors_429_5xx_and_resets_are_recovered(sim, nats_server, run
     assert await bridge.metric("watch_restarts", 'cause="error"') >= 5
 
 
-async def test_mid_stream_resets_and_refused_connections_are_recovered(sim, nats_server,
-                                                                         run_bridge):
+async def test_mid_stream_resets_and_refused_connections_are_recovered(
+    sim, nats_server, run_bridge
+):
     w = Writer(sim)
     bridge = run_bridge()
     await bridge.wait_ready()
@@ -129,8 +133,7 @@ async def _apiserver_reachable(bridge, value):
     return await bridge.metric("apiserver_reachable") == value
 
 
-async def test_malformed_and_split_lines_are_skipped_or_reassembled(sim, nats_server,
-                                                                     run_bridge):
+async def test_malformed_and_split_lines_are_skipped_or_reassembled(sim, nats_server, run_bridge):
     w = Writer(sim)
     sim.faults.malformed_every = 5
     sim.faults.split_lines = True

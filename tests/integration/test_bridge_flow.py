@@ -18,8 +18,9 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 
-async def test_events_reach_the_stream_once_per_version_as_cloudevents(sim, nats_server,
-                                                                        run_bridge):
+async def test_events_reach_the_stream_once_per_version_as_cloudevents(
+    sim, nats_server, run_bridge
+):
     w = Writer(sim)
     await w.write(40, bump_ratio=0.0)  # exist before the bridge starts: published by the list
     bridge = run_bridge()
@@ -40,8 +41,11 @@ async def test_events_reach_the_stream_once_per_version_as_cloudevents(sim, nats
         data = ce.get_data()
         assert ce.get_id() == f"{data['metadata']['uid']}/{data['metadata']['resourceVersion']}"
         ns, kind, reason = subject.split(".")[3:6]
-        assert (ns, kind, reason) == (data["metadata"]["namespace"],
-                                      data["involvedObject"]["kind"], data["reason"])
+        assert (ns, kind, reason) == (
+            data["metadata"]["namespace"],
+            data["involvedObject"]["kind"],
+            data["reason"],
+        )
         assert "managedFields" not in data["metadata"]
     started = await status_events(nats_server.url, "started")
     assert len(started) == 1
@@ -77,7 +81,8 @@ def _rv(msg_id):
 
 
 async def test_sigkill_while_events_flow_then_restart_loses_and_duplicates_nothing(
-        sim, nats_server, run_bridge):
+    sim, nats_server, run_bridge
+):
     w = Writer(sim)
     bridge = run_bridge()
     await bridge.wait_ready()
@@ -96,8 +101,9 @@ async def test_sigkill_while_events_flow_then_restart_loses_and_duplicates_nothi
     ids = await eventually(all_there, timeout=30)
     assert len(ids) == len(set(ids)), "duplicates in the stream"
     assert sorted(ids) == sorted(w.ids)
-    assert any(e.get("event") == "scope_started" and e.get("resource_version")
-               for e in again.log_events()), "restart did not resume from the checkpoint"
+    assert any(
+        e.get("event") == "scope_started" and e.get("resource_version") for e in again.log_events()
+    ), "restart did not resume from the checkpoint"
 
 
 async def test_second_signal_exits_at_once(sim, nats_server, run_bridge):
@@ -126,9 +132,19 @@ async def test_readyz_and_metrics(sim, nats_server, run_bridge):
     status, text = await bridge.get("/healthz")
     assert status == 200
     _, metrics = await bridge.get("/metrics")
-    for name in ("events_received", "events_filtered", "events_published", "events_failed",
-                 "publish_latency_seconds", "watch_restarts", "relists", "queue_depth",
-                 "checkpoint_age_seconds", "nats_connected", "apiserver_reachable"):
+    for name in (
+        "events_received",
+        "events_filtered",
+        "events_published",
+        "events_failed",
+        "publish_latency_seconds",
+        "watch_restarts",
+        "relists",
+        "queue_depth",
+        "checkpoint_age_seconds",
+        "nats_connected",
+        "apiserver_reachable",
+    ):
         assert f"k8s_event_bridge_{name}" in metrics
     nats_server.kill()
     await eventually(lambda: _status_is(bridge, "/readyz", 503), timeout=15)
