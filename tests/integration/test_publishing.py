@@ -172,7 +172,7 @@ async def test_stream_created_with_the_configured_duplicate_window(nats_server, 
     assert [r for r in caplog.records if r.getMessage() == "stream_config_differs"] == []
     # a second start with other limits reports, changes nothing
     await streams.ensure_stream(
-        js, NatsSettings(servers=[nats_server.url], max_age=60, duplicate_window=3600)
+        js, NatsSettings(servers=[nats_server.url], max_age=7000, duplicate_window=3600)
     )
     assert (await js.stream_info("K8S_EVENTS")).config.max_age == 7200
     diffs = [r.fields for r in caplog.records if r.getMessage() == "stream_config_differs"]

@@ -616,6 +616,9 @@ async def test_serves_https_with_a_given_ssl_context() -> None:
         assert sim.url.startswith("https://127.0.0.1:")
         async with aiohttp.ClientSession() as http:
             status, page = await get_tls(http, f"{sim.url}/api/v1/events", client_ctx)
+        # aiohttp closes TLS transports a moment after the session (its documented
+        # graceful-shutdown pause); without it the transport is collected unclosed.
+        await asyncio.sleep(0.25)
     finally:
         await sim.stop()
     assert (status, page["kind"]) == (200, "EventList")
