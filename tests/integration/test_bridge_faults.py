@@ -196,3 +196,17 @@ async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, 
     assert await status_events(nats_server.url, "gap") == []
     watch_queries = [r.query for r in sim.requests if r.query.get("watch") in ("true", "1")]
     assert all(q.get("fieldSelector") == "reason=OOMKilling" for q in watch_queries)
+
+
+async def test_stalled_watch_is_noticed_by_the_read_timeout(sim, nats_server, run_bridge):
+    w = Writer(sim)
+    bridge = run_bridge(kubernetes={"read_timeout": "1s"})
+    await bridge.wait_ready()
+    sim.faults.stall_watches = True  # connections stay open, nothing is sent, not even bookmarks
+    sim.close_watches()
+    await w.write(30)
+    await eventually(lambda: _metric_at_least(bridge, "watch_restarts", 3), timeout=20)
+    sim.faults.stall_watches = False
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+    assert sim.faults.injected["stall"] >= 1
