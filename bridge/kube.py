@@ -19,10 +19,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.incluster_config import (
-    SERVICE_HOST_ENV_NAME,
-    SERVICE_TOKEN_FILENAME,
-)
+from kubernetes_asyncio.config import incluster_config
 
 from bridge import errors
 from bridge.settings import KubernetesSettings
@@ -55,7 +52,10 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def in_cluster() -> bool:
-    return bool(os.environ.get(SERVICE_HOST_ENV_NAME)) and os.path.isfile(SERVICE_TOKEN_FILENAME)
+    """Inside a Pod: the service host is set and the service-account token is mounted."""
+    return bool(os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME)) and os.path.isfile(
+        incluster_config.SERVICE_TOKEN_FILENAME
+    )
 
 
 class KubeClient:

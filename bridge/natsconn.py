@@ -72,12 +72,19 @@ async def connect(
     """Connect, retrying the first connect forever with back-off; report up/down."""
 
     async def error_cb(exc: Exception) -> None:
-        log.warn_sampled(
-            f"err:{type(exc).__name__}",
-            "nats_error",
-            interval=30,
-            error=f"{type(exc).__name__}: {exc}",
-        )
+        text = f"{type(exc).__name__}: {exc}"
+        if "authorization" in text.lower() or "authentication" in text.lower():
+            # nats-py keeps retrying (max_reconnect_attempts=-1); say once a minute why.
+            log.warn_sampled(
+                "auth",
+                "nats_auth_failed",
+                interval=60,
+                error=text,
+                servers=settings.servers,
+                hint="check nats.user/password, token, nkey_seed_file, creds_file",
+            )
+            return
+        log.warn_sampled(f"err:{type(exc).__name__}", "nats_error", interval=30, error=text)
 
     async def disconnected_cb() -> None:
         on_state(False)

@@ -36,9 +36,10 @@ def run_bridge(tmp_path, nats_server, kubeconfig):
 
     started = []
 
-    def start(config=None, env=None, **sections):
+    def start(config=None, env=None, prelude="", **sections):
         cfg = config or bridge_config(tmp_path, nats_server.url, kubeconfig, **sections)
-        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log", env=env or {}).start()
+        log = tmp_path / f"bridge-{len(started)}.log"
+        p = BridgeProcess(cfg, log, env=env or {}, prelude=prelude).start()
         started.append(p)
         return p
 

@@ -89,6 +89,7 @@ class BridgeProcess:
     config: Path
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    prelude: str = ""  # Python run before the CLI in the child (e.g. to move fixed paths)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -99,7 +100,15 @@ class BridgeProcess:
         env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge", "run", "--config", str(self.config)],
+                [
+                    sys.executable,
+                    "-c",
+                    f"{self.prelude}\nimport sys\nfrom bridge.cli import main\n"
+                    "sys.exit(main(sys.argv[1:]))",
+                    "run",
+                    "--config",
+                    str(self.config),
+                ],
                 stdout=log,
                 stderr=log,
                 env=env,
