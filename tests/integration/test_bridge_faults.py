@@ -119,6 +119,8 @@ async def test_mid_stream_resets_and_refused_connections_are_recovered(
     await sim.refuse_connections()
     await w.write(100, rate=2000)
     await eventually(lambda: _apiserver_reachable(bridge, 0), timeout=15)
+    # unhealthy for longer than http.unready_after (2 s here): out of the Service
+    await eventually(lambda: _readyz(bridge, 503, "watch"), timeout=15)
     await sim.accept_connections()
     sim.faults.reset_watches_after = None
     ids = await all_of(nats_server.url, w.ids)
@@ -127,6 +129,11 @@ async def test_mid_stream_resets_and_refused_connections_are_recovered(
     unreachable = await status_events(nats_server.url, "apiserver_unreachable")
     reachable = await status_events(nats_server.url, "apiserver_reachable")
     assert unreachable and reachable
+
+
+async def _readyz(bridge, code, word):
+    status, text = await bridge.get("/readyz")
+    return status == code and word in text
 
 
 async def _apiserver_reachable(bridge, value):

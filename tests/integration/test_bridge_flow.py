@@ -161,3 +161,62 @@ async def _status_is(bridge, path, code):
 
 def _ce(body):
     return orjson.loads(body)
+
+
+async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bridge, tmp_path):
+    import asyncio
+    import sys
+
+    w = Writer(sim)
+    w.create(reason="OOMKilling", message="Memory cgroup out of memory: Killed process 42")
+    await w.write(9, bump_ratio=0.0)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await eventually(lambda: _count_at_least(nats_server.url, 10))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        "tail",
+        "--all",
+        "--count",
+        "11",
+        "--subject",
+        "k8s.events.>",
+        env={"BRIDGE_NATS__SERVERS": f'["{nats_server.url}"]', "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert len(lines) == 11  # 10 events and the "started" status event
+    oom = [ln for ln in lines if "Killed process 42" in ln]
+    assert len(oom) == 1 and "OOMKilling" in oom[0] and " x1 " in oom[0]
+    assert any("STARTED" in ln for ln in lines)
+
+
+async def test_event_ttl_expiry_is_published_as_deleted_when_asked(
+    tmp_path, nats_server, run_bridge
+):
+    from bridge.sim.apiserver import SimApiServer
+    from tests.integration.harness import bridge_config, write_kubeconfig
+
+    sim = SimApiServer(bookmark_interval=0.3, event_ttl=0.5)
+    await sim.start()
+    try:
+        kc = write_kubeconfig(tmp_path / "kc-ttl", sim.url)
+        cfg = bridge_config(tmp_path, nats_server.url, kc, filter={"include_deleted": True})
+        bridge = run_bridge(config=cfg)
+        await bridge.wait_ready()
+        obj = Writer(sim).create()
+        uid = obj["metadata"]["uid"]
+
+        async def created_and_deleted():
+            ids = [i for i in await event_ids(nats_server.url) if i.startswith(uid)]
+            return len(ids) == 2
+
+        await eventually(created_and_deleted, timeout=15)
+        assert sim.get_event(obj["metadata"]["namespace"], obj["metadata"]["name"]) is None
+    finally:
+        await sim.stop()
