@@ -294,3 +294,8 @@ async def eventually(check: Any, timeout: float = 20.0, interval: float = 0.1) -
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met in {timeout}s (last: {last!r})")
+
+
+def watch_requests(sim: SimApiServer) -> list[Any]:
+    """The watch requests the simulated API server saw (kubernetes_asyncio sends ``True``)."""
+    return [r for r in sim.requests if r.query.get("watch", "").lower() in ("true", "1")]

@@ -11,6 +11,7 @@ from tests.integration.harness import (
     event_ids,
     eventually,
     status_events,
+    watch_requests,
     write_kubeconfig,
 )
 
@@ -201,7 +202,8 @@ async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, 
     await all_of(nats_server.url, [oom])
     assert not any(e.get("event") == "resource_version_expired" for e in again.log_events())
     assert await status_events(nats_server.url, "gap") == []
-    watch_queries = [r.query for r in sim.requests if r.query.get("watch") in ("true", "1")]
+    watch_queries = [r.query for r in watch_requests(sim)]
+    assert watch_queries
     assert all(q.get("fieldSelector") == "reason=OOMKilling" for q in watch_queries)
 
 

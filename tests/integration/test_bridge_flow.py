@@ -13,6 +13,7 @@ from tests.integration.harness import (
     eventually,
     status_events,
     stream_messages,
+    watch_requests,
 )
 
 pytestmark = pytest.mark.integration
@@ -220,3 +221,43 @@ async def test_event_ttl_expiry_is_published_as_deleted_when_asked(
         assert sim.get_event(obj["metadata"]["namespace"], obj["metadata"]["name"]) is None
     finally:
         await sim.stop()
+
+
+async def test_bridge_started_before_nats_waits_and_then_flows(sim, nats_server, run_bridge):
+    nats_server.kill()
+    w = Writer(sim)
+    await w.write(20, bump_ratio=0.0)
+    bridge = run_bridge()
+    await eventually(lambda: _logged(bridge, "http_listening"), timeout=10)
+    status, _ = await bridge.get("/readyz")
+    assert status == 503
+    nats_server.start()
+    await bridge.wait_ready(timeout=30)
+    await eventually(lambda: _count_at_least(nats_server.url, 20))
+    assert sorted(await event_ids(nats_server.url)) == sorted(w.ids)
+
+
+async def test_namespaced_scopes_watch_each_namespace_with_its_own_checkpoint(
+    sim, nats_server, run_bridge
+):
+    w = Writer(sim)
+    bridge = run_bridge(kubernetes={"namespaces": ["shop", "payments"]})
+    await bridge.wait_ready()
+    wanted = []
+    for i in range(60):
+        ns = ("shop", "payments", "default")[i % 3]
+        obj = w.create(namespace=ns)
+        if ns != "default":
+            wanted.append(f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}")
+    await eventually(lambda: _count_at_least(nats_server.url, len(wanted)))
+    top = sim.resource_version
+
+    async def both_saved():
+        a = await checkpoint(nats_server.url, "test.ns.shop")
+        b = await checkpoint(nats_server.url, "test.ns.payments")
+        return a is not None and b is not None and a >= top - 3 and b >= top - 3
+
+    await eventually(both_saved)
+    assert sorted(await event_ids(nats_server.url)) == sorted(wanted)
+    paths = {r.path for r in watch_requests(sim)}
+    assert paths == {"/api/v1/namespaces/shop/events", "/api/v1/namespaces/payments/events"}
