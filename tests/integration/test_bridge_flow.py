@@ -261,3 +261,26 @@ async def test_namespaced_scopes_watch_each_namespace_with_its_own_checkpoint(
     assert sorted(await event_ids(nats_server.url)) == sorted(wanted)
     paths = {r.path for r in watch_requests(sim)}
     assert paths == {"/api/v1/namespaces/shop/events", "/api/v1/namespaces/payments/events"}
+
+
+async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bridge):
+    from cloudevents.core.bindings.http import HTTPMessage, from_binary
+
+    w = Writer(sim)
+    bridge = run_bridge(cloudevents={"mode": "binary"})
+    await bridge.wait_ready()
+    await w.write(30)
+    await eventually(lambda: _count_at_least(nats_server.url, len(w.ids)))
+    seen = 0
+    for subject, headers, body in await stream_messages(nats_server.url):
+        assert "ce-specversion" in headers and headers["Content-Type"] == "application/json"
+        ce = from_binary(
+            HTTPMessage({k: v for k, v in headers.items() if k != "Nats-Msg-Id"}, body),
+            JSONFormat(),
+        )
+        assert ce.get_id() == headers["Nats-Msg-Id"]
+        if "._bridge." not in subject:
+            seen += 1
+            data = ce.get_data()
+            assert ce.get_extension("k8sreason") == data["reason"]
+    assert seen == len(w.ids)
