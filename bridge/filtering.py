@@ -55,26 +55,31 @@ class Filter:
     def accepts(self, watch_type: str, obj: dict[str, Any]) -> bool:
         if watch_type not in self._watch_types:
             return False
-        reason = obj.get("reason") or ""
+        reason = _text(obj.get("reason"))
         if self._reasons and reason not in self._reasons:
             return False
         if reason in self._exclude_reasons:
             return False
-        if self._types and obj.get("type") not in self._types:
+        if self._types and _text(obj.get("type")) not in self._types:
             return False
         if self._kinds:
             involved = obj.get("involvedObject")
-            kind = involved.get("kind") if isinstance(involved, dict) else None
+            kind = _text(involved.get("kind")) if isinstance(involved, dict) else ""
             if kind not in self._kinds:
                 return False
         if self._namespaces or self._exclude_ns:
             meta = obj.get("metadata")
-            ns = meta.get("namespace", "") if isinstance(meta, dict) else ""
+            ns = _text(meta.get("namespace")) if isinstance(meta, dict) else ""
             if self._namespaces and ns not in self._namespaces:
                 return False
             if ns in self._exclude_ns:
                 return False
         return self._min_count <= 1 or event_count(obj) >= self._min_count
+
+
+def _text(value: Any) -> str:
+    """A field compared with the settings: only a string counts (bad input is not a match)."""
+    return value if isinstance(value, str) else ""
 
 
 def server_field_selector(user_selector: str, settings: FilterSettings) -> str:

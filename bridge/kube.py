@@ -25,7 +25,13 @@ from bridge import errors
 from bridge.settings import KubernetesSettings
 
 MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit
-_FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# RuntimeError: a request that picked up a client closed meanwhile ("Session is closed").
+_FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError)
+# Several scopes hit by one token rotation reload once, not once each.
+RELOAD_COALESCE = 1.0
+# A retired client's watches end by their own timeout (at most watch_timeout_max); it is
+# closed after that, not under them.
+RETIRE_AFTER = 900.0
 
 
 def error_for_status(status: int, headers: Any, body: bytes) -> errors.KubeError:
@@ -66,8 +72,12 @@ class KubeClient:
         self._api: Any = None
         self._client: Any = None
         self._timeout = aiohttp.ClientTimeout(
-            sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
+            connect=settings.connect_timeout,  # includes waiting for a pooled connection
+            sock_connect=settings.connect_timeout,
+            sock_read=settings.read_timeout,
         )
+        self._retired: list[tuple[float, Any]] = []
+        self._loaded_at = -RELOAD_COALESCE
 
     async def connect(self) -> None:
         cfg = k8s_client.Configuration()
@@ -84,17 +94,29 @@ class KubeClient:
                 )
         except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
             raise errors.ConfigError(f"kubernetes credentials: {exc}") from exc
+        # One long watch per scope, plus lists: never wait for a pooled connection.
+        cfg.connection_pool_maxsize = len(self.settings.namespaces) + 8
         old = self._client
         self._client = k8s_client.ApiClient(configuration=cfg)
         self._api = k8s_client.CoreV1Api(self._client)
+        now = asyncio.get_running_loop().time()
+        self._loaded_at = now
         if old is not None:
-            await old.close()
+            # Other scopes may still stream through it: retire, close later.
+            self._retired.append((now, old))
+        while self._retired and now - self._retired[0][0] > RETIRE_AFTER:
+            await self._retired.pop(0)[1].close()
 
     async def reload_credentials(self) -> None:
         """Read the kubeconfig or the service-account token again (they rotate)."""
+        if asyncio.get_running_loop().time() - self._loaded_at < RELOAD_COALESCE:
+            return  # another scope just did
         await self.connect()
 
     async def close(self) -> None:
+        for _, old in self._retired:
+            await old.close()
+        self._retired.clear()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -108,6 +130,9 @@ class KubeClient:
             resp: aiohttp.ClientResponse = await getattr(self._api, method)(
                 *args, _preload_content=False, _request_timeout=self._timeout, **params
             )
+        except k8s_config.ConfigException as exc:
+            # e.g. the in-cluster token hook found the token file empty mid-rotation
+            raise errors.Unauthorized(f"credentials: {exc}") from exc
         except _FOREIGN as exc:
             raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if resp.status != 200:

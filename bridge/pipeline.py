@@ -47,19 +47,20 @@ class Intake:
 
     async def item(self, watch_type: str, obj: dict[str, Any], rv: int | None) -> None:
         self.m.received.inc()
-        if not self.filter.accepts(watch_type, obj):
-            self.m.filtered.inc()
-            self.progress.done(rv)
-            return
         try:
+            if not self.filter.accepts(watch_type, obj):
+                self.m.filtered.inc()
+                self.progress.done(rv)
+                return
             msg = self.converter.convert(obj)
-        except ConversionError as exc:
-            self.m.skipped.labels("invalid_event").inc()
+        except Exception as exc:  # noqa: BLE001 - bad input never stops the loop
+            reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
+            self.m.skipped.labels(reason).inc()
             log.warn_sampled(
-                "invalid_event",
+                reason,
                 "input_skipped",
-                reason="invalid_event",
-                detail=str(exc),
+                reason=reason,
+                detail=f"{type(exc).__name__}: {exc}",
                 sample=str(obj)[:300],
             )
             self.progress.done(rv)

@@ -30,12 +30,18 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True)
 class Transition:
     state: WatchState
-    relist: bool = False  # the next LISTING follows a 410: a gap may have opened
+    must_list: bool = False  # the next attempt is a fresh list (the resourceVersion expired)
     reload_credentials: bool = False
 
 
-def next_state(state: WatchState, outcome: Outcome, *, have_rv: bool) -> Transition:
-    """What to do next. ``have_rv``: a resourceVersion to watch from is known."""
+def next_state(
+    state: WatchState, outcome: Outcome, *, have_rv: bool, must_list: bool = False
+) -> Transition:
+    """What to do next.
+
+    ``have_rv``: a resourceVersion to watch from is known. ``must_list``: it expired (410)
+    and only a fresh consistent list helps; that holds through back-off until a list succeeds.
+    """
     if outcome is Outcome.STOP or state is WatchState.STOPPED:
         return Transition(WatchState.STOPPED)
     if outcome is Outcome.LISTED:
@@ -44,13 +50,16 @@ def next_state(state: WatchState, outcome: Outcome, *, have_rv: bool) -> Transit
         # A Bookmark or the last event means the watch has synced there: go on from it.
         return Transition(WatchState.WATCHING if have_rv else WatchState.LISTING)
     if outcome is Outcome.EXPIRED:
-        # The history we would resume from is gone: only a fresh consistent list helps.
-        return Transition(WatchState.LISTING, relist=have_rv)
+        # The history we would resume from is gone. Relist, but after a back-off like any
+        # failure: a list slower than the compaction interval would otherwise relist forever.
+        return Transition(WatchState.BACKING_OFF, must_list=True)
     if outcome is Outcome.RETRIABLE:
-        return Transition(WatchState.BACKING_OFF)
+        return Transition(WatchState.BACKING_OFF, must_list=must_list)
     if outcome is Outcome.AUTH:
-        return Transition(WatchState.BACKING_OFF, reload_credentials=True)
+        return Transition(WatchState.BACKING_OFF, must_list=must_list, reload_credentials=True)
     if outcome is Outcome.RETRY:
         # Keep the resourceVersion: a server that was away still has the history.
-        return Transition(WatchState.WATCHING if have_rv else WatchState.LISTING)
+        if must_list or not have_rv:
+            return Transition(WatchState.LISTING, must_list=must_list)
+        return Transition(WatchState.WATCHING)
     raise ValueError(f"unknown outcome {outcome!r}")  # pragma: no cover

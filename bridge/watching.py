@@ -67,9 +67,17 @@ class Sink(Protocol):
 
 
 def parse_rv(value: Any) -> int | None:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     return None
+
+
+def rv_of(obj: Any) -> int | None:
+    """``metadata.resourceVersion`` as an int; None for anything malformed on the way."""
+    if not isinstance(obj, dict):
+        return None
+    meta = obj.get("metadata")
+    return parse_rv(meta.get("resourceVersion")) if isinstance(meta, dict) else None
 
 
 def classify(exc: BaseException) -> Outcome:
@@ -114,14 +122,15 @@ class Watcher:
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
         self._reachable = True
         self._retry_after: float | None = None
+        self._gap_from: int | None = None  # set by a 410: the relist must report a gap from here
         self.lists = 0
 
     async def run(self) -> None:
-        relist = False
+        must_list = False
         reload_credentials = False
         while self.state is not WatchState.STOPPED:
             if self.state is WatchState.LISTING:
-                outcome = await self._attempt(self._list(relist))
+                outcome = await self._attempt(self._list())
             elif self.state is WatchState.WATCHING:
                 outcome = await self._attempt(self._watch())
             else:
@@ -135,10 +144,12 @@ class Watcher:
                     except errors.BridgeError as exc:
                         log.error("credentials_reload_failed", error=str(exc))
                 outcome = Outcome.RETRY
-            t = next_state(self.state, outcome, have_rv=self.rv is not None)
-            if outcome is not Outcome.RETRY and t.state is WatchState.WATCHING:
+            if outcome is Outcome.EXPIRED and self._gap_from is None and self.rv is not None:
+                self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
+            t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
+            if outcome is Outcome.CLOSED:
                 self.m.watch_restarts.labels(outcome.value).inc()
-            relist = t.relist
+            must_list = t.must_list
             reload_credentials = t.reload_credentials
             self.state = t.state
 
@@ -161,6 +172,7 @@ class Watcher:
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
+            self.m.watch_restarts.labels("expired").inc()
             log.info(
                 "resource_version_expired",
                 scope=self.scope,
@@ -203,8 +215,9 @@ class Watcher:
             self.m.apiserver_reachable.set(0)
             await self.sink.reachability(False, str(exc)[:300])
 
-    async def _list(self, relist: bool) -> Outcome:
+    async def _list(self) -> Outcome:
         """A consistent, paged list; publishes what is newer than what was passed on."""
+        relist = self._gap_from is not None
         self.lists += 1
         if self.lists > 1:
             self.m.relists.labels("expired" if relist else "no_resource_version").inc()
@@ -217,29 +230,19 @@ class Watcher:
             doc = await self.source.list_events(
                 self.namespace, limit=limit, cont=cont, field_selector=self.field_selector
             )
-            meta = doc.get("metadata") or {}
+            meta = doc.get("metadata")
+            if not isinstance(meta, dict):
+                raise errors.KubeUnavailable("list answer has no metadata")
             await self._reached()
             if list_rv is None:
                 list_rv = parse_rv(meta.get("resourceVersion"))
                 if list_rv is None:
                     raise errors.KubeUnavailable("list answer has no resourceVersion")
-                if relist and self.rv is not None and list_rv > self.rv:
-                    # Versions between the two may be compacted away: say so first.
-                    self.m.gaps.inc()
-                    log.warning(
-                        "history_gap",
-                        scope=self.scope,
-                        from_resource_version=self.rv,
-                        to_resource_version=list_rv,
-                    )
-                    await self.sink.gap(self.rv, list_rv)
             if only_rv:
                 break
-            for item in doc.get("items") or ():
-                if not isinstance(item, dict):
-                    self._bad("invalid_item", item)
-                    continue
-                item_rv = parse_rv((item.get("metadata") or {}).get("resourceVersion"))
+            items = doc.get("items")
+            for item in items if isinstance(items, list) else ():
+                item_rv = rv_of(item)
                 if item_rv is None:
                     self._bad("no_resource_version", item)
                     continue
@@ -249,9 +252,21 @@ class Watcher:
                 passed += 1
                 await self.sink.item("ADDED", item, None)
             cont = meta.get("continue") or None
-            if not cont:
+            if not isinstance(cont, str) or not cont:
                 break
         assert list_rv is not None
+        if self._gap_from is not None and list_rv > self._gap_from:
+            # Versions between the two may have been compacted away before we read them;
+            # the list just passed on the newest version of every Event that still exists.
+            self.m.gaps.inc()
+            log.warning(
+                "history_gap",
+                scope=self.scope,
+                from_resource_version=self._gap_from,
+                to_resource_version=list_rv,
+            )
+            await self.sink.gap(self._gap_from, list_rv)
+        self._gap_from = None
         log.info(
             "listed",
             scope=self.scope,
@@ -268,8 +283,9 @@ class Watcher:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
         timeout = int(lo + (hi - lo) * self._rand())
         started = self._clock()
-        lines = 0
         assert self.rv is not None
+        start_rv = self.rv
+        lines = 0
         async with self.source.watch_events(
             self.namespace,
             resource_version=str(self.rv),
@@ -283,8 +299,10 @@ class Watcher:
             async for line in stream:
                 lines += 1
                 await self._line(line)
-        if lines == 0 and self._clock() - started < MIN_HEALTHY_WATCH:
-            raise errors.KubeUnavailable("the watch closed at once without any event")
+        if self.rv == start_rv and self._clock() - started < MIN_HEALTHY_WATCH:
+            # Closed at once without moving on (nothing, garbage, a stale bookmark): going
+            # again at once would be a tight loop.
+            raise errors.KubeUnavailable(f"the watch closed at once after {lines} lines")
         log.debug("watch_closed", scope=self.scope, resource_version=self.rv, lines=lines)
         return Outcome.CLOSED
 
@@ -294,13 +312,17 @@ class Watcher:
         except orjson.JSONDecodeError:
             self._bad("malformed_line", line)
             return
-        if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
+        if (
+            not isinstance(ev, dict)
+            or not isinstance(ev.get("object"), dict)
+            or not isinstance(ev.get("type"), str)
+        ):
             self._bad("malformed_line", line)
             return
-        kind = ev.get("type")
+        kind = ev["type"]
         obj = ev["object"]
         if kind in CHANGE_TYPES:
-            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+            rv = rv_of(obj)
             if rv is None:
                 self._bad("no_resource_version", line)
                 return
@@ -310,7 +332,7 @@ class Watcher:
             await self.sink.item(kind, obj, rv)
             self.rv = rv
         elif kind == "BOOKMARK":
-            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+            rv = rv_of(obj)
             if rv is None:
                 self._bad("no_resource_version", line)
                 return

@@ -86,3 +86,23 @@ def test_event_count(obj, count):
 )
 def test_server_field_selector_only_narrows(user, settings, expected):
     assert server_field_selector(user, FilterSettings(**settings)) == expected
+
+
+def test_filter_treats_non_string_fields_as_no_match_instead_of_raising():
+    f = Filter(
+        FilterSettings(
+            reasons=["BackOff"],
+            exclude_reasons=["X"],
+            types=["Warning"],
+            kinds=["Pod"],
+            exclude_namespaces=["kube-system"],
+        )
+    )
+    weird = {
+        "reason": ["BackOff"],
+        "type": {"a": 1},
+        "involvedObject": {"kind": ["Pod"]},
+        "metadata": {"namespace": ["kube-system"]},
+    }
+    assert f.accepts("ADDED", weird) is False
+    assert Filter(FilterSettings(exclude_reasons=["X"])).accepts("ADDED", weird) is True

@@ -7,22 +7,26 @@ L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, Wa
 
 
 @pytest.mark.parametrize(
-    ("state", "outcome", "have_rv", "expected"),
+    ("state", "outcome", "have_rv", "must_list", "expected"),
     [
-        (L, Outcome.LISTED, True, Transition(W)),
-        (W, Outcome.CLOSED, True, Transition(W)),
-        (W, Outcome.EXPIRED, True, Transition(L, relist=True)),
-        (L, Outcome.EXPIRED, False, Transition(L, relist=False)),  # expired continue token
-        (W, Outcome.RETRIABLE, True, Transition(B)),
-        (W, Outcome.AUTH, True, Transition(B, reload_credentials=True)),
-        (B, Outcome.RETRY, True, Transition(W)),  # keep the resourceVersion
-        (B, Outcome.RETRY, False, Transition(L)),
-        (W, Outcome.STOP, True, Transition(S)),
-        (B, Outcome.STOP, True, Transition(S)),
+        (L, Outcome.LISTED, True, False, Transition(W)),
+        (W, Outcome.CLOSED, True, False, Transition(W)),
+        # a 410 backs off, then lists: never a relist loop faster than the back-off
+        (W, Outcome.EXPIRED, True, False, Transition(B, must_list=True)),
+        (L, Outcome.EXPIRED, False, False, Transition(B, must_list=True)),  # continue token
+        (B, Outcome.RETRY, True, True, Transition(L, must_list=True)),
+        (L, Outcome.RETRIABLE, True, True, Transition(B, must_list=True)),  # list failed
+        (L, Outcome.AUTH, True, True, Transition(B, must_list=True, reload_credentials=True)),
+        (W, Outcome.RETRIABLE, True, False, Transition(B)),
+        (W, Outcome.AUTH, True, False, Transition(B, reload_credentials=True)),
+        (B, Outcome.RETRY, True, False, Transition(W)),  # keep the resourceVersion
+        (B, Outcome.RETRY, False, False, Transition(L)),
+        (W, Outcome.STOP, True, False, Transition(S)),
+        (B, Outcome.STOP, True, True, Transition(S)),
     ],
 )
-def test_next_state(state, outcome, have_rv, expected):
-    assert next_state(state, outcome, have_rv=have_rv) == expected
+def test_next_state(state, outcome, have_rv, must_list, expected):
+    assert next_state(state, outcome, have_rv=have_rv, must_list=must_list) == expected
 
 
 class FakeClock:

@@ -221,7 +221,7 @@ async def test_410_in_stream_relists_from_consistent_read_and_reports_gap():
     # not newer than what was passed on: not published again
     assert [i[1] for i in sink.items] == ["new", "z"]
     assert src.watch_calls[1]["rv"] == "300"
-    assert sleeps == []
+    assert sleeps == [0.8]  # a relist backs off like any failure
     assert metrics.relists.labels("expired")._value.get() == 0  # first list of this watcher
 
 
@@ -328,3 +328,72 @@ async def test_unreachable_then_reachable_is_reported_once_each():
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert sink.reach == [False, True]
+
+
+async def test_repeated_410_relists_back_off_more_each_time():
+    src = FakeSource(
+        watches=[[expired()], [expired()], [expired()], [line("ADDED", ev("a", 400))]],
+        lists=[page(100, []), page(200, []), page(300, [])],
+    )
+    w, sink, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sleeps == [0.8, 1.6, 3.2]
+    assert sink.gaps == [(10, 100), (100, 200), (200, 300)]
+
+
+async def test_expired_continue_token_during_relist_reports_one_gap_from_the_old_rv():
+    src = FakeSource(
+        watches=[[expired()], [line("ADDED", ev("z", 301))]],
+        lists=[
+            page(250, [ev("a", 20)], cont="t"),
+            errors.ResourceExpired("410"),
+            page(300, [ev("a", 20), ev("b", 290)]),
+        ],
+    )
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 300)]
+    assert sink.marks == [300]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "ADDED", "object": {"metadata": "x"}},
+        {"type": "MODIFIED", "object": {"metadata": ["x"]}},
+        {"type": "BOOKMARK", "object": {"metadata": [1]}},
+        {"type": "ADDED", "object": {"metadata": {"resourceVersion": 12}}},
+        {"type": "ADDED", "object": {"metadata": {"resourceVersion": "١٢"}}},  # non-ASCII digits
+        {"type": ["ADDED"], "object": {}},
+        {"type": "ERROR", "object": {"code": "410"}},
+    ],
+)
+async def test_malformed_structures_never_stop_the_loop(bad):
+    src = FakeSource(watches=[[orjson.dumps(bad), line("ADDED", ev("ok", 11))]])
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    if bad["type"] != "ERROR":
+        assert sink.items == [("ADDED", "ok", 11)]
+
+
+async def test_malformed_list_items_are_skipped():
+    src = FakeSource(
+        lists=[
+            {
+                "metadata": {"resourceVersion": "50"},
+                "items": ["x", {"metadata": "y"}, None, ev("good", 40)],
+            }
+        ],
+        watches=[[bookmark(60)]],
+    )
+    w, sink, _, metrics, _ = make(src)
+    await run_until_stop(w)
+    assert sink.items == [("ADDED", "good", None)]
+    assert metrics.skipped.labels("no_resource_version")._value.get() == 3
+
+
+async def test_a_watch_of_garbage_that_closes_at_once_backs_off():
+    src = FakeSource(watches=[[b"<html>", b"oops"], [bookmark(10)], [bookmark(11)]])
+    w, _, sleeps, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sleeps == [0.8, 1.6]  # garbage, then a stale bookmark: neither moved on
