@@ -53,7 +53,7 @@ class Intake:
                 self.progress.done(rv)
                 return
             msg = self.converter.convert(obj)
-        except Exception as exc:  # noqa: BLE001 - bad input never stops the loop
+        except Exception as exc:
             reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
             self.m.skipped.labels(reason).inc()
             log.warn_sampled(
