@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import nats.errors
 
 from bridge import checkpoints, logs, natsconn, streams
 from bridge.backoff import Backoff
 from bridge.checkpoints import CheckpointStore, KvCheckpointStore, checkpoint_key
 from bridge.converting import Converter
-from bridge.errors import BridgeError, ConfigError, KubeError, PublishError
+from bridge.errors import ConfigError, KubeError, PublishError
 from bridge.filtering import Filter, server_field_selector
 from bridge.health import Health
 from bridge.httpserver import HttpServer
@@ -30,6 +34,7 @@ from bridge.watching import Watcher
 log = logs.get("app")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+T = TypeVar("T")
 
 
 class Scope:
@@ -61,6 +66,7 @@ class Bridge:
         self._last_save = time.monotonic()
         self._kube: KubeClient | None = None
         self._nc: Any = None
+        self._js: Any = None
 
     def request_stop(self) -> None:
         self.stop_requested.set()
@@ -99,11 +105,18 @@ class Bridge:
                     s.nats, on_state=self._nats_state, on_reconnected=self._nats_reconnected
                 )
             )
-            js = self._nc.jetstream()
+            js = self._js = self._nc.jetstream()
             try:
-                await self._until_stopped(streams.ensure_stream(js, s.nats))
+                await self._until_stopped(
+                    self._retrying("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
+                )
                 store: CheckpointStore = await self._until_stopped(
-                    KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas)
+                    self._retrying(
+                        "open_checkpoint_bucket",
+                        lambda: KvCheckpointStore.open(
+                            js, s.checkpoint.bucket, s.nats.num_replicas
+                        ),
+                    )
                 )
             except PublishError as exc:
                 log.error("stream_unusable", error=str(exc))
@@ -114,6 +127,22 @@ class Bridge:
         except _Stopped:
             log.info("stopped_during_startup")
             return EXIT_OK
+
+    async def _retrying(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+        """A start-up step against NATS, retried through passing failures (a NATS cluster
+        still electing leaders answers with timeouts and 503s); config mismatches are final."""
+        backoff = Backoff(initial=0.5, cap=10.0)
+        while True:
+            try:
+                return await step()
+            except PublishError:
+                raise
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                delay = backoff.next_delay()
+                log.warning(
+                    f"{what}_failed", error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 2)
+                )
+                await asyncio.sleep(delay)
 
     async def _cluster_uid(self) -> str:
         assert self._kube is not None
@@ -141,14 +170,25 @@ class Bridge:
         event_filter = Filter(s.filter)
         selector = server_field_selector(s.kubernetes.field_selector, s.filter)
         publisher = self.publisher = Publisher(
-            self._nc, self.metrics, ack_timeout=s.nats.ack_timeout, max_inflight=s.nats.max_inflight
+            self._nc,
+            self.metrics,
+            ack_timeout=s.nats.ack_timeout,
+            max_inflight=s.nats.max_inflight,
+            on_no_stream=self._stream_missing,
         )
         publisher.set_connected(self._nc.is_connected)
         await publisher.start()
+        self.health.publish_wait = publisher.oldest_wait
+        # read at scrape time: exact even while the pipeline is blocked
+        self.metrics.queue_depth.set_function(lambda: len(self.queue))
+        self.metrics.queue_bytes.set_function(lambda: self.queue.bytes)
+        self.metrics.inflight.set_function(lambda: publisher.in_flight)
         namespaces: list[str | None] = [*s.kubernetes.namespaces] or [None]
         for ns in namespaces:
             key = checkpoint_key(self.cluster, ns)
-            cp = await store.load(key)
+            cp = await self._until_stopped(
+                self._retrying("load_checkpoint", functools.partial(store.load, key))
+            )
             progress = Progress(cp)
             intake = Intake(ns or "*", progress, event_filter, converter, self.queue, self.metrics)
             watcher = Watcher(
@@ -226,30 +266,46 @@ class Bridge:
         return code
 
     async def _drain(self, converter: Converter, timeout: float) -> bool:
+        """Wait, at most ``timeout`` in all, until what was read is acked."""
         assert self.publisher is not None
         publisher = self.publisher
-        at = now_rfc3339()
-        await enqueue_status(
-            self.queue,
-            converter.status(
-                "stopped",
-                f"stopped/{socket.gethostname()}/{os.getpid()}/{at}",
-                {"host": socket.gethostname(), "pid": os.getpid(), "at": at},
-                at,
-            ),
-        )
         deadline = time.monotonic() + timeout
-        while len(self.queue) or publisher.in_flight:
+        at = now_rfc3339()
+        stopped = converter.status(
+            "stopped",
+            f"stopped/{socket.gethostname()}/{os.getpid()}/{at}",
+            {"host": socket.gethostname(), "pid": os.getpid(), "at": at},
+            at,
+        )
+        try:  # the queue may be full and NATS away: the deadline holds for this too
+            await asyncio.wait_for(enqueue_status(self.queue, stopped), timeout)
+        except TimeoutError:
+            pass
+        while len(self.queue) or publisher.busy:
             if time.monotonic() >= deadline:
                 log.warning(
                     "drain_timeout",
                     queued=len(self.queue),
                     in_flight=publisher.in_flight,
-                    note="not acked: published again after the restart",
+                    note="not acked: the checkpoint stays before them, read again on restart",
                 )
                 return False
             await asyncio.sleep(0.02)
         return True
+
+    async def _stream_missing(self) -> None:
+        """No stream answered a publish: it was deleted, or is not there yet."""
+        if self.settings.nats.create_stream and self._js is not None:
+            try:
+                await streams.ensure_stream(self._js, self.settings.nats)
+            except (PublishError, nats.errors.Error, TimeoutError) as exc:
+                log.warn_sampled(
+                    "recreate",
+                    "stream_recreate_failed",
+                    interval=30,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+        await asyncio.sleep(1.0)  # at most one attempt a second
 
     async def _checkpointing(self, store: CheckpointStore) -> None:
         interval = self.settings.checkpoint.interval
@@ -259,22 +315,27 @@ class Bridge:
             self.metrics.checkpoint_age.set(time.monotonic() - self._last_save)
 
     async def _save_all(self, store: CheckpointStore, final: bool = False) -> None:
-        for sc in self.scopes:
-            rv = sc.progress.safe_rv
-            if rv is None or rv == sc.saved:
-                continue
-            try:
-                await asyncio.wait_for(store.save(sc.key, rv), timeout=5.0)
-            except (TimeoutError, BridgeError, Exception) as exc:
+        """Save every scope whose safe resourceVersion moved, together, within 5 s."""
+        due = [(sc, sc.progress.safe_rv) for sc in self.scopes]
+        due = [(sc, rv) for sc, rv in due if rv is not None and rv != sc.saved]
+        if not due:
+            return
+        results = await asyncio.gather(
+            *(asyncio.wait_for(store.save(sc.key, rv), timeout=5.0) for sc, rv in due if rv),
+            return_exceptions=True,
+        )
+        for (sc, rv), result in zip(due, results, strict=True):
+            if isinstance(result, BaseException):
                 log.warn_sampled(
                     "save",
                     "checkpoint_save_failed",
                     interval=10,
                     key=sc.key,
-                    error=f"{type(exc).__name__}: {exc}",
+                    error=f"{type(result).__name__}: {result}",
                     final=final,
                 )
                 continue
+            assert rv is not None
             sc.saved = rv
             self._last_save = time.monotonic()
             self.metrics.checkpoint_rv.labels(sc.namespace or "*").set(rv)

@@ -18,6 +18,8 @@ class Health:
         self.synced = False
         self._watch_bad_since: float | None = None
         self._nats_bad_since: float | None = clock()
+        # seconds the oldest publish has waited for its ack (set once the publisher exists)
+        self.publish_wait: Callable[[], float] = lambda: 0.0
 
     def watch_ok(self) -> None:
         self._watch_bad_since = None
@@ -46,6 +48,9 @@ class Health:
             out.append(f"the watch has failed for {now - self._watch_bad_since:.0f}s")
         if self._nats_bad_since is not None and now - self._nats_bad_since > self.unready_after:
             out.append(f"NATS has been unreachable for {now - self._nats_bad_since:.0f}s")
+        waited = self.publish_wait()
+        if waited > self.unready_after:
+            out.append(f"a publish has waited {waited:.0f}s for its JetStream ack")
         return out
 
     @property

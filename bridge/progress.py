@@ -2,8 +2,9 @@
 
 The watcher records every item in stream order: done at once (filtered out, a bookmark, the
 end of a list) or pending until JetStream acks it. The safe resourceVersion is the last one
-of the longest done prefix. Consecutive done entries are folded into one, so the record
-holds at most about two entries per event in flight, whatever the event rate.
+of the longest done prefix. Consecutive done entries are folded into one, also behind a
+message that waits long for its ack, so the record holds about two entries per event in
+flight, whatever the event rate or how long one publish is retried.
 
 List items carry no resourceVersion of their own here: a list arrives in no RV order, so
 only the list's own resourceVersion (its end marker) may move the checkpoint.
@@ -27,11 +28,14 @@ class Progress:
     def __init__(self, checkpoint: int | None = None) -> None:
         self.safe_rv: int | None = checkpoint
         self._entries: deque[Entry] = deque()
+        self._in_flight = 0
+        self._fold_at = 64
 
     def pending(self, rv: int | None) -> Entry:
         """An item handed to the publisher; ``ack(entry)`` once JetStream has stored it."""
         entry = Entry(self, rv, False)
         self._entries.append(entry)
+        self._in_flight += 1
         return entry
 
     def done(self, rv: int | None) -> None:
@@ -48,16 +52,33 @@ class Progress:
         self._entries.append(Entry(self, rv, True))
 
     def ack(self, entry: Entry) -> None:
+        if entry.done:
+            return
         entry.done = True
+        self._in_flight -= 1
         entries = self._entries
         while entries and entries[0].done:
             rv = entries.popleft().rv
             if rv is not None:
                 self.safe_rv = rv
+        if len(entries) > self._fold_at:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Merge runs of done entries stuck behind a pending one (amortised O(1) per ack)."""
+        out: deque[Entry] = deque()
+        for e in self._entries:
+            if e.done and out and out[-1].done:
+                if e.rv is not None:
+                    out[-1].rv = e.rv
+            else:
+                out.append(e)
+        self._entries = out
+        self._fold_at = max(64, 2 * len(out))
 
     @property
     def in_flight(self) -> int:
-        return sum(1 for e in self._entries if not e.done)
+        return self._in_flight
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -219,3 +219,66 @@ async def test_stalled_watch_is_noticed_by_the_read_timeout(sim, nats_server, ru
     ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
     assert sim.faults.injected["stall"] >= 1
+
+
+async def test_sigterm_with_nats_down_and_a_full_queue_still_exits_in_time(
+    sim, nats_server, run_bridge
+):
+    w = Writer(sim)
+    bridge = run_bridge(queue={"max_events": 5}, shutdown={"drain_timeout": "2s"})
+    await bridge.wait_ready()
+    await eventually(lambda: checkpoint(nats_server.url))  # a place to resume from
+    nats_server.kill()
+    await w.write(50, rate=2000)
+    await eventually(lambda: _metric_at_least(bridge, "queue_depth", 5), timeout=10)
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit(timeout=15) == 0
+    assert any(e.get("event") == "drain_timeout" for e in bridge.log_events())
+    nats_server.start()  # nothing was lost: the restart reads it again
+    again = run_bridge()
+    await again.wait_ready()
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+
+
+async def test_deleted_stream_is_recreated_and_publishing_resumes(sim, nats_server, run_bridge):
+    import nats as nats_client
+
+    w = Writer(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(20)
+    await all_of(nats_server.url, w.ids)
+    nc = await nats_client.connect(nats_server.url)
+    await nc.jetstream().delete_stream("K8S_EVENTS")
+    await nc.close()
+    later = Writer(sim, seed=2)
+    await later.write(20, bump_ratio=0.0)
+
+    async def later_there():
+        try:
+            have = set(await event_ids(nats_server.url))
+        except Exception:
+            return False
+        return set(later.ids) <= have
+
+    await eventually(later_there, timeout=30)
+
+
+async def test_publishes_that_get_no_ack_turn_readyz_503(sim, nats_server, run_bridge):
+    import nats as nats_client
+
+    w = Writer(sim)
+    bridge = run_bridge(nats={"create_stream": False})
+    # the operator's stream, created before the bridge starts
+    nc = await nats_client.connect(nats_server.url)
+    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await bridge.wait_ready()
+    await nc.jetstream().delete_stream("K8S_EVENTS")
+    await w.write(10)
+    await eventually(lambda: _readyz(bridge, 503, "JetStream ack"), timeout=20)
+    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await nc.close()
+    ids = await all_of(nats_server.url, w.ids, timeout=40)
+    assert sorted(ids) == sorted(w.ids)
+    await eventually(lambda: _readyz(bridge, 200, "ready"), timeout=20)

@@ -178,3 +178,41 @@ async def test_stream_created_with_the_configured_duplicate_window(nats_server, 
     diffs = [r.fields for r in caplog.records if r.getMessage() == "stream_config_differs"]
     assert [d["key"] for d in diffs] == ["max_age"]
     await nc.close()
+
+
+async def test_message_over_max_payload_with_headers_is_skipped_without_a_disconnect(tmp_path):
+    from bridge.natsserver import NatsServer
+
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 2048\n")
+    server = NatsServer(store_dir=str(tmp_path / "n"), args=["-c", str(conf)]).start()
+    try:
+        nc, pub = await start(server.url, ack_timeout=1.0)
+        q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
+        p = Progress(0)
+        tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
+        mid = "uid-big/1"
+        # the payload alone fits, payload plus headers does not: the server would cut us off
+        big = Message("k8s.events.c.ns.Pod.BackOff", b"x" * 2000,
+                      {"Nats-Msg-Id": mid, "Content-Type": "application/cloudevents+json"}, mid)
+        await q.put(Outgoing(big, p.pending(1)), 2000)
+        await q.put(Outgoing(msg(2), p.pending(2)), 10)
+        for _ in range(100):
+            if p.safe_rv == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert p.safe_rv == 2
+        assert nc.is_connected and pub._m.failed.labels("too_large")._value.get() == 1
+        assert await stream_ids(nc) == ["uid-2/2"]
+        for t in tasks:
+            t.cancel()
+        await nc.close()
+    finally:
+        server.cleanup()
+
+
+def test_wire_size_counts_headers():
+    from bridge.publishing import wire_size
+
+    m = Message("s", b"12345", {"A": "bc"}, "id")
+    assert wire_size(m) == 5 + len("NATS/1.0\r\nA: bc\r\n\r\n")

@@ -88,3 +88,28 @@ def test_in_flight_counts_pending(n):
     for i in range(n):
         p.pending(i)
     assert p.in_flight == n
+
+
+def test_acks_behind_a_stuck_publish_fold_so_memory_stays_bounded():
+    p = Progress(10)
+    stuck = p.pending(11)
+    for rv in range(12, 100_012):
+        e = p.pending(rv)
+        p.ack(e)
+    assert len(p) <= 130  # not one entry per acked event
+    assert p.safe_rv == 10 and p.in_flight == 1
+    p.ack(stuck)
+    assert p.safe_rv == 100_011 and len(p) == 0
+
+
+def test_folding_keeps_pending_entries_in_order():
+    p = Progress(0)
+    entries = [p.pending(rv) for rv in range(1, 301)]
+    for e in entries[::2][1:]:  # ack every other one except the first
+        p.ack(e)
+    assert p.safe_rv == 0
+    p.ack(entries[0])
+    assert p.safe_rv == 1  # entry 2 (rv 2) is still pending
+    for e in entries[1::2]:
+        p.ack(e)
+    assert p.safe_rv == 300 and p.in_flight == 0
