@@ -44,6 +44,9 @@ def connect_options(settings: NatsSettings) -> dict[str, Any]:
         "allow_reconnect": True,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 1,
+        # a half-open connection is noticed in about a minute, not nats-py's 4-6
+        "ping_interval": 20,
+        "max_outstanding_pings": 3,
         "skip_subject_validation": True,  # every subject is sanitised by bridge.subjects
     }
     if settings.user:

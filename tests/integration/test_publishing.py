@@ -193,8 +193,12 @@ async def test_message_over_max_payload_with_headers_is_skipped_without_a_discon
         tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
         mid = "uid-big/1"
         # the payload alone fits, payload plus headers does not: the server would cut us off
-        big = Message("k8s.events.c.ns.Pod.BackOff", b"x" * 2000,
-                      {"Nats-Msg-Id": mid, "Content-Type": "application/cloudevents+json"}, mid)
+        big = Message(
+            "k8s.events.c.ns.Pod.BackOff",
+            b"x" * 2000,
+            {"Nats-Msg-Id": mid, "Content-Type": "application/cloudevents+json"},
+            mid,
+        )
         await q.put(Outgoing(big, p.pending(1)), 2000)
         await q.put(Outgoing(msg(2), p.pending(2)), 10)
         for _ in range(100):
