@@ -250,6 +250,10 @@ class Watcher:
                     skipped += 1  # passed on before the relist: the stream has it
                     continue
                 passed += 1
+                # List items come without kind/apiVersion; watch objects carry them. Give
+                # subscribers one shape whichever path an Event took.
+                item.setdefault("apiVersion", "v1")
+                item.setdefault("kind", "Event")
                 await self.sink.item("ADDED", item, None)
             cont = meta.get("continue") or None
             if not isinstance(cont, str) or not cont:

@@ -397,3 +397,17 @@ async def test_a_watch_of_garbage_that_closes_at_once_backs_off():
     w, _, sleeps, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert sleeps == [0.8, 1.6]  # garbage, then a stale bookmark: neither moved on
+
+
+async def test_list_items_get_the_kind_and_api_version_watch_objects_have():
+    seen = []
+
+    class Sink(RecordingSink):
+        async def item(self, watch_type, obj, rv):
+            seen.append(obj)
+
+    src = FakeSource(lists=[page(10, [ev("a", 5)])], watches=[[bookmark(11)]])
+    w, *_ = make(src)
+    w.sink = Sink()
+    await run_until_stop(w)
+    assert seen[0]["kind"] == "Event" and seen[0]["apiVersion"] == "v1"
