@@ -299,3 +299,31 @@ async def eventually(check: Any, timeout: float = 20.0, interval: float = 0.1) -
 def watch_requests(sim: SimApiServer) -> list[Any]:
     """The watch requests the simulated API server saw (kubernetes_asyncio sends ``True``)."""
     return [r for r in sim.requests if r.query.get("watch", "").lower() in ("true", "1")]
+
+
+async def all_of(url: str, ids: list[str], timeout: float = 40) -> list[str]:
+    """Wait until the stream holds at least as many Event messages as ``ids``; return them."""
+
+    async def check() -> list[str] | None:
+        have = await event_ids(url)
+        return have if len(have) >= len(ids) else None
+
+    result: list[str] = await eventually(check, timeout=timeout)
+    return result
+
+
+async def count_at_least(url: str, n: int) -> bool:
+    return len(await event_ids(url)) >= n
+
+
+async def logged(bridge: BridgeProcess, event: str) -> bool:
+    return any(e.get("event") == event for e in bridge.log_events())
+
+
+async def metric_at_least(bridge: BridgeProcess, name: str, n: float) -> bool:
+    return await bridge.metric(name) >= n
+
+
+async def readyz(bridge: BridgeProcess, code: int, word: str = "") -> bool:
+    status, text = await bridge.get("/readyz")
+    return status == code and word in text

@@ -7,23 +7,18 @@ import pytest
 
 from tests.integration.harness import (
     Writer,
+    all_of,
     checkpoint,
     event_ids,
     eventually,
+    metric_at_least,
+    readyz,
     status_events,
     watch_requests,
     write_kubeconfig,
 )
 
 pytestmark = pytest.mark.integration
-
-
-async def all_of(url, ids, timeout=40):
-    async def check():
-        have = await event_ids(url)
-        return have if len(have) >= len(ids) else None
-
-    return await eventually(check, timeout=timeout)
 
 
 def rss_kib(pid):
@@ -121,7 +116,7 @@ async def test_mid_stream_resets_and_refused_connections_are_recovered(
     await w.write(100, rate=2000)
     await eventually(lambda: _apiserver_reachable(bridge, 0), timeout=15)
     # unhealthy for longer than http.unready_after (2 s here): out of the Service
-    await eventually(lambda: _readyz(bridge, 503, "watch"), timeout=15)
+    await eventually(lambda: readyz(bridge, 503, "watch"), timeout=15)
     await sim.accept_connections()
     sim.faults.reset_watches_after = None
     ids = await all_of(nats_server.url, w.ids)
@@ -130,11 +125,6 @@ async def test_mid_stream_resets_and_refused_connections_are_recovered(
     unreachable = await status_events(nats_server.url, "apiserver_unreachable")
     reachable = await status_events(nats_server.url, "apiserver_reachable")
     assert unreachable and reachable
-
-
-async def _readyz(bridge, code, word):
-    status, text = await bridge.get("/readyz")
-    return status == code and word in text
 
 
 async def _apiserver_reachable(bridge, value):
@@ -167,17 +157,13 @@ async def test_401_then_rotated_token_file_recovers(tmp_path, sim, nats_server, 
     await all_of(nats_server.url, w.ids)
     sim.tokens = {"second-token"}  # the server rotated: the old token is refused
     sim.close_watches()
-    await eventually(lambda: _metric_at_least(bridge, "kube_auth_failures", 1), timeout=15)
+    await eventually(lambda: metric_at_least(bridge, "kube_auth_failures", 1), timeout=15)
     token_file.write_text("second-token")
     await w.write(50)
     ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
     denied = [e for e in bridge.log_events() if e.get("event") == "kube_permission_denied"]
     assert denied and denied[0]["status"] == 401
-
-
-async def _metric_at_least(bridge, name, n):
-    return await bridge.metric(name) >= n
 
 
 async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, run_bridge):
@@ -214,7 +200,7 @@ async def test_stalled_watch_is_noticed_by_the_read_timeout(sim, nats_server, ru
     sim.faults.stall_watches = True  # connections stay open, nothing is sent, not even bookmarks
     sim.close_watches()
     await w.write(30)
-    await eventually(lambda: _metric_at_least(bridge, "watch_restarts", 3), timeout=20)
+    await eventually(lambda: metric_at_least(bridge, "watch_restarts", 3), timeout=20)
     sim.faults.stall_watches = False
     ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
@@ -230,7 +216,7 @@ async def test_sigterm_with_nats_down_and_a_full_queue_still_exits_in_time(
     await eventually(lambda: checkpoint(nats_server.url))  # a place to resume from
     nats_server.kill()
     await w.write(50, rate=2000)
-    await eventually(lambda: _metric_at_least(bridge, "queue_depth", 5), timeout=10)
+    await eventually(lambda: metric_at_least(bridge, "queue_depth", 5), timeout=10)
     bridge.signal(signal.SIGTERM)
     assert await bridge.wait_exit(timeout=15) == 0
     assert any(e.get("event") == "drain_timeout" for e in bridge.log_events())
@@ -276,9 +262,9 @@ async def test_publishes_that_get_no_ack_turn_readyz_503(sim, nats_server, run_b
     await bridge.wait_ready()
     await nc.jetstream().delete_stream("K8S_EVENTS")
     await w.write(10)
-    await eventually(lambda: _readyz(bridge, 503, "JetStream ack"), timeout=20)
+    await eventually(lambda: readyz(bridge, 503, "JetStream ack"), timeout=20)
     await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
     await nc.close()
     ids = await all_of(nats_server.url, w.ids, timeout=40)
     assert sorted(ids) == sorted(w.ids)
-    await eventually(lambda: _readyz(bridge, 200, "ready"), timeout=20)
+    await eventually(lambda: readyz(bridge, 200, "ready"), timeout=20)

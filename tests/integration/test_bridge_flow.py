@@ -8,9 +8,13 @@ from cloudevents.core.formats.json import JSONFormat
 
 from tests.integration.harness import (
     Writer,
+    all_of,
     checkpoint,
+    count_at_least,
     event_ids,
     eventually,
+    logged,
+    readyz,
     status_events,
     stream_messages,
     watch_requests,
@@ -28,11 +32,7 @@ async def test_events_reach_the_stream_once_per_version_as_cloudevents(
     await bridge.wait_ready()
     await w.write(160, bump_ratio=0.4)
 
-    async def all_there():
-        ids = await event_ids(nats_server.url)
-        return ids if len(ids) >= len(w.ids) else None
-
-    ids = await eventually(all_there)
+    ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
     for subject, headers, body in await stream_messages(nats_server.url):
         ce = JSONFormat().read(None, body)
@@ -71,7 +71,7 @@ async def test_sigterm_drains_saves_checkpoint_and_exits_0(sim, nats_server, run
     # the restart resumes exactly at the checkpoint: only newer versions are read again
     again = run_bridge()
     await again.wait_ready()
-    await eventually(lambda: _count_at_least(nats_server.url, len(w.ids)))
+    await eventually(lambda: count_at_least(nats_server.url, len(w.ids)))
     assert await again.metric("events_received") == len([i for i in w.ids if _rv(i) > cp])
     final = await event_ids(nats_server.url)
     assert sorted(final) == sorted(w.ids)
@@ -88,18 +88,14 @@ async def test_sigkill_while_events_flow_then_restart_loses_and_duplicates_nothi
     bridge = run_bridge()
     await bridge.wait_ready()
     await w.write(200, rate=1000)
-    await eventually(lambda: _count_at_least(nats_server.url, 50))
+    await eventually(lambda: count_at_least(nats_server.url, 50))
     bridge.kill()  # SIGKILL mid-flow: nothing drained, nothing saved at the end
     await w.write(300, rate=2000, bump_ratio=0.5)  # written while the bridge is down
     again = run_bridge()
     await again.wait_ready()
     await w.write(100, rate=1000)
 
-    async def all_there():
-        ids = await event_ids(nats_server.url)
-        return ids if len(ids) >= len(w.ids) else None
-
-    ids = await eventually(all_there, timeout=30)
+    ids = await all_of(nats_server.url, w.ids)
     assert len(ids) == len(set(ids)), "duplicates in the stream"
     assert sorted(ids) == sorted(w.ids)
     assert any(
@@ -113,18 +109,10 @@ async def test_second_signal_exits_at_once(sim, nats_server, run_bridge):
     nats_server.kill()  # nothing can be acked: the drain would wait 60 s
     Writer(sim).create()
     bridge.signal(signal.SIGTERM)
-    await eventually(lambda: _logged(bridge, "stop_requested"), timeout=5)
+    await eventually(lambda: logged(bridge, "stop_requested"), timeout=5)
     bridge.signal(signal.SIGINT)
     code = await bridge.wait_exit(timeout=10)  # far less than the 60 s drain
     assert code == 128 + signal.SIGINT
-
-
-async def _logged(bridge, event):
-    return any(e.get("event") == event for e in bridge.log_events())
-
-
-async def _count_at_least(url, n):
-    return len(await event_ids(url)) >= n
 
 
 async def test_readyz_and_metrics(sim, nats_server, run_bridge):
@@ -148,16 +136,11 @@ async def test_readyz_and_metrics(sim, nats_server, run_bridge):
     ):
         assert f"k8s_event_bridge_{name}" in metrics
     nats_server.kill()
-    await eventually(lambda: _status_is(bridge, "/readyz", 503), timeout=15)
+    await eventually(lambda: readyz(bridge, 503), timeout=15)
     _, text = await bridge.get("/readyz")
     assert "NATS" in text
     nats_server.start()
-    await eventually(lambda: _status_is(bridge, "/readyz", 200), timeout=15)
-
-
-async def _status_is(bridge, path, code):
-    status, _ = await bridge.get(path)
-    return status == code
+    await eventually(lambda: readyz(bridge, 200), timeout=15)
 
 
 def _ce(body):
@@ -173,7 +156,7 @@ async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bri
     await w.write(9, bump_ratio=0.0)
     bridge = run_bridge()
     await bridge.wait_ready()
-    await eventually(lambda: _count_at_least(nats_server.url, 10))
+    await eventually(lambda: count_at_least(nats_server.url, 10))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -228,12 +211,12 @@ async def test_bridge_started_before_nats_waits_and_then_flows(sim, nats_server,
     w = Writer(sim)
     await w.write(20, bump_ratio=0.0)
     bridge = run_bridge()
-    await eventually(lambda: _logged(bridge, "http_listening"), timeout=10)
+    await eventually(lambda: logged(bridge, "http_listening"), timeout=10)
     status, _ = await bridge.get("/readyz")
     assert status == 503
     nats_server.start()
     await bridge.wait_ready(timeout=30)
-    await eventually(lambda: _count_at_least(nats_server.url, 20))
+    await eventually(lambda: count_at_least(nats_server.url, 20))
     assert sorted(await event_ids(nats_server.url)) == sorted(w.ids)
 
 
@@ -249,7 +232,7 @@ async def test_namespaced_scopes_watch_each_namespace_with_its_own_checkpoint(
         obj = w.create(namespace=ns)
         if ns != "default":
             wanted.append(f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}")
-    await eventually(lambda: _count_at_least(nats_server.url, len(wanted)))
+    await eventually(lambda: count_at_least(nats_server.url, len(wanted)))
     top = sim.resource_version
 
     async def both_saved():
@@ -270,7 +253,7 @@ async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bri
     bridge = run_bridge(cloudevents={"mode": "binary"})
     await bridge.wait_ready()
     await w.write(30)
-    await eventually(lambda: _count_at_least(nats_server.url, len(w.ids)))
+    await eventually(lambda: count_at_least(nats_server.url, len(w.ids)))
     seen = 0
     for subject, headers, body in await stream_messages(nats_server.url):
         assert "ce-specversion" in headers and headers["Content-Type"] == "application/json"

@@ -8,7 +8,7 @@ import trustme
 
 from bridge.natsserver import NatsServer
 from bridge.sim.apiserver import SimApiServer
-from tests.integration.harness import Writer, bridge_config, event_ids, eventually
+from tests.integration.harness import Writer, bridge_config, event_ids, eventually, logged
 
 pytestmark = pytest.mark.integration
 
@@ -155,14 +155,10 @@ async def test_wrong_nats_password_is_logged_and_retried_not_crashed(
             tmp_path, server.url, kubeconfig, nats={"user": "bridge", "password": "wrong"}
         )
         bridge = run_bridge(config=cfg)
-        await eventually(lambda: _logged(bridge, "nats_auth_failed"), timeout=15)
+        await eventually(lambda: logged(bridge, "nats_auth_failed"), timeout=15)
         assert bridge.proc.poll() is None
         status, text = await bridge.get("/readyz")
         assert status == 503 and "not ready" in text
         assert "wrong" not in bridge.logs()
     finally:
         server.cleanup()
-
-
-async def _logged(bridge, event):
-    return any(e.get("event") == event for e in bridge.log_events())
