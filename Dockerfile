@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The image that deploy/ runs:
-#   docker build -t ghcr.io/example/k8s-event-bridge:0.1.0 .
+#   docker build -t images.example.com/k8s-event-bridge:0.1.0 .
 
 # --- build: the wheel of this repository and the wheels of its dependencies --------------
 FROM python:3.11-slim AS build

@@ -42,12 +42,12 @@ IMAGES = {
     "api": "registry.example.com/shop/api:v2.14.3",
     "web": "registry.example.com/shop/web:v1.9.0",
     "worker": "registry.example.com/shop/worker:v2.14.3",
-    "redis": "docker.io/library/redis:7.2.4-alpine",
-    "postgres": "docker.io/library/postgres:16.2",
-    "gateway": "registry.k8s.io/ingress-nginx/controller:v1.10.0",
+    "redis": "redis:7.2.4-alpine",
+    "postgres": "postgres:16.2",
+    "gateway": "images.example.com/ingress-nginx/controller:v1.10.0",
     "frontend": "registry.example.com/shop/frontend:v3.1.0",
     "scheduler": "registry.example.com/platform/cron-scheduler:v0.8.1",
-    "cache": "docker.io/library/memcached:1.6.26",
+    "cache": "memcached:1.6.26",
 }
 NODES = tuple(f"ip-10-0-{a}-{b}.eu-west-1.compute.internal" for a, b in ((1, 17), (2, 34), (3, 51)))
 NODES += ("worker-pool-a-7f9c2", "worker-pool-b-3d81e")
