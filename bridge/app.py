@@ -18,7 +18,14 @@ from bridge import checkpoints, logs, natsconn, streams
 from bridge.backoff import Backoff
 from bridge.checkpoints import CheckpointStore, KvCheckpointStore, checkpoint_key
 from bridge.converting import Converter
-from bridge.errors import ConfigError, KubeError, PublishError
+from bridge.errors import (
+    BridgeError,
+    ConfigError,
+    Forbidden,
+    KubeError,
+    PublishError,
+    Unauthorized,
+)
 from bridge.filtering import Filter, server_field_selector
 from bridge.health import Health
 from bridge.httpserver import HttpServer
@@ -155,12 +162,26 @@ class Bridge:
                 return uid
             except KubeError as exc:
                 delay = backoff.next_delay(getattr(exc, "retry_after", None))
-                log.warning(
-                    "cluster_id_unavailable",
-                    error=str(exc),
-                    retry_in=round(delay, 2),
-                    hint="set cluster.name to skip this lookup",
-                )
+                if isinstance(exc, Forbidden | Unauthorized):
+                    self.metrics.auth_failures.labels(str(exc.status)).inc()
+                    log.warn_sampled(
+                        "cluster_id_auth",
+                        "kube_permission_denied",
+                        interval=60,
+                        status=exc.status,
+                        needs="get on namespaces/kube-system (or set cluster.name)",
+                        detail=str(exc),
+                    )
+                    if isinstance(exc, Unauthorized):
+                        with contextlib.suppress(BridgeError):
+                            await self._kube.reload_credentials()
+                else:
+                    log.warning(
+                        "cluster_id_unavailable",
+                        error=str(exc),
+                        retry_in=round(delay, 2),
+                        hint="set cluster.name to skip this lookup",
+                    )
                 await asyncio.sleep(delay)
 
     async def _pipeline(self, store: CheckpointStore) -> int:
