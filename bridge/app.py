@@ -210,14 +210,16 @@ class Bridge:
             cp = await self._until_stopped(
                 self._retrying("load_checkpoint", functools.partial(store.load, key))
             )
-            progress = Progress(cp)
+            progress = Progress(cp.resource_version if cp else None)
             intake = Intake(ns or "*", progress, event_filter, converter, self.queue, self.metrics)
             watcher = Watcher(
                 self._kube,
                 intake,
                 s.kubernetes,
                 namespace=ns,
-                checkpoint=cp,
+                checkpoint=cp.resource_version if cp else None,
+                checkpoint_at=cp.saved_at if cp else None,
+                include_deleted=s.filter.include_deleted,
                 field_selector=selector,
                 metrics=self.metrics,
                 health=self.health,
@@ -227,7 +229,7 @@ class Bridge:
                 "scope_started",
                 scope=ns or "*",
                 checkpoint=key,
-                resource_version=cp,
+                resource_version=cp.resource_version if cp else None,
                 start="watch from checkpoint"
                 if cp is not None
                 else f"list (kubernetes.initial={s.kubernetes.initial})",

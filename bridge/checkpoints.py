@@ -4,7 +4,9 @@ in a JetStream KV bucket, so it lives as long as the stream it describes.
 
 from __future__ import annotations
 
+import calendar
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import nats.js.errors
@@ -17,8 +19,14 @@ from bridge import logs, subjects
 log = logs.get("checkpoints")
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    resource_version: int
+    saved_at: float | None  # epoch seconds; the version was seen at most one interval before
+
+
 class CheckpointStore(Protocol):
-    async def load(self, key: str) -> int | None: ...
+    async def load(self, key: str) -> Checkpoint | None: ...
     async def save(self, key: str, resource_version: int) -> None: ...
 
 
@@ -41,7 +49,7 @@ class KvCheckpointStore:
             log.info("checkpoint_bucket_created", bucket=bucket)
         return cls(kv)
 
-    async def load(self, key: str) -> int | None:
+    async def load(self, key: str) -> Checkpoint | None:
         try:
             entry = await self._kv.get(key)
         except nats.js.errors.KeyNotFoundError:
@@ -50,7 +58,14 @@ class KvCheckpointStore:
             return None
         try:
             doc = orjson.loads(entry.value)
-            return int(doc["resourceVersion"])
+            rv = int(doc["resourceVersion"])
+            try:
+                saved_at: float | None = calendar.timegm(
+                    time.strptime(doc["savedAt"], "%Y-%m-%dT%H:%M:%SZ")
+                )
+            except (KeyError, TypeError, ValueError):
+                saved_at = None
+            return Checkpoint(rv, saved_at)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             # Starting over (a list) loses nothing: the stream drops what it already has.
             log.error(
@@ -78,8 +93,9 @@ class MemoryCheckpointStore:
         self.values: dict[str, int] = {}
         self.saves = 0
 
-    async def load(self, key: str) -> int | None:
-        return self.values.get(key)
+    async def load(self, key: str) -> Checkpoint | None:
+        rv = self.values.get(key)
+        return None if rv is None else Checkpoint(rv, time.time())
 
     async def save(self, key: str, resource_version: int) -> None:
         self.values[key] = resource_version

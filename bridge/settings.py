@@ -160,6 +160,7 @@ class KubernetesSettings(_Section):
     connect_timeout: Duration = 10.0
     watch_timeout_min: Duration = 300.0
     watch_timeout_max: Duration = 600.0
+    event_ttl: PositiveDuration = 3600.0
     backoff: BackoffSettings = BackoffSettings()
 
     @field_validator("read_timeout", "connect_timeout")

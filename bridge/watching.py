@@ -99,11 +99,14 @@ class Watcher:
         namespace: str | None,
         checkpoint: int | None,
         field_selector: str,
+        checkpoint_at: float | None = None,
+        include_deleted: bool = False,
         metrics: Metrics,
         health: Health,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
+        wallclock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
         self.sink = sink
@@ -111,6 +114,12 @@ class Watcher:
         self.namespace = namespace
         self.scope = namespace or "*"
         self.rv: int | None = checkpoint
+        self._wallclock = wallclock
+        # when self.rv was seen (epoch s): a relist can prove nothing was missed only while
+        # no Event written after it can have expired (kubernetes.event_ttl)
+        self._rv_at = (checkpoint_at if checkpoint_at is not None else wallclock()) - (
+            0.0 if checkpoint is None else 1.0
+        )
         self.field_selector = field_selector
         self.m = metrics
         self.health = health
@@ -123,6 +132,8 @@ class Watcher:
         self._reachable = True
         self._retry_after: float | None = None
         self._gap_from: int | None = None  # set by a 410: the relist must report a gap from here
+        self._gap_from_at = 0.0
+        self.include_deleted = include_deleted
         self.lists = 0
 
     async def run(self) -> None:
@@ -146,6 +157,7 @@ class Watcher:
                 outcome = Outcome.RETRY
             if outcome is Outcome.EXPIRED and self._gap_from is None and self.rv is not None:
                 self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
+                self._gap_from_at = self._rv_at
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
             if outcome is Outcome.CLOSED:
                 self.m.watch_restarts.labels(outcome.value).inc()
@@ -260,16 +272,7 @@ class Watcher:
                 break
         assert list_rv is not None
         if self._gap_from is not None and list_rv > self._gap_from:
-            # Versions between the two may have been compacted away before we read them;
-            # the list just passed on the newest version of every Event that still exists.
-            self.m.gaps.inc()
-            log.warning(
-                "history_gap",
-                scope=self.scope,
-                from_resource_version=self._gap_from,
-                to_resource_version=list_rv,
-            )
-            await self.sink.gap(self._gap_from, list_rv)
+            await self._gap_or_not(self._gap_from, list_rv, newer=passed)
         self._gap_from = None
         log.info(
             "listed",
@@ -280,8 +283,42 @@ class Watcher:
             relist=relist,
         )
         self.rv = list_rv
+        self._rv_at = self._wallclock()
         self.sink.mark(list_rv)
         return Outcome.LISTED
+
+    async def _gap_or_not(self, from_rv: int, to_rv: int, *, newer: int) -> None:
+        """After a 410 relist: report a gap unless the list proves nothing was missed.
+
+        The API server serves Event watches from etcd (no watch cache, no bookmarks), so a
+        quiet scope or a narrow selector lets the resourceVersion fall behind etcd's compaction
+        and the next watch gets 410 though nothing happened. Proof that nothing happened: no
+        listed Event is newer than ``from_rv`` (nothing was created or changed since, except
+        Events deleted since), and ``from_rv`` was seen less than an Event TTL ago (so nothing
+        written after it has expired yet). Deletions themselves are not listed: with
+        ``filter.include_deleted`` a gap is always reported.
+        """
+        age = self._wallclock() - self._gap_from_at
+        if newer == 0 and age < self.settings.event_ttl and not self.include_deleted:
+            log.info(
+                "relisted_nothing_missed",
+                scope=self.scope,
+                from_resource_version=from_rv,
+                to_resource_version=to_rv,
+                seconds_behind=round(age),
+            )
+            return
+        # Versions between the two may have been compacted away before we read them; the
+        # list just passed on the newest version of every Event that still exists.
+        self.m.gaps.inc()
+        log.warning(
+            "history_gap",
+            scope=self.scope,
+            from_resource_version=from_rv,
+            to_resource_version=to_rv,
+            newer_events=newer,
+        )
+        await self.sink.gap(from_rv, to_rv)
 
     async def _watch(self) -> Outcome:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
@@ -335,6 +372,7 @@ class Watcher:
                 return
             await self.sink.item(kind, obj, rv)
             self.rv = rv
+            self._rv_at = self._wallclock()
         elif kind == "BOOKMARK":
             rv = rv_of(obj)
             if rv is None:
@@ -343,6 +381,7 @@ class Watcher:
             if self.rv is None or rv > self.rv:
                 self.sink.mark(rv)
                 self.rv = rv
+                self._rv_at = self._wallclock()
         elif kind == "ERROR":
             code = obj.get("code")
             status = code if isinstance(code, int) else 500

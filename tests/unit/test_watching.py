@@ -119,7 +119,7 @@ class Clock:
         return self.t
 
 
-def make(source, checkpoint=None, **settings):
+def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, wall=None, **settings):
     clock = Clock()
     sleeps = []
 
@@ -141,6 +141,9 @@ def make(source, checkpoint=None, **settings):
         clock=clock,
         sleep=sleep,
         rand=lambda: 0.0,
+        checkpoint_at=checkpoint_at,
+        include_deleted=include_deleted,
+        wallclock=wall or (lambda: 1_000_000.0),
     )
     return w, sink, sleeps, metrics, clock
 
@@ -226,7 +229,7 @@ async def test_410_in_stream_relists_from_consistent_read_and_reports_gap():
 
 
 async def test_http_410_on_watch_relists():
-    src = FakeSource(watches=[errors.ResourceExpired("410"), []], lists=[page(20, [])])
+    src = FakeSource(watches=[errors.ResourceExpired("410"), []], lists=[page(20, [ev("n", 15)])])
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert sink.gaps == [(10, 20)]
@@ -333,7 +336,7 @@ async def test_unreachable_then_reachable_is_reported_once_each():
 async def test_repeated_410_relists_back_off_more_each_time():
     src = FakeSource(
         watches=[[expired()], [expired()], [expired()], [line("ADDED", ev("a", 400))]],
-        lists=[page(100, []), page(200, []), page(300, [])],
+        lists=[page(100, [ev("a", 50)]), page(200, [ev("b", 150)]), page(300, [ev("c", 250)])],
     )
     w, sink, sleeps, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
@@ -411,3 +414,26 @@ async def test_list_items_get_the_kind_and_api_version_watch_objects_have():
     w.sink = Sink()
     await run_until_stop(w)
     assert seen[0]["kind"] == "Event" and seen[0]["apiVersion"] == "v1"
+
+
+async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
+    """Event watches come from etcd without bookmarks: a quiet or narrow scope falls behind
+    compaction. If nothing listed is newer and the rv is younger than the TTL, nothing was
+    missed: no gap event."""
+    src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
+    w, sink, *_ = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
+    await run_until_stop(w)
+    assert sink.gaps == [] and sink.items == [] and sink.marks[0] == 300
+
+
+@pytest.mark.parametrize(
+    ("age", "include_deleted"),
+    [(3601, False), (60, True)],  # older than the TTL: an Event may have expired unseen
+)
+async def test_410_relist_reports_a_gap_when_nothing_proves_otherwise(age, include_deleted):
+    src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [])])
+    w, sink, *_ = make(
+        src, checkpoint=10, checkpoint_at=1_000_000.0 - age, include_deleted=include_deleted
+    )
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 300)]
