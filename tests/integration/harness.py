@@ -289,9 +289,13 @@ async def eventually(check: Any, timeout: float = 20.0, interval: float = 0.1) -
     deadline = asyncio.get_running_loop().time() + timeout
     last = None
     while asyncio.get_running_loop().time() < deadline:
-        last = await check()
-        if last:
-            return last
+        try:
+            last = await check()
+        except (aiohttp.ClientError, OSError) as exc:  # a server not up yet: not yet
+            last = exc
+        else:
+            if last:
+                return last
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met in {timeout}s (last: {last!r})")
 

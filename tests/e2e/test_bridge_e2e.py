@@ -1,0 +1,361 @@
+"""The bridge against a real kube-apiserver + etcd, under the RBAC of deploy/.
+
+What the real server does that the simulated one only imitates: the watch cache (bookmarks,
+410 after a restart or compaction), RBAC, TokenRequest tokens, merge-patch count bumps,
+field selectors. See controlplane.py for what was learnt about the watch cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.writer import ApiWriter
+from tests.integration.harness import (
+    BridgeProcess,
+    bridge_config,
+    checkpoint,
+    event_ids,
+    eventually,
+    logged,
+    metric_at_least,
+    status_events,
+    stream_messages,
+)
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SA_NAMESPACE = SA_NAME = "k8s-event-bridge"
+_ns = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def bridge_kubeconfig(control_plane: ControlPlane) -> Path:
+    """deploy/ applied to the real API server; a token for its ServiceAccount."""
+    control_plane.kubectl("apply", "-k", str(REPO / "deploy"))
+    return control_plane.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"e2e-{next(_ns)}"
+
+
+@pytest.fixture
+async def writer(control_plane: ControlPlane, namespace: str):
+    async with ApiWriter(control_plane.url, control_plane.ssl_context(), namespace) as w:
+        await w.ensure_namespace()
+        yield w
+
+
+@pytest.fixture
+def start_bridge(tmp_path, nats_server, bridge_kubeconfig, namespace):
+    """Bridge processes under the deploy/ identity, publishing this test's namespace."""
+    started: list[BridgeProcess] = []
+
+    def start(kubeconfig: Path | None = None, **sections: Any) -> BridgeProcess:
+        sections.setdefault("filter", {})
+        sections["filter"].setdefault("namespaces", [namespace])
+        # the real watch cache sends a bookmark about once a minute: read past that
+        sections.setdefault("kubernetes", {})
+        sections["kubernetes"].setdefault("read_timeout", "90s")
+        sections.setdefault("cluster", {"name": None})  # the cluster id from kube-system
+        cfg = bridge_config(tmp_path, nats_server.url, kubeconfig or bridge_kubeconfig, **sections)
+        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log").start()
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+
+
+async def stream_has(url: str, ids: list[str]) -> bool:
+    return set(ids) <= set(await event_ids(url))
+
+
+async def assert_stream_is(url: str, ids: list[str], timeout: float = 60) -> None:
+    try:
+        await eventually(lambda: stream_has(url, ids), timeout=timeout)
+    except AssertionError:
+        missing = sorted(set(ids) - set(await event_ids(url)), key=lambda i: int(i.split("/")[1]))
+        raise AssertionError(f"{len(missing)} of {len(ids)} versions missing: {missing}") from None
+    got = await event_ids(url)
+    assert len(got) == len(set(got)), "duplicates in the stream"
+    assert sorted(got) == sorted(ids)
+
+
+async def test_events_and_count_bumps_reach_the_stream_once_per_version(
+    control_plane, writer, start_bridge, nats_server, namespace
+):
+    await writer.write(10, bump_ratio=0.0)  # exist before the bridge: the first list
+    bridge = start_bridge()
+    await bridge.wait_ready(timeout=60)
+    await writer.write(40, bump_ratio=0.5)
+    await assert_stream_is(nats_server.url, writer.ids)
+    kube_system = orjson.loads(
+        control_plane.kubectl("get", "namespace", "kube-system", "-o", "json").stdout
+    )["metadata"]["uid"]
+    for subject, headers, body in await stream_messages(nats_server.url):
+        ce = orjson.loads(body)
+        assert ce["id"] == headers["Nats-Msg-Id"]
+        assert ce["k8scluster"] == kube_system  # cluster.name unset: kube-system's uid
+        if "._bridge." in subject:
+            continue
+        data = ce["data"]
+        assert ce["id"] == f"{data['metadata']['uid']}/{data['metadata']['resourceVersion']}"
+        assert ce["source"] == f"k8s://{kube_system}/namespaces/{namespace}"
+        assert ce["subject"] == f"Pod/{data['involvedObject']['name']}"
+        assert ce["k8scount"] == data["count"]
+        assert ce["time"] == data["lastTimestamp"]
+        assert ce["type"] == f"io.k8s.event.{data['type'].lower()}"
+        assert "managedFields" not in data["metadata"]
+        assert subject == f"k8s.events.{kube_system}.{namespace}.Pod.{data['reason']}"
+    bumped = [n for n, c in writer.counts.items() if c > 1]
+    assert bumped, "the workload bumped no count"
+
+
+async def test_apiserver_outage_while_a_second_apiserver_writes(
+    control_plane, writer, start_bridge, nats_server
+):
+    """The degradation this project exists for: the bridge's apiserver dies, the cluster goes
+    on writing Events (through another apiserver on the same etcd), the bridge catches up.
+
+    The restarted apiserver's watch cache starts at etcd's current revision, so the resume
+    gets 410 and relists: every Event's newest version arrives, versions that only lived
+    during the outage (count bumps of one Event) are gone from what the API serves, and the
+    bridge says so with one gap event. Everything published before stays readable."""
+    second = control_plane.add_apiserver()
+    try:
+        bridge = start_bridge()
+        await bridge.wait_ready(timeout=60)
+        await writer.write(20)
+        await eventually(lambda: stream_has(nats_server.url, writer.ids), timeout=60)
+        before = list(writer.ids)
+        control_plane.stop_apiserver()
+        writer.retarget(second.url)
+        await writer.write(30, bump_ratio=0.3)
+        # subscribers keep reading what was published while the control plane is away
+        assert set(before) <= set(await event_ids(nats_server.url))
+        await eventually(lambda: metric_at_least(bridge, "watch_restarts", 1), timeout=30)
+        control_plane.start_apiserver()
+        writer.retarget(control_plane.url)
+        await writer.write(10, bump_ratio=0.3)
+        newest = set(writer.latest.values())
+        await eventually(lambda: stream_has(nats_server.url, list(newest)), timeout=90)
+        await eventually(lambda: stream_has(nats_server.url, before), timeout=5)
+        got = await event_ids(nats_server.url)
+        assert len(got) == len(set(got)), "duplicates after the outage"
+        assert set(got) <= set(writer.ids)
+        gaps = await status_events(nats_server.url, "gap")
+        assert len(gaps) <= 1
+        missing = set(writer.ids) - set(got)
+        assert not missing or gaps, "versions missing without a gap event"
+    finally:
+        second.stop()
+        control_plane.extra_apiservers.remove(second)
+
+
+async def test_outage_with_watches_served_by_etcd_loses_no_version(
+    control_plane_factory, tmp_path, nats_server
+):
+    """Without the watch cache the history lives in etcd until it is compacted, so a resume
+    after an apiserver restart gets every version, count bumps included: nothing lost."""
+    cp = control_plane_factory(watch_cache=False)
+    cp.kubectl("apply", "-k", str(REPO / "deploy"))
+    kubeconfig = cp.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    async with ApiWriter(cp.url, cp.ssl_context(), "outage") as w:
+        await w.ensure_namespace()
+        cfg = bridge_config(
+            tmp_path, nats_server.url, kubeconfig, kubernetes={"read_timeout": "90s"}
+        )
+        bridge = BridgeProcess(cfg, tmp_path / "bridge.log").start()
+        try:
+            await bridge.wait_ready(timeout=60)
+            await w.write(20)
+            await eventually(lambda: stream_has(nats_server.url, w.ids), timeout=60)
+            cp.stop_apiserver()
+            second = cp.add_apiserver()
+            w.retarget(second.url)
+            await w.write(30, bump_ratio=0.5)
+            cp.start_apiserver()
+            await assert_stream_is(nats_server.url, w.ids, timeout=90)
+            assert await status_events(nats_server.url, "gap") == []
+        finally:
+            bridge.kill()
+
+
+async def test_compaction_while_stopped_gives_410_relist_and_one_gap(
+    control_plane, writer, start_bridge, nats_server
+):
+    bridge = start_bridge()
+    await bridge.wait_ready(timeout=60)
+    await writer.write(20, bump_ratio=0.0)
+    await eventually(lambda: stream_has(nats_server.url, writer.ids), timeout=60)
+    before = set(await event_ids(nats_server.url))
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit() == 0
+    cp_rv = await checkpoint(nats_server.url, _key(control_plane))
+    assert cp_rv is not None
+    await writer.write(30, bump_ratio=0.6)
+    control_plane.make_too_old(cp_rv)
+    again = start_bridge()
+    await again.wait_ready(timeout=90)
+    newest = set(writer.latest.values())
+    await eventually(lambda: stream_has(nats_server.url, list(newest)), timeout=60)
+    got = await event_ids(nats_server.url)
+    assert len(got) == len(set(got)), "duplicates after the relist"
+    assert before <= set(got)
+    gaps = await status_events(nats_server.url, "gap")
+    assert len(gaps) == 1 and gaps[0]["data"]["fromResourceVersion"] == str(cp_rv)
+    assert await logged(again, "resource_version_expired")
+
+
+def _key(cp: ControlPlane) -> str:
+    uid = orjson.loads(cp.kubectl("get", "namespace", "kube-system", "-o", "json").stdout)
+    return f"{uid['metadata']['uid']}.all"
+
+
+async def test_type_warning_field_selector_is_accepted_by_the_real_server(
+    control_plane, writer, start_bridge, nats_server
+):
+    bridge = start_bridge(filter={"types": ["Warning"]})
+    await bridge.wait_ready(timeout=60)
+    await writer.write(30, bump_ratio=0.2)
+    warnings = [
+        i
+        for i, name in zip(writer.ids, _names_of(writer), strict=True)
+        if writer.reasons[name] in ("BackOff", "Unhealthy", "FailedScheduling")
+    ]
+    await assert_stream_is(nats_server.url, warnings)
+    watch_lines = [e for e in bridge.log_events() if e.get("event") == "scope_started"]
+    assert watch_lines and "type=Warning" in watch_lines[0]["field_selector"]
+
+
+def _names_of(writer: ApiWriter) -> list[str]:
+    """The Event name of each recorded version, in order: the first version of each uid is
+    its create, and creates are recorded in ``writer.names`` order."""
+    order = iter(writer.names)
+    uid_name: dict[str, str] = {}
+    names = []
+    for mid in writer.ids:
+        uid = mid.split("/")[0]
+        if uid not in uid_name:
+            uid_name[uid] = next(order)
+        names.append(uid_name[uid])
+    return names
+
+
+async def test_bookmarks_from_the_watch_cache_advance_the_checkpoint(
+    control_plane_factory, tmp_path, nats_server
+):
+    """With an events watch cache (``--watch-cache-sizes=events#N``; off by default, when
+    Event watches go to etcd and carry no bookmarks) the cache's bookmarks move the checkpoint
+    though nothing matches the filter: a restart needs no relist."""
+    cp = control_plane_factory(events_watch_cache=True)
+    cp.kubectl("apply", "-k", str(REPO / "deploy"))
+    kubeconfig = cp.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    # short watches: the cache sends a bookmark 2 s before each deadline (and about once a
+    # minute), once it has seen an Event newer than the watch's start
+    cfg = bridge_config(
+        tmp_path,
+        nats_server.url,
+        kubeconfig,
+        filter={"reasons": ["NeverHappens"]},
+        kubernetes={"watch_timeout_min": "5s", "watch_timeout_max": "6s", "read_timeout": "90s"},
+    )
+    bridge = BridgeProcess(cfg, tmp_path / "bridge.log").start()
+    try:
+        await bridge.wait_ready(timeout=60)
+        async with ApiWriter(cp.url, cp.ssl_context(), "bookmarks") as w:
+            await w.ensure_namespace()
+            await w.write(15, bump_ratio=0.3)
+        top = int(w.ids[-1].split("/")[1])
+
+        async def advanced() -> bool:
+            rv = await checkpoint(nats_server.url)
+            return rv is not None and rv >= top
+
+        await eventually(advanced, timeout=40)
+        assert await event_ids(nats_server.url) == []
+        assert await bridge.metric("relists") == 0
+    finally:
+        bridge.kill()
+
+
+async def test_missing_permission_is_one_clear_log_line_and_a_metric_not_a_crash(
+    control_plane, tmp_path, start_bridge, nats_server
+):
+    control_plane.kubectl("create", "serviceaccount", "no-rbac", "-n", SA_NAMESPACE, check=False)
+    kubeconfig = control_plane.service_account_kubeconfig(SA_NAMESPACE, "no-rbac")
+    bridge = start_bridge(kubeconfig=kubeconfig, cluster={"name": "e2e"})
+    await eventually(lambda: metric_at_least(bridge, "kube_auth_failures", 2), timeout=30)
+    assert bridge.proc is not None and bridge.proc.poll() is None  # backing off, not exiting
+    denied = [e for e in bridge.log_events() if e.get("event") == "kube_permission_denied"]
+    assert len(denied) == 1, "one line, not one per retry"
+    assert denied[0]["status"] == 403 and "list and watch on events" in denied[0]["needs"]
+    status, _ = await bridge.get("/readyz")
+    assert status == 503
+
+
+async def test_restarted_many_times_under_a_steady_rate_stream_equals_truth(
+    control_plane, writer, start_bridge, nats_server
+):
+    stop = asyncio.Event()
+
+    async def steady() -> None:
+        while not stop.is_set():
+            await writer.write(5, rate=40, bump_ratio=0.4)
+
+    load: asyncio.Task[None] | None = None
+    try:
+        for i in range(6):
+            bridge = start_bridge()
+            await bridge.wait_ready(timeout=60)
+            if load is None:  # after the first list: every version from here on counts
+                load = asyncio.create_task(steady())
+            await asyncio.sleep(1.0)
+            if i % 2:
+                bridge.kill()  # SIGKILL
+            else:
+                bridge.signal(signal.SIGTERM)
+                assert await bridge.wait_exit() == 0
+    finally:
+        stop.set()
+        if load is not None:
+            await load
+    last = start_bridge()
+    await last.wait_ready(timeout=60)
+    await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+    assert await status_events(nats_server.url, "gap") == []
+
+
+async def test_narrow_filter_without_bookmarks_relists_quietly_after_compaction(
+    control_plane, writer, start_bridge, nats_server
+):
+    """The default apiserver serves Event watches from etcd: no bookmarks, so a filter that
+    matches nothing leaves the checkpoint behind, and etcd's compaction makes the resume a
+    410. The relist shows nothing newer that matches: nothing was missed, no gap event."""
+    narrow = {"reasons": ["NeverHappens"]}
+    bridge = start_bridge(filter=dict(narrow))
+    await bridge.wait_ready(timeout=60)
+    await writer.write(10, bump_ratio=0.3)  # none of it matches
+    await asyncio.sleep(1.0)
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit() == 0
+    cp_rv = await checkpoint(nats_server.url, _key(control_plane))
+    assert cp_rv is not None
+    control_plane.make_too_old(cp_rv)
+    again = start_bridge(filter=dict(narrow))
+    await again.wait_ready(timeout=90)
+    await eventually(lambda: logged(again, "relisted_nothing_missed"), timeout=30)
+    assert await status_events(nats_server.url, "gap") == []
+    assert await event_ids(nats_server.url) == []
