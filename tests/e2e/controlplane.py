@@ -1,0 +1,842 @@
+"""A real etcd + kube-apiserver for the e2e tier, started the way controller-runtime's envtest does.
+
+The binaries come from ``e2e/build-control-plane.sh`` (built once from the Go module proxy and
+cached outside the repo, keyed by the versions pinned in ``e2e/versions.env``).
+
+Flags, as envtest (``pkg/internal/testing/controlplane``) sets them, plus what these tests need:
+
+* etcd: ``--data-dir``, ``--listen-client-urls`` = ``--advertise-client-urls`` on a free loopback
+  port, ``--listen-peer-urls=http://localhost:0``, and ``--unsafe-no-fsync`` (envtest probes for
+  it; the page cache survives a ``kill -9`` of the process, so nothing a test restarts is lost).
+* kube-apiserver: ``--etcd-servers``, ``--cert-dir`` with ``--tls-cert-file`` /
+  ``--tls-private-key-file``, ``--client-ca-file``, ``--secure-port`` (free port),
+  ``--bind-address=127.0.0.1``, ``--advertise-address=127.0.0.1``,
+  ``--service-cluster-ip-range=10.0.0.0/24``, ``--allow-privileged=true``,
+  ``--authorization-mode=RBAC``, ``--disable-admission-plugins=ServiceAccount`` (no controller
+  manager runs, so no ``default`` ServiceAccount is ever created; envtest disables it for that
+  reason), ``--service-account-issuer`` / ``--service-account-key-file`` /
+  ``--service-account-signing-key-file`` (TokenRequest works: ``kubectl create token``).
+  Added here: ``--event-ttl`` (default 1h), ``--etcd-compaction-interval=0`` (the apiserver never
+  compacts; tests do it with :meth:`ControlPlane.compact`), optionally ``--watch-cache=false``
+  or a watch cache for events (``events_watch_cache=True``, see below).
+
+Certificates: one CA (serving and client auth), a serving cert for 127.0.0.1 / localhost, an
+admin client cert ``CN=e2e-admin, O=system:masters``, an RSA service-account key pair.
+
+Events, the watch cache, bookmarks and 410 in the real apiserver (read in the v1.36.3 source):
+
+* kube-apiserver DISABLES the watch cache for core/v1 ``events`` and ``events.k8s.io`` events by
+  default (``pkg/kubeapiserver/default_storage_factory_builder.go``, ``DefaultWatchCacheSizes``:
+  ``events: 0``). Every events LIST and WATCH goes straight to etcd (``storage/etcd3``).
+  Consequences for the bridge, all checked by tests/e2e/test_control_plane_smoke.py:
+
+  - A watch from an RV that etcd has compacted gets 410 at once after :meth:`ControlPlane.compact`
+    (etcd's ErrCompacted, "The resourceVersion for the provided watch is too old."), no restart.
+  - An events watch gets NO periodic BOOKMARKs: the etcd3 watcher only emits the
+    ``k8s.io/initial-events-end`` bookmark after initial events (observed for ``resourceVersion=0``
+    and ``sendInitialEvents=true``); the API has no way to ask etcd for progress notifications.
+    A checkpoint that waits for bookmarks never advances on a quiet default cluster.
+
+* ``events_watch_cache=True`` adds ``--watch-cache-sizes=events#1000,events.events.k8s.io#1000``,
+  putting events behind the watch cache as for other resources (``pkg/storage/cacher``):
+
+  - BOOKMARKs go to watchers with ``allowWatchBookmarks=true`` roughly every minute
+    (``defaultBookmarkFrequency``) and 2 s before the watch deadline (``timeoutSeconds``), so a
+    test asks for ``timeoutSeconds=5`` and gets one ~3 s in. Observed (not fully explained by
+    the source): bookmarks came only once the cache had seen an event newer than the watch's
+    start RV; a watch from the newest RV on a quiet namespace got none before its deadline.
+  - A watch with an RV is served from a sliding window in memory (capacity 100 .. 100*1024,
+    grown while the buffered events are younger than 75 s). ``getAllEventsSinceLocked`` answers
+    410 "too old resource version: X (Y)" only for RVs older than the window start (the RV of
+    the cache's initial LIST while nothing was evicted). Compacting etcd does NOT shrink the
+    window (``compactor.go`` only drops list snapshots, every 15 s), so compact() alone is
+    hidden: the watch replays compacted history from memory. Restarting the apiserver is what
+    reliably makes an old RV "too old": the new cache starts at etcd's current revision.
+
+* :meth:`ControlPlane.make_too_old` works in both modes: it bumps etcd's revision past the RV if
+  needed, compacts etcd, ``kill -9``-restarts every running apiserver (same port), and verifies
+  with a real watch that the RV now gets 410 before returning.
+* The 410 of a watch is a line ``{"type":"ERROR","object":{"kind":"Status","code":410,
+  "reason":"Expired",...}}`` inside an HTTP 200 watch stream. A LIST with
+  ``resourceVersionMatch=Exact`` of a compacted RV gets a plain HTTP 410.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
+VERSIONS_FILE = REPO / "e2e" / "versions.env"
+ADMIN_USER = "e2e-admin"
+BINARIES = ("kube-apiserver", "kubectl", "etcd")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built, started or driven."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return (
+            f"kubectl {' '.join(self.cmd[1:])} exited {self.returncode}\n"
+            f"stdout: {self.stdout}\nstderr: {self.stderr}"
+        )
+
+
+# ----------------------------------------------------------------------------- binaries
+
+
+def versions() -> dict[str, str]:
+    """The pins from e2e/versions.env (KUBERNETES_VERSION, ETCD_VERSION)."""
+    out: dict[str, str] = {}
+    for line in VERSIONS_FILE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip().strip("\"'")
+    return out
+
+
+def bin_dir() -> Path:
+    """Where build-control-plane.sh puts the binaries (same rule as the script)."""
+    root = os.environ.get("K8S_EVENT_BRIDGE_CACHE")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = str(Path(xdg) / "k8s-event-bridge")
+    v = versions()
+    key = f"{v['KUBERNETES_VERSION']}-{v['ETCD_VERSION']}"
+    return Path(root) / "controlplane" / key / "bin"
+
+
+def binaries_present() -> bool:
+    d = bin_dir()
+    return all(os.access(d / name, os.X_OK) for name in BINARIES)
+
+
+def ensure_binaries(stream: bool = False) -> Path:
+    """Run e2e/build-control-plane.sh (instant when cached) and return the bin directory.
+
+    Raises ControlPlaneError with the end of the build output if the build fails: the e2e tier
+    must fail loudly, never skip.
+    """
+    if stream:
+        proc = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True
+        )
+        err = ""
+    else:
+        proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True)
+        err = proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(err.strip().splitlines()[-40:])
+        raise ControlPlaneError(
+            f"e2e/build-control-plane.sh failed (exit {proc.returncode}); the e2e tier needs "
+            f"kube-apiserver, kubectl and etcd.\n{tail}"
+        )
+    path = Path(lines[-1])
+    for name in BINARIES:
+        if not os.access(path / name, os.X_OK):
+            raise ControlPlaneError(f"build-control-plane.sh reported {path} but {name} is missing")
+    return path
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+class Certs:
+    """CA, serving cert, admin client cert and the service-account key pair, as PEM files."""
+
+    def __init__(self, directory: Path) -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dir = directory
+        now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        later = now + dt.timedelta(days=2)
+
+        def write_key(path: Path, key: Any) -> None:
+            path.write_bytes(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+            path.chmod(0o600)
+
+        def write_cert(path: Path, cert: x509.Certificate) -> None:
+            path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "k8s-event-bridge e2e CA")])
+        ca_cert = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(later)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+            .sign(ca_key, hashes.SHA256())
+        )
+
+        def leaf(subject: x509.Name, usage: Any, sans: list[x509.GeneralName] | None) -> tuple:
+            key = ec.generate_private_key(ec.SECP256R1())
+            b = (
+                x509.CertificateBuilder()
+                .subject_name(subject)
+                .issuer_name(ca_name)
+                .public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now)
+                .not_valid_after(later)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+                .add_extension(
+                    x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+                )
+            )
+            if sans:
+                b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            return key, b.sign(ca_key, hashes.SHA256())
+
+        serving_key, serving_cert = leaf(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            [
+                x509.DNSName("localhost"),
+                x509.DNSName("kubernetes"),
+                x509.DNSName("kubernetes.default"),
+                x509.DNSName("kubernetes.default.svc"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            ],
+        )
+        admin_key, admin_cert = leaf(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, ADMIN_USER),
+                ]
+            ),
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+            None,
+        )
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+        self.ca_cert = directory / "ca.crt"
+        self.ca_key = directory / "ca.key"
+        self.serving_cert = directory / "apiserver.crt"
+        self.serving_key = directory / "apiserver.key"
+        self.admin_cert = directory / "admin.crt"
+        self.admin_key = directory / "admin.key"
+        self.sa_key = directory / "sa-signer.key"
+        self.sa_pub = directory / "sa-signer.pub"
+        write_cert(self.ca_cert, ca_cert)
+        write_key(self.ca_key, ca_key)
+        write_cert(self.serving_cert, serving_cert)
+        write_key(self.serving_key, serving_key)
+        write_cert(self.admin_cert, admin_cert)
+        write_key(self.admin_key, admin_key)
+        write_key(self.sa_key, sa_key)
+        self.sa_pub.write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_cert))
+        ctx.load_cert_chain(str(self.admin_cert), str(self.admin_key))
+        return ctx
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    *,
+    user: str,
+    client_cert: Path | None = None,
+    client_key: Path | None = None,
+    token: str | None = None,
+) -> Path:
+    u: dict[str, str] = {}
+    if client_cert and client_key:
+        u = {"client-certificate": str(client_cert), "client-key": str(client_key)}
+    if token:
+        u["token"] = token
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": user, "user": u}],
+        "contexts": [{"name": user, "context": {"cluster": "e2e", "user": user}}],
+        "current-context": user,
+    }
+    # JSON is YAML: kubectl and kubernetes_asyncio both read it.
+    path.write_text(json.dumps(cfg, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+class Etcd:
+    def __init__(self, binary: Path, workdir: Path) -> None:
+        self.binary = binary
+        self.data_dir = workdir / "etcd-data"
+        self.log_path = workdir / "etcd.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def args(self) -> list[str]:
+        return [
+            str(self.binary),
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={self.url}",
+            f"--advertise-client-urls={self.url}",
+            "--listen-peer-urls=http://localhost:0",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def start(self, timeout: float = 30) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.args(),
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"etcd exited with {self.proc.returncode}:\n{_tail(self.log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if json.loads(r.read()).get("health") == "true":
+                        return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise ControlPlaneError(f"etcd not healthy after {timeout}s:\n{_tail(self.log_path)}")
+
+    def stop(self) -> None:
+        """kill -9; the data dir stays, so start() resumes with the same data."""
+        _kill(self.proc)
+        self.proc = None
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request to etcd's HTTP/JSON gRPC gateway (``/v3/...``)."""
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())  # type: ignore[no-any-return]
+        except urllib.error.HTTPError as e:
+            raise ControlPlaneError(f"etcd {path} {body}: {e.code} {e.read()!r}") from e
+
+
+class ApiServer:
+    """One kube-apiserver process (the primary, or another one against the same etcd)."""
+
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path,
+        name: str,
+        certs: Certs,
+        etcd: Etcd,
+        *,
+        event_ttl: str,
+        watch_cache: bool,
+        events_watch_cache: bool = False,
+        issuer: str | None,
+        extra_args: Sequence[str],
+        kubectl_binary: Path,
+    ) -> None:
+        self.binary = binary
+        self.kubectl_binary = kubectl_binary
+        self.workdir = workdir
+        self.name = name
+        self.certs = certs
+        self.etcd = etcd
+        self.event_ttl = event_ttl
+        self.watch_cache = watch_cache
+        self.events_watch_cache = events_watch_cache
+        self.extra_args = list(extra_args)
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.issuer = issuer or f"{self.url}/"
+        self.log_path = workdir / f"{name}.log"
+        self.cert_dir = workdir / f"{name}-certs"
+        self.cert_dir.mkdir(exist_ok=True)
+        self.kubeconfig = write_kubeconfig(
+            workdir / f"{name}.kubeconfig",
+            self.url,
+            certs.ca_cert,
+            user=ADMIN_USER,
+            client_cert=certs.admin_cert,
+            client_key=certs.admin_key,
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.last_start_seconds: float | None = None
+
+    def args(self) -> list[str]:
+        c = self.certs
+        return [
+            str(self.binary),
+            f"--etcd-servers={self.etcd.url}",
+            f"--cert-dir={self.cert_dir}",
+            f"--tls-cert-file={c.serving_cert}",
+            f"--tls-private-key-file={c.serving_key}",
+            f"--client-ca-file={c.ca_cert}",
+            f"--secure-port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--service-account-issuer={self.issuer}",
+            f"--service-account-key-file={c.sa_pub}",
+            f"--service-account-signing-key-file={c.sa_key}",
+            f"--event-ttl={self.event_ttl}",
+            "--etcd-compaction-interval=0",
+            f"--watch-cache={'true' if self.watch_cache else 'false'}",
+            *(
+                ["--watch-cache-sizes=events#1000,events.events.k8s.io#1000"]
+                if self.events_watch_cache
+                else []
+            ),
+            *self.extra_args,
+        ]
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 90) -> float:
+        """Start; wait for /readyz (admin cert) and the kube-system namespace; returns seconds."""
+        if self.running:
+            return 0.0
+        t0 = time.monotonic()
+        with self.log_path.open("ab") as log:
+            log.write(f"\n===== start {time.strftime('%H:%M:%S')} =====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.args(),
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        ctx = self.certs.admin_ssl_context()
+        deadline = t0 + timeout
+        ready = False
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"kube-apiserver {self.name} exited with {self.proc.returncode}:\n"
+                    f"{_tail(self.log_path)}"
+                )
+            try:
+                path = "/api/v1/namespaces/kube-system" if ready else "/readyz"
+                with urllib.request.urlopen(f"{self.url}{path}", context=ctx, timeout=5) as r:
+                    if r.status == 200:
+                        if ready:
+                            self.last_start_seconds = time.monotonic() - t0
+                            return self.last_start_seconds
+                        ready = True
+                        continue
+            except (OSError, urllib.error.HTTPError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise ControlPlaneError(
+            f"kube-apiserver {self.name} not ready after {timeout}s:\n{_tail(self.log_path)}"
+        )
+
+    def stop(self) -> None:
+        """kill -9, no graceful shutdown (the way a crashed or evicted apiserver goes)."""
+        _kill(self.proc)
+        self.proc = None
+
+    def restart(self) -> float:
+        self.stop()
+        return self.start()
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        kubeconfig: Path | str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            str(self.kubectl_binary),
+            f"--kubeconfig={kubeconfig or self.kubeconfig}",
+            f"--cache-dir={self.workdir / 'kubectl-cache'}",
+            *args,
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, env=env
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float = 30
+    ) -> tuple[int, bytes]:
+        """A raw admin HTTPS request; returns (status, body) also for 4xx/5xx."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data else {},
+        )
+        try:
+            with urllib.request.urlopen(
+                req, context=self.certs.admin_ssl_context(), timeout=timeout
+            ) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+
+# ----------------------------------------------------------------------------- control plane
+
+
+class ControlPlane:
+    """etcd + one kube-apiserver (+ optional extra apiservers on the same etcd).
+
+    Everything lives in a fresh temp dir that :meth:`stop` removes (set
+    ``K8S_EVENT_BRIDGE_E2E_KEEP=1`` to keep it, with the etcd and apiserver logs).
+    """
+
+    def __init__(
+        self,
+        *,
+        event_ttl: str = "1h",
+        watch_cache: bool = True,
+        events_watch_cache: bool = False,
+        apiserver_args: Sequence[str] = (),
+        bin_path: Path | None = None,
+    ) -> None:
+        self.bin = bin_path or ensure_binaries()
+        self.dir = Path(tempfile.mkdtemp(prefix="k8s-event-bridge-e2e-"))
+        self.certs = Certs(self.dir / "pki")
+        self.etcd = Etcd(self.bin / "etcd", self.dir)
+        self.apiserver = ApiServer(
+            self.bin / "kube-apiserver",
+            self.dir,
+            "kube-apiserver",
+            self.certs,
+            self.etcd,
+            event_ttl=event_ttl,
+            watch_cache=watch_cache,
+            events_watch_cache=events_watch_cache,
+            issuer=None,
+            extra_args=apiserver_args,
+            kubectl_binary=self.bin / "kubectl",
+        )
+        self.extra_apiservers: list[ApiServer] = []
+        self.start_seconds: float | None = None
+
+    # -- lifecycle
+
+    def start(self) -> ControlPlane:
+        t0 = time.monotonic()
+        try:
+            self.etcd.start()
+            self.apiserver.start()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        for a in self.extra_apiservers:
+            a.stop()
+        self.apiserver.stop()
+        self.etcd.stop()
+        if os.environ.get("K8S_EVENT_BRIDGE_E2E_KEEP") != "1":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            print(f"kept control plane dir {self.dir}", file=sys.stderr)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop_apiserver(self) -> None:
+        self.apiserver.stop()
+
+    def start_apiserver(self) -> float:
+        """Start the apiserver again (same port, certs, etcd); returns seconds to ready."""
+        return self.apiserver.start()
+
+    def restart_apiserver(self) -> float:
+        return self.apiserver.restart()
+
+    def stop_etcd(self) -> None:
+        self.etcd.stop()
+
+    def start_etcd(self) -> None:
+        self.etcd.start()
+
+    def add_apiserver(
+        self,
+        *,
+        event_ttl: str | None = None,
+        watch_cache: bool | None = None,
+        events_watch_cache: bool | None = None,
+        extra_args: Sequence[str] = (),
+        start: bool = True,
+    ) -> ApiServer:
+        """Another kube-apiserver on the same etcd, certs and SA keys, on its own port.
+
+        E.g. write Events while the primary is down, or with a short ``event_ttl`` (the TTL is a
+        property of the apiserver that writes the Event). Stopped by :meth:`stop`.
+        """
+        a = ApiServer(
+            self.bin / "kube-apiserver",
+            self.dir,
+            f"kube-apiserver-{len(self.extra_apiservers) + 2}",
+            self.certs,
+            self.etcd,
+            event_ttl=event_ttl or self.apiserver.event_ttl,
+            watch_cache=self.apiserver.watch_cache if watch_cache is None else watch_cache,
+            events_watch_cache=(
+                self.apiserver.events_watch_cache
+                if events_watch_cache is None
+                else events_watch_cache
+            ),
+            issuer=self.apiserver.issuer,
+            extra_args=extra_args,
+            kubectl_binary=self.bin / "kubectl",
+        )
+        self.extra_apiservers.append(a)
+        if start:
+            a.start()
+        return a
+
+    # -- access
+
+    @property
+    def url(self) -> str:
+        return self.apiserver.url
+
+    @property
+    def port(self) -> int:
+        return self.apiserver.port
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (client cert in system:masters)."""
+        return self.apiserver.kubeconfig
+
+    @property
+    def ca_file(self) -> Path:
+        return self.certs.ca_cert
+
+    @property
+    def etcd_url(self) -> str:
+        return self.etcd.url
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trusts the CA and presents the admin client cert."""
+        return self.certs.admin_ssl_context()
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | str | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl (admin kubeconfig unless ``kubeconfig``); raises KubectlError on a
+        non-zero exit unless ``check=False``."""
+        return self.apiserver.kubectl(
+            *args, input=input, check=check, kubeconfig=kubeconfig, timeout=timeout
+        )
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        return self.apiserver.request(method, path, body)
+
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, *, duration: str = "2h", server: ApiServer | None = None
+    ) -> Path:
+        """A kubeconfig with a TokenRequest token for ServiceAccount ``namespace/name`` (which
+        must exist) and the CA file."""
+        token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}")
+        target = server or self.apiserver
+        return write_kubeconfig(
+            self.dir / f"sa-{namespace}-{name}-{target.port}.kubeconfig",
+            target.url,
+            self.certs.ca_cert,
+            user=f"system:serviceaccount:{namespace}:{name}",
+            token=token.stdout.strip(),
+        )
+
+    # -- etcd revisions and compaction
+
+    def current_revision(self) -> int:
+        """etcd's current revision (from a range response header)."""
+        resp = self.etcd.call("/v3/kv/range", {"key": _b64("/"), "limit": 1})
+        return int(resp["header"]["revision"])
+
+    def bump_revision(self) -> int:
+        """One etcd write outside the apiserver's /registry prefix; returns the new revision."""
+        resp = self.etcd.call(
+            "/v3/kv/put",
+            {"key": _b64("/k8s-event-bridge-e2e/bump"), "value": _b64(str(time.time()))},
+        )
+        return int(resp["header"]["revision"])
+
+    def compact(self, revision: int | None = None) -> int:
+        """Compact etcd (physical) at ``revision`` (default: current); returns the revision.
+
+        Compacting at a revision that was already compacted is not an error here. etcd keeps
+        the compact revision itself: a watch from RV r (which starts at r + 1) is refused only
+        when compacted at r + 2 or later; :meth:`bump_revision` first if nothing else wrote.
+        """
+        rev = self.current_revision() if revision is None else revision
+        try:
+            self.etcd.call("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        except ControlPlaneError as e:
+            if "required revision has been compacted" not in str(e):
+                raise
+        return rev
+
+    def make_too_old(self, resource_version: int | str, timeout: float = 60) -> None:
+        """Make a watch from ``resource_version`` get 410 Expired, reliably.
+
+        Bumps etcd's revision to rv + 2 or more, compacts etcd at the current revision, restarts
+        the apiserver (kill -9, same port) so that its watch cache starts fresh at the current
+        revision, and verifies with a real events watch that the RV now gets the 410 ERROR.
+        Extra apiservers are restarted too so none of them serves it from memory.
+        """
+        rv = int(resource_version)
+        # etcd keeps the compact revision itself watchable: a watch from rv starts at rv + 1, so
+        # it is refused only when compacted at rv + 2 or later.
+        while self.current_revision() < rv + 2:
+            self.bump_revision()
+        self.compact()
+        for a in [self.apiserver, *self.extra_apiservers]:
+            if a.running:
+                a.restart()
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            status, body = self.request(
+                "GET", f"/api/v1/events?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+            )
+            last = f"{status} {body[:300]!r}"
+            if status == 200:
+                for line in body.splitlines():
+                    ev = json.loads(line)
+                    if ev.get("type") == "ERROR" and ev["object"].get("code") == 410:
+                        return
+                raise ControlPlaneError(f"watch from RV {rv} did not get 410: {last}")
+            if status == 410:
+                return
+            time.sleep(0.2)  # 429 while the new watch cache initializes
+        raise ControlPlaneError(f"watch from RV {rv} did not get 410 in {timeout}s: {last}")
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+@contextlib.contextmanager
+def control_plane(**kwargs: Any) -> Iterator[ControlPlane]:
+    cp = ControlPlane(**kwargs).start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
