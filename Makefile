@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration clean
+.PHONY: demo test lint unit integration e2e clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ unit: $(BIN)/.installed
 
 integration: $(BIN)/.installed
 	$(BIN)/pytest tests/integration
+
+e2e: $(BIN)/.installed
+	$(BIN)/pytest tests/e2e
 
 test: lint
 	$(BIN)/pytest
