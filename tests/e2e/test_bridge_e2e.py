@@ -26,6 +26,7 @@ from tests.integration.harness import (
     eventually,
     logged,
     metric_at_least,
+    readyz,
     status_events,
     stream_messages,
 )
@@ -123,16 +124,13 @@ async def test_events_and_count_bumps_reach_the_stream_once_per_version(
     assert bumped, "the workload bumped no count"
 
 
-async def test_apiserver_outage_while_a_second_apiserver_writes(
+async def test_apiserver_outage_while_a_second_apiserver_writes_loses_nothing(
     control_plane, writer, start_bridge, nats_server
 ):
     """The degradation this project exists for: the bridge's apiserver dies, the cluster goes
-    on writing Events (through another apiserver on the same etcd), the bridge catches up.
-
-    The restarted apiserver's watch cache starts at etcd's current revision, so the resume
-    gets 410 and relists: every Event's newest version arrives, versions that only lived
-    during the outage (count bumps of one Event) are gone from what the API serves, and the
-    bridge says so with one gap event. Everything published before stays readable."""
+    on writing Events and bumping counts through another apiserver on the same etcd, the
+    apiserver comes back. Event watches are served from etcd (no watch cache for Events by
+    default), so the resume gets every version written meanwhile: nothing lost, no gap."""
     second = control_plane.add_apiserver()
     try:
         bridge = start_bridge()
@@ -142,36 +140,34 @@ async def test_apiserver_outage_while_a_second_apiserver_writes(
         before = list(writer.ids)
         control_plane.stop_apiserver()
         writer.retarget(second.url)
-        await writer.write(30, bump_ratio=0.3)
+        await writer.write(30, bump_ratio=0.4)
         # subscribers keep reading what was published while the control plane is away
         assert set(before) <= set(await event_ids(nats_server.url))
         await eventually(lambda: metric_at_least(bridge, "watch_restarts", 1), timeout=30)
+        await eventually(lambda: readyz(bridge, 503, "watch"), timeout=30)
         control_plane.start_apiserver()
         writer.retarget(control_plane.url)
-        await writer.write(10, bump_ratio=0.3)
-        newest = set(writer.latest.values())
-        await eventually(lambda: stream_has(nats_server.url, list(newest)), timeout=90)
-        await eventually(lambda: stream_has(nats_server.url, before), timeout=5)
-        got = await event_ids(nats_server.url)
-        assert len(got) == len(set(got)), "duplicates after the outage"
-        assert set(got) <= set(writer.ids)
-        gaps = await status_events(nats_server.url, "gap")
-        assert len(gaps) <= 1
-        missing = set(writer.ids) - set(got)
-        assert not missing or gaps, "versions missing without a gap event"
+        await writer.write(10, bump_ratio=0.4)
+        await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+        assert await status_events(nats_server.url, "gap") == []
+        assert await status_events(nats_server.url, "apiserver_unreachable")
+        assert await status_events(nats_server.url, "apiserver_reachable")
     finally:
         second.stop()
         control_plane.extra_apiservers.remove(second)
 
 
-async def test_outage_with_watches_served_by_etcd_loses_no_version(
+async def test_outage_with_an_events_watch_cache_relists_and_reports_the_gap(
     control_plane_factory, tmp_path, nats_server
 ):
-    """Without the watch cache the history lives in etcd until it is compacted, so a resume
-    after an apiserver restart gets every version, count bumps included: nothing lost."""
-    cp = control_plane_factory(watch_cache=False)
+    """With a watch cache for Events, a restarted apiserver's cache starts at etcd's current
+    revision and answers 410 to the bridge's older resourceVersion although etcd still has the
+    history. The relist brings the newest version of every Event; count bumps that only lived
+    during the outage are no longer served by the API, and one gap event says so."""
+    cp = control_plane_factory(events_watch_cache=True)
     cp.kubectl("apply", "-k", str(REPO / "deploy"))
     kubeconfig = cp.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    second = cp.add_apiserver()
     async with ApiWriter(cp.url, cp.ssl_context(), "outage") as w:
         await w.ensure_namespace()
         cfg = bridge_config(
@@ -182,13 +178,18 @@ async def test_outage_with_watches_served_by_etcd_loses_no_version(
             await bridge.wait_ready(timeout=60)
             await w.write(20)
             await eventually(lambda: stream_has(nats_server.url, w.ids), timeout=60)
+            before = list(w.ids)
             cp.stop_apiserver()
-            second = cp.add_apiserver()
             w.retarget(second.url)
             await w.write(30, bump_ratio=0.5)
             cp.start_apiserver()
-            await assert_stream_is(nats_server.url, w.ids, timeout=90)
-            assert await status_events(nats_server.url, "gap") == []
+            newest = list(w.latest.values())
+            await eventually(lambda: stream_has(nats_server.url, before + newest), timeout=90)
+            got = await event_ids(nats_server.url)
+            assert len(got) == len(set(got)), "duplicates after the relist"
+            gaps = await status_events(nats_server.url, "gap")
+            assert len(gaps) == 1
+            assert await logged(bridge, "resource_version_expired")
         finally:
             bridge.kill()
 
