@@ -27,6 +27,7 @@ from bridge.filtering import event_count
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
 DATA_CONTENT_TYPE: Final = "application/json"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
+SUBJECT_CACHE_SIZE: Final = 4096
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 # CloudEvents binding rule: printable ASCII except space, '"' and '%' stays as it is.
@@ -87,6 +88,8 @@ class Converter:
         self.binary = mode == "binary"
         self._source_prefix = f"k8s://{cluster}/namespaces/"
         self._subject_prefix = f"{subject_prefix}.{subjects.token(cluster)}."
+        # (namespace, kind, reason) -> subject: few distinct values, sanitised once each
+        self._subjects: dict[tuple[str, str, str], str] = {}
 
     def convert(self, obj: dict[str, Any]) -> Message:
         meta = obj.get("metadata")
@@ -111,10 +114,14 @@ class Converter:
         name = _str(involved.get("name"))
         reason = _str(obj.get("reason"))
         msg_id = f"{uid}/{rv}"
-        subject = (
-            f"{self._subject_prefix}{subjects.token(namespace)}."
-            f"{subjects.token(kind)}.{subjects.token(reason)}"
-        )
+        subject = self._subjects.get((namespace, kind, reason))
+        if subject is None:
+            if len(self._subjects) >= SUBJECT_CACHE_SIZE:
+                self._subjects.clear()  # bounded whatever the cluster sends
+            subject = self._subjects[(namespace, kind, reason)] = (
+                f"{self._subject_prefix}{subjects.token(namespace)}."
+                f"{subjects.token(kind)}.{subjects.token(reason)}"
+            )
         attrs: dict[str, Any] = {
             "specversion": "1.0",
             "id": msg_id,

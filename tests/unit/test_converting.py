@@ -197,3 +197,11 @@ def test_any_event_gives_a_valid_cloudevent_and_subject(obj, cluster, mode):
 def test_token_is_always_a_single_safe_subject_token(value):
     t = subjects.token(value)
     assert t and all(c.isascii() and (c.isalnum() or c in "_-") for c in t)
+
+
+def test_subject_cache_stays_bounded_and_correct():
+    conv = Converter("c", "k8s.events", "structured")
+    for i in range(5000):
+        msg = conv.convert(core_event(reason=f"Reason{i}"))
+        assert msg.subject == f"k8s.events.c.shop.Pod.Reason{i}"
+    assert len(conv._subjects) <= 4096
