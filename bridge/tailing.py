@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+import nats.js.errors
 import orjson
 from nats.js.api import DeliverPolicy
 
@@ -57,9 +58,17 @@ async def tail(
     js = nc.jetstream()
     subject = subject or f"{settings.nats.subject_prefix}.>"
     policy = DeliverPolicy.ALL if all_ else DeliverPolicy.NEW
-    sub = await js.subscribe(
-        subject, stream=settings.nats.stream, ordered_consumer=True, deliver_policy=policy
-    )
+    try:
+        sub = await js.subscribe(
+            subject, stream=settings.nats.stream, ordered_consumer=True, deliver_policy=policy
+        )
+    except nats.js.errors.NotFoundError:
+        print(
+            f"k8s-event-bridge: no stream {settings.nats.stream} on {settings.nats.servers}",
+            file=sys.stderr,
+        )
+        await nc.close()
+        return 1
     seen = 0
     try:
         while count is None or seen < count:

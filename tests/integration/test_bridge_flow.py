@@ -267,3 +267,22 @@ async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bri
             data = ce.get_data()
             assert ce.get_extension("k8sreason") == data["reason"]
     assert seen == len(w.ids)
+
+
+async def test_tail_without_a_stream_says_so(nats_server):
+    import asyncio
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        "tail",
+        "--count",
+        "1",
+        env={"BRIDGE_NATS__SERVERS": f'["{nats_server.url}"]', "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1 and b"no stream K8S_EVENTS" in err
