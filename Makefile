@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration e2e clean
+.PHONY: demo test lint unit integration e2e bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ e2e: $(BIN)/.installed
 
 test: lint
 	$(BIN)/pytest
+
+# the end-to-end benchmark (docs/performance.md): make bench [BENCH_ARGS="--quick"]
+bench: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[bench,test]'
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

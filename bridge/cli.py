@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import yaml
 
@@ -68,14 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run_loop(app.serve(cfg))
 
 
-def _run_loop(coro: object) -> int:
+def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when it is installed (``pip install uvloop``), else on asyncio's loop."""
     try:
-        import uvloop  # type: ignore[import-not-found]
-
-        runner = uvloop.run
+        uvloop = importlib.import_module("uvloop")
     except ImportError:
-        runner = asyncio.run
-    return int(runner(coro))
+        return asyncio.run(coro)
+    return int(uvloop.run(coro))
 
 
 if __name__ == "__main__":
