@@ -31,6 +31,7 @@ SUBJECT_CACHE_SIZE: Final = 4096
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 # CloudEvents binding rule: printable ASCII except space, '"' and '%' stays as it is.
+_match_time = _RFC3339.match
 _CE_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 _TYPE_CHARS = re.compile(r"[^a-z0-9]")
 
@@ -50,19 +51,18 @@ def valid_time(value: Any) -> bool:
 
 
 def occurrence_time(obj: dict[str, Any]) -> str | None:
+    """The first valid RFC 3339 time of series.lastObservedTime, lastTimestamp, eventTime,
+    metadata.creationTimestamp; None when none is (the attribute is then left out)."""
     series = obj.get("series")
-    if isinstance(series, dict):
-        t = series.get("lastObservedTime")
-        if valid_time(t):
-            return str(t)
-    for t in (obj.get("lastTimestamp"), obj.get("eventTime")):
-        if valid_time(t):
-            return str(t)
     meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        t = meta.get("creationTimestamp")
-        if valid_time(t):
-            return str(t)
+    for t in (
+        series.get("lastObservedTime") if isinstance(series, dict) else None,
+        obj.get("lastTimestamp"),
+        obj.get("eventTime"),
+        meta.get("creationTimestamp") if isinstance(meta, dict) else None,
+    ):
+        if t.__class__ is str and _match_time(t) is not None:
+            return t
     return None
 
 

@@ -40,6 +40,7 @@ _RETRY_CAP = 10.0
 # JetStream errors that the same message will meet on every attempt.
 PERMANENT_ERRORS = frozenset({10054})  # message size exceeds the stream's max_msg_size
 _HEADER_OVERHEAD = len("NATS/1.0\r\n\r\n")
+_HEADROOM = 4096  # more than the headers of any message the bridge builds
 
 
 @dataclass(slots=True)
@@ -149,7 +150,9 @@ class Publisher:
 
     async def _send(self, p: _Pending) -> None:
         msg = p.out.msg
-        if wire_size(msg) > self._nc.max_payload > 0:
+        # headers are small: count them only for a payload near the limit
+        limit = self._nc.max_payload
+        if len(msg.payload) > limit - _HEADROOM and wire_size(msg) > limit > 0:
             # The server would cut the connection for it, on every attempt.
             self._give_up(p, "too_large", f"{wire_size(msg)} bytes > max_payload")
             return
