@@ -41,6 +41,8 @@ if binaries_ok; then
   exit 0
 fi
 
+# The toolchain's usual place, for an environment whose PATH does not name it.
+command -v go >/dev/null 2>&1 || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null 2>&1 || die "go is not installed (needed to build the control plane)"
 start=$(date +%s)
 mkdir -p "$bin" "$work"
