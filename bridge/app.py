@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import nats.errors
 
-from bridge import checkpoints, logs, natsconn, streams
+from bridge import logs, natsconn, streams
 from bridge.backoff import Backoff
 from bridge.checkpoints import CheckpointStore, KvCheckpointStore, checkpoint_key
 from bridge.converting import Converter
@@ -418,4 +418,4 @@ async def serve(settings: Settings) -> int:
     return await bridge.run()
 
 
-__all__ = ["Bridge", "checkpoints", "serve"]
+__all__ = ["Bridge", "serve"]

@@ -84,19 +84,3 @@ class KvCheckpointStore:
             }
         )
         await self._kv.put(key, value)
-
-
-class MemoryCheckpointStore:
-    """For unit tests and the demo's first phase."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, int] = {}
-        self.saves = 0
-
-    async def load(self, key: str) -> Checkpoint | None:
-        rv = self.values.get(key)
-        return None if rv is None else Checkpoint(rv, time.time())
-
-    async def save(self, key: str, resource_version: int) -> None:
-        self.values[key] = resource_version
-        self.saves += 1
