@@ -148,8 +148,6 @@ def _ce(body):
 
 
 async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bridge, tmp_path):
-    import asyncio
-    import sys
 
     w = Writer(sim)
     w.create(reason="OOMKilling", message="Memory cgroup out of memory: Killed process 42")
@@ -157,22 +155,10 @@ async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bri
     bridge = run_bridge()
     await bridge.wait_ready()
     await eventually(lambda: count_at_least(nats_server.url, 10))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        "tail",
-        "--all",
-        "--count",
-        "11",
-        "--subject",
-        "k8s.events.>",
-        env={"BRIDGE_NATS__SERVERS": f'["{nats_server.url}"]', "PATH": "/usr/bin:/bin"},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    code, out, err = await run_tail(
+        nats_server.url, "--all", "--count", "11", "--subject", "k8s.events.>"
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     lines = out.decode().splitlines()
     assert len(lines) == 11  # 10 events and the "started" status event
     oom = [ln for ln in lines if "Killed process 42" in ln]
@@ -270,6 +256,13 @@ async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bri
 
 
 async def test_tail_without_a_stream_says_so(nats_server):
+
+    code, _, err = await run_tail(nats_server.url, "--count", "1")
+    assert code == 1 and b"no stream K8S_EVENTS" in err
+
+
+async def run_tail(nats_url, *args):
+    """``k8s-event-bridge tail ARGS`` against ``nats_url``: (exit code, stdout, stderr)."""
     import asyncio
     import sys
 
@@ -278,11 +271,10 @@ async def test_tail_without_a_stream_says_so(nats_server):
         "-m",
         "bridge",
         "tail",
-        "--count",
-        "1",
-        env={"BRIDGE_NATS__SERVERS": f'["{nats_server.url}"]', "PATH": "/usr/bin:/bin"},
+        *args,
+        env={"BRIDGE_NATS__SERVERS": f'["{nats_url}"]', "PATH": "/usr/bin:/bin"},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 1 and b"no stream K8S_EVENTS" in err
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, out, err
