@@ -46,10 +46,6 @@ class Message:
     msg_id: str
 
 
-def valid_time(value: Any) -> bool:
-    return isinstance(value, str) and _RFC3339.match(value) is not None
-
-
 def occurrence_time(obj: dict[str, Any]) -> str | None:
     """The first valid RFC 3339 time of series.lastObservedTime, lastTimestamp, eventTime,
     metadata.creationTimestamp; None when none is (the attribute is then left out)."""

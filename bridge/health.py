@@ -34,10 +34,6 @@ class Health:
         elif self._nats_bad_since is None:
             self._nats_bad_since = self._clock()
 
-    @property
-    def apiserver_ok(self) -> bool:
-        return self._watch_bad_since is None
-
     def problems(self) -> list[str]:
         """Why the bridge is not ready; empty when it is."""
         now = self._clock()

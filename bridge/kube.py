@@ -121,10 +121,6 @@ class KubeClient:
             await self._client.close()
             self._client = None
 
-    @property
-    def host(self) -> str:
-        return str(self._client.configuration.host) if self._client else ""
-
     async def _call(self, method: str, *args: Any, **params: Any) -> aiohttp.ClientResponse:
         try:
             resp: aiohttp.ClientResponse = await getattr(self._api, method)(

@@ -140,14 +140,6 @@ class Publisher:
             self.held = 0
             await self._send(p)
 
-    async def publish_now(self, msg: Message) -> None:
-        """Send one message outside the queue; acks as usual."""
-        self._next_serial += 1
-        p = _Pending(Outgoing(msg, None), self._next_serial)
-        p.first_sent = self._clock()
-        self._pending[p.serial] = p
-        await self._send(p)
-
     async def _send(self, p: _Pending) -> None:
         msg = p.out.msg
         # headers are small: count them only for a payload near the limit

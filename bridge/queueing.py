@@ -19,8 +19,6 @@ class BoundedQueue(Generic[T]):
         self.max_items = max_items
         self.max_bytes = max_bytes
         self.bytes = 0
-        self.peak_items = 0
-        self.peak_bytes = 0
         self._items: deque[tuple[T, int]] = deque()
         self._not_empty = asyncio.Event()
         self._not_full = asyncio.Event()
@@ -44,10 +42,6 @@ class BoundedQueue(Generic[T]):
             await self._not_full.wait()
         self._items.append((item, size))
         self.bytes += size
-        if len(self._items) > self.peak_items:
-            self.peak_items = len(self._items)
-        if self.bytes > self.peak_bytes:
-            self.peak_bytes = self.bytes
         self._not_empty.set()
 
     async def get(self) -> T:
