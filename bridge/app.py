@@ -154,8 +154,7 @@ class Bridge:
 
     async def _cluster_uid(self) -> str:
         assert self._kube is not None
-        b = self.settings.kubernetes.backoff
-        backoff = Backoff(b.initial, b.factor, b.max, b.reset_after)
+        backoff = Backoff.from_settings(self.settings.kubernetes.backoff)
         while True:
             try:
                 uid = await self._kube.cluster_uid()

@@ -11,6 +11,8 @@ import random
 import time
 from collections.abc import Callable
 
+from bridge.settings import BackoffSettings
+
 
 class Backoff:
     def __init__(
@@ -32,6 +34,16 @@ class Backoff:
         self._rand = rand
         self._base = initial
         self._last: float | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        b: BackoffSettings,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> Backoff:
+        """The schedule of ``kubernetes.backoff``."""
+        return cls(b.initial, b.factor, b.max, b.reset_after, clock=clock, rand=rand)
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """The delay before the next attempt; each call counts as one more failure."""

@@ -126,8 +126,7 @@ class Watcher:
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
-        b = settings.backoff
-        self.backoff = Backoff(b.initial, b.factor, b.max, b.reset_after, clock=clock, rand=rand)
+        self.backoff = Backoff.from_settings(settings.backoff, clock=clock, rand=rand)
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
         self._reachable = True
         self._retry_after: float | None = None
