@@ -135,16 +135,7 @@ class Converter:
         attrs["k8sname"] = name
         attrs["k8sreason"] = reason
         attrs["k8scount"] = event_count(obj)
-        if self.binary:
-            headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
-            headers["Content-Type"] = DATA_CONTENT_TYPE
-            headers[MSG_ID_HEADER] = msg_id
-            payload = orjson.dumps(obj)
-        else:
-            attrs["data"] = obj
-            headers = {MSG_ID_HEADER: msg_id, "Content-Type": STRUCTURED_CONTENT_TYPE}
-            payload = orjson.dumps(attrs)
-        return Message(subject, payload, headers, msg_id)
+        return self._message(subject, attrs, obj, msg_id)
 
     def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:
         """A status event of the bridge itself (gap, started, stopped, apiserver ...)."""
@@ -159,6 +150,12 @@ class Converter:
             "k8scluster": self.cluster,
         }
         subject = subjects.status_subject(self.subject_prefix, self.cluster, what)
+        return self._message(subject, attrs, data, msg_id)
+
+    def _message(
+        self, subject: str, attrs: dict[str, Any], data: dict[str, Any], msg_id: str
+    ) -> Message:
+        """The NATS message in the configured content mode (CloudEvents NATS binding)."""
         if self.binary:
             headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
             headers["Content-Type"] = DATA_CONTENT_TYPE
