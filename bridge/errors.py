@@ -10,11 +10,12 @@
     │   ├── KubeUnavailable      5xx, refused, reset, timed out: the server is not there now
     │   └── KubeBadRequest       other 4xx: our request is wrong (bad field selector, ...)
     ├── ConversionError          an Event that can not be turned into a CloudEvent
-    └── PublishError             NATS / JetStream refused or failed a publish
-        ├── PublishTimeout       no ack within the timeout (it may still have been stored)
-        ├── NoStream             no stream listens on the subject
-        └── PublishRejected      the server answered with an error
-        └── StreamConfigMismatch an existing stream's config differs from the settings
+    └── PublishError             the stream can not be used (start-up: create, check)
+        ├── NoStream             no stream exists and nats.create_stream is false
+        └── StreamConfigMismatch an existing stream does not take the bridge's subjects
+
+Publishing itself raises nothing: a timed-out or refused publish is sent again with the same
+Nats-Msg-Id by ``publishing.Publisher`` (see there), so no error type exists for it.
 
 Foreign exceptions are mapped once, at the boundary that met them (``kube.py`` for
 aiohttp / kubernetes_asyncio, ``publishing.py`` and ``streams.py`` for nats-py), with
@@ -87,15 +88,7 @@ class PublishError(BridgeError):
     """A publish to JetStream failed."""
 
 
-class PublishTimeout(PublishError):
-    pass
-
-
 class NoStream(PublishError):
-    pass
-
-
-class PublishRejected(PublishError):
     pass
 
 
