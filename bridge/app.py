@@ -18,7 +18,7 @@ import nats.errors
 from bridge import logs, natsconn, streams
 from bridge.backoff import Backoff
 from bridge.checkpoints import CheckpointStore, KvCheckpointStore, checkpoint_key
-from bridge.converting import Converter
+from bridge.converting import Converter, Message
 from bridge.errors import (
     BridgeError,
     ConfigError,
@@ -235,21 +235,8 @@ class Bridge:
                 else f"list (kubernetes.initial={s.kubernetes.initial})",
                 field_selector=selector,
             )
-        started = now_rfc3339()
-        await enqueue_status(
-            self.queue,
-            converter.status(
-                "started",
-                f"started/{socket.gethostname()}/{os.getpid()}/{started}",
-                {
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "at": started,
-                    "scopes": [sc.namespace or "*" for sc in self.scopes],
-                },
-                started,
-            ),
-        )
+        scopes = [sc.namespace or "*" for sc in self.scopes]
+        await enqueue_status(self.queue, _process_status(converter, "started", scopes=scopes))
         watchers = [
             asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}") for sc in self.scopes
         ]
@@ -293,13 +280,7 @@ class Bridge:
         assert self.publisher is not None
         publisher = self.publisher
         deadline = time.monotonic() + timeout
-        at = now_rfc3339()
-        stopped = converter.status(
-            "stopped",
-            f"stopped/{socket.gethostname()}/{os.getpid()}/{at}",
-            {"host": socket.gethostname(), "pid": os.getpid(), "at": at},
-            at,
-        )
+        stopped = _process_status(converter, "stopped")
         try:  # the queue may be full and NATS away: the deadline holds for this too
             await asyncio.wait_for(enqueue_status(self.queue, stopped), timeout)
         except TimeoutError:
@@ -381,6 +362,15 @@ class Bridge:
         if self._kube is not None:
             await self._kube.close()
         await self.http.stop()
+
+
+def _process_status(converter: Converter, what: str, **data: Any) -> Message:
+    """The ``started`` / ``stopped`` status event of this process."""
+    at = now_rfc3339()
+    host, pid = socket.gethostname(), os.getpid()
+    return converter.status(
+        what, f"{what}/{host}/{pid}/{at}", {"host": host, "pid": pid, "at": at, **data}, at
+    )
 
 
 class _Stopped(Exception):
