@@ -8,7 +8,6 @@ ones when JetStream acks them, so the checkpoint never passes an event that is n
 from __future__ import annotations
 
 import socket
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,7 +65,7 @@ class Intake:
             self.progress.done(rv)
             return
         entry = self.progress.pending(rv)
-        await self.queue.put(Outgoing(msg, entry, time.monotonic()), len(msg.payload))
+        await self.queue.put(Outgoing(msg, entry), len(msg.payload))
 
     def mark(self, rv: int) -> None:
         self.progress.done(rv)
@@ -98,4 +97,4 @@ class Intake:
 
 
 async def enqueue_status(queue: BoundedQueue[Outgoing], msg: Message) -> None:
-    await queue.put(Outgoing(msg, None, time.monotonic()), len(msg.payload))
+    await queue.put(Outgoing(msg, None), len(msg.payload))

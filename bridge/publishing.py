@@ -47,7 +47,6 @@ _HEADROOM = 4096  # more than the headers of any message the bridge builds
 class Outgoing:
     msg: Message
     entry: Entry | None  # None for status events: they move no checkpoint
-    enqueued: float = 0.0
 
 
 class _Pending:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from typing import Any, TextIO
+from urllib.parse import unquote
 
 import nats.js.errors
 import orjson
@@ -19,8 +20,6 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
     if ct.startswith("application/cloudevents"):
         doc: dict[str, Any] = orjson.loads(body)
         return doc
-    from urllib.parse import unquote
-
     attrs: dict[str, Any] = {
         k[3:]: unquote(v) for k, v in (headers or {}).items() if k.lower().startswith("ce-")
     }
@@ -30,8 +29,8 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
 
 def line(ce: dict[str, Any]) -> str:
     """``time  namespace  Kind/name  Reason  xN  message`` (status events marked ``bridge``)."""
-    data = ce.get("data") if isinstance(ce.get("data"), dict) else {}
-    assert isinstance(data, dict)
+    raw = ce.get("data")
+    data: dict[str, Any] = raw if isinstance(raw, dict) else {}
     t = str(ce.get("time", ""))[:19].replace("T", " ")
     if str(ce.get("type", "")).startswith("io.k8s.bridge."):
         what = str(ce.get("type", "")).removeprefix("io.k8s.bridge.")
@@ -78,7 +77,7 @@ async def tail(
                 continue
             try:
                 print(line(decode(msg.headers, msg.data)), file=out, flush=True)
-            except (orjson.JSONDecodeError, UnicodeDecodeError, AssertionError):
+            except (orjson.JSONDecodeError, UnicodeDecodeError):
                 print(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})", file=out)
             seen += 1
     finally:
