@@ -154,9 +154,6 @@ class Watcher:
                     except errors.BridgeError as exc:
                         log.error("credentials_reload_failed", error=str(exc))
                 outcome = Outcome.RETRY
-            if outcome is Outcome.EXPIRED and self._gap_from is None and self.rv is not None:
-                self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
-                self._gap_from_at = self._rv_at
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
             if outcome is Outcome.CLOSED:
                 self.m.watch_restarts.labels(outcome.value).inc()
@@ -183,6 +180,9 @@ class Watcher:
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
+            if self._gap_from is None and self.rv is not None:
+                self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
+                self._gap_from_at = self._rv_at
             self.m.watch_restarts.labels("expired").inc()
             log.info(
                 "resource_version_expired",
