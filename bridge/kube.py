@@ -17,11 +17,11 @@ from typing import Any
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config import incluster_config
 
 from bridge import errors
+from bridge.k8slib import client as k8s_client
+from bridge.k8slib import config as k8s_config
+from bridge.k8slib import incluster_config
 from bridge.settings import KubernetesSettings
 
 MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit

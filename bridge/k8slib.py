@@ -1,0 +1,79 @@
+"""kubernetes_asyncio without the ~1,000 generated model classes the bridge never uses.
+
+``import kubernetes_asyncio`` (and so ``kubernetes_asyncio.config``) runs the package's
+``__init__``, which imports every API module and every model class: ~35 MB of a process that
+otherwise needs ~55 MB, for objects the bridge never builds (it reads raw responses). Here the
+packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and ``.client.models`` are
+registered as modules whose ``__init__`` has not run yet; their submodules import as usual.
+A submodule looked up as an attribute (``from kubernetes_asyncio.client import rest``) is
+imported as usual. Any other name looked up on one of them runs its real ``__init__`` first (once), so code that
+wants the whole client still gets it.
+
+If kubernetes_asyncio was imported before this module, nothing is changed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Any
+
+_PACKAGES = (
+    "kubernetes_asyncio",
+    "kubernetes_asyncio.client",
+    "kubernetes_asyncio.client.api",
+    "kubernetes_asyncio.client.models",
+)
+# name -> the submodule that defines it, for the names the bridge's imports need
+_CHEAP = {
+    "kubernetes_asyncio.client": {
+        "ApiClient": "kubernetes_asyncio.client.api_client",
+        "Configuration": "kubernetes_asyncio.client.configuration",
+        "CoreV1Api": "kubernetes_asyncio.client.api.core_v1_api",
+    },
+}
+
+
+def _lazy_package(name: str) -> None:
+    parent, _, last = name.rpartition(".")
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        raise ImportError(f"{name} is not an importable package")
+    module = importlib.util.module_from_spec(spec)
+    cheap = _CHEAP.get(name, {})
+    loaded = False
+
+    def __getattr__(attr: str) -> Any:
+        nonlocal loaded
+        if attr in cheap:
+            value = getattr(importlib.import_module(cheap[attr]), attr)
+        elif not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
+            value = importlib.import_module(f"{name}.{attr}")  # a submodule
+        elif not loaded:
+            loaded = True
+            assert spec.loader is not None
+            spec.loader.exec_module(module)  # the real __init__, once
+            value = module.__dict__.get(attr)
+            if value is None:
+                raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        else:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        setattr(module, attr, value)
+        return value
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[name] = module
+    if parent:
+        setattr(sys.modules[parent], last, module)
+
+
+if "kubernetes_asyncio" not in sys.modules:
+    for _name in _PACKAGES:
+        _lazy_package(_name)
+
+import kubernetes_asyncio.config  # noqa: E402
+from kubernetes_asyncio import client, config  # noqa: E402
+from kubernetes_asyncio.config import incluster_config  # noqa: E402
+
+__all__ = ["client", "config", "incluster_config"]

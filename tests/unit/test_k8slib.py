@@ -1,0 +1,59 @@
+"""bridge.k8slib: kubernetes_asyncio's config and ApiClient without its model classes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return out.stdout.strip()
+
+
+def test_the_bridge_imports_no_model_class() -> None:
+    out = _run(
+        """
+        import sys
+        import bridge.app
+        from bridge.k8slib import client, config, incluster_config
+        assert client.ApiClient and client.Configuration and client.CoreV1Api
+        assert config.load_kube_config and incluster_config.SERVICE_TOKEN_FILENAME
+        models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
+        apis = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]
+        print(len(models), sorted(apis))
+        """
+    )
+    assert out == "0 ['kubernetes_asyncio.client.api.core_v1_api']"
+
+
+def test_other_names_still_load_the_whole_client() -> None:
+    out = _run(
+        """
+        import bridge.kube
+        import kubernetes_asyncio
+        from kubernetes_asyncio.client import V1Pod, AppsV1Api
+        from kubernetes_asyncio.client.models import CoreV1Event
+        print(V1Pod.__name__, AppsV1Api.__name__, CoreV1Event.__name__, kubernetes_asyncio.__version__)
+        """
+    )
+    assert out.startswith("V1Pod AppsV1Api CoreV1Event ")
+
+
+def test_a_client_imported_first_is_left_alone() -> None:
+    out = _run(
+        """
+        import sys
+        import kubernetes_asyncio.client
+        import bridge.kube
+        print(sum(m.startswith("kubernetes_asyncio.client.models.") for m in sys.modules) > 100)
+        """
+    )
+    assert out == "True"
