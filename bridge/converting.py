@@ -14,7 +14,6 @@ the reference: the tests parse every shape this module produces with it. Mapping
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
@@ -34,16 +33,67 @@ _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]
 _match_time = _RFC3339.match
 _CE_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 _TYPE_CHARS = re.compile(r"[^a-z0-9]")
+_STRUCTURED_HEAD: Final = (
+    f"NATS/1.0\r\nContent-Type: {STRUCTURED_CONTENT_TYPE}\r\n{MSG_ID_HEADER}: ".encode()
+)
 
 
-@dataclass(slots=True)
+_HEAD_LINE: Final = b"NATS/1.0\r\n"
+
+
+def encode_headers(headers: dict[str, str]) -> bytes:
+    """The NATS header block (``NATS/1.0``, ``Key: value`` lines, blank line).
+
+    Keys must be header tokens and values one line: a CR or LF would end the block early and
+    corrupt the protocol, so either is refused here, not sent.
+    """
+    parts = [_HEAD_LINE]
+    for k, v in headers.items():
+        if not k or not k.isascii() or not k.isprintable() or ":" in k or " " in k:
+            raise ConversionError(f"header name {k!r} is not a token")
+        if "\r" in v or "\n" in v:
+            raise ConversionError(f"header {k} value has a line break")
+        parts.append(f"{k}: {v}\r\n".encode())
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
 class Message:
-    """One NATS message ready to publish."""
+    """One NATS message ready to publish: subject, payload and its encoded header block."""
 
-    subject: str
-    payload: bytes
-    headers: dict[str, str]
-    msg_id: str
+    __slots__ = ("head", "msg_id", "payload", "subject")
+
+    def __init__(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        msg_id: str,
+        *,
+        head: bytes | None = None,
+    ) -> None:
+        self.subject = subject
+        self.payload = payload
+        self.msg_id = msg_id
+        self.head = head if head is not None else encode_headers(headers or {})
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The header block as a dict (for tests and the plain publish path)."""
+        out: dict[str, str] = {}
+        for line in self.head.decode().split("\r\n")[1:]:
+            if line:
+                k, _, v = line.partition(": ")
+                out[k] = v
+        return out
+
+    @property
+    def wire_size(self) -> int:
+        """Bytes the server counts against max_payload: header block plus payload."""
+        return len(self.head) + len(self.payload)
+
+    def __repr__(self) -> str:
+        return f"Message({self.subject!r}, {len(self.payload)} bytes, id={self.msg_id!r})"
 
 
 def occurrence_time(obj: dict[str, Any]) -> str | None:
@@ -97,6 +147,9 @@ class Converter:
             raise ConversionError("event has no metadata.uid")
         if not rv or not isinstance(rv, str):
             raise ConversionError("event has no metadata.resourceVersion")
+        if not (uid.isprintable() and rv.isprintable()):
+            # the id goes into a header line; Kubernetes only ever sets UUIDs and digits
+            raise ConversionError("metadata.uid or resourceVersion has control characters")
         if "managedFields" in meta:
             meta = dict(meta)
             del meta["managedFields"]
@@ -162,5 +215,9 @@ class Converter:
             headers[MSG_ID_HEADER] = msg_id
             return Message(subject, orjson.dumps(data), headers, msg_id)
         attrs["data"] = data
+        if msg_id.isprintable():
+            # the header block's shape is fixed: only the id changes
+            head = _STRUCTURED_HEAD + msg_id.encode() + b"\r\n\r\n"
+            return Message(subject, orjson.dumps(attrs), None, msg_id, head=head)
         headers = {MSG_ID_HEADER: msg_id, "Content-Type": STRUCTURED_CONTENT_TYPE}
         return Message(subject, orjson.dumps(attrs), headers, msg_id)

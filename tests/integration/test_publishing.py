@@ -216,7 +216,6 @@ async def test_message_over_max_payload_with_headers_is_skipped_without_a_discon
 
 
 def test_wire_size_counts_headers():
-    from bridge.publishing import wire_size
 
     m = Message("s", b"12345", {"A": "bc"}, "id")
-    assert wire_size(m) == 5 + len("NATS/1.0\r\nA: bc\r\n\r\n")
+    assert m.wire_size == 5 + len("NATS/1.0\r\nA: bc\r\n\r\n")
