@@ -25,6 +25,7 @@ from bridge.k8slib import incluster_config
 from bridge.settings import KubernetesSettings
 
 MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit
+OVERSIZE = b"\x00oversize"  # stands for a dropped line: no JSON, so reported as malformed
 # RuntimeError: a request that picked up a client closed meanwhile ("Session is closed").
 _FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError)
 # Several scopes hit by one token rotation reload once, not once each.
@@ -194,8 +195,9 @@ class KubeClient:
         resource_version: str,
         timeout_seconds: int,
         field_selector: str = "",
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
-        """An open watch: yields an iterator of raw lines (newline stripped, blank skipped)."""
+    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        """An open watch: yields an iterator of the lines that arrived together (newline
+        stripped, blank ones skipped)."""
         params: dict[str, Any] = {
             "watch": True,
             "allow_watch_bookmarks": True,
@@ -209,33 +211,48 @@ class KubeClient:
         else:
             resp = await self._call("list_namespaced_event", namespace, **params)
         try:
-            yield self._lines(resp)
+            yield _split_lines(resp.content.iter_any())
         finally:
             resp.close()
 
-    async def _lines(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        buf = bytearray()
-        skipping = False
-        try:
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                start = 0
-                while True:
-                    i = buf.find(b"\n", start)
-                    if i < 0:
-                        break
-                    if skipping:
-                        skipping = False
-                    elif i > start:
-                        yield bytes(buf[start:i])
-                    start = i + 1
-                del buf[:start]
-                if len(buf) > MAX_LINE_BYTES:
-                    # One line larger than any object can be: drop it up to its newline.
-                    del buf[:]
-                    skipping = True
-                    yield b"\x00oversize"
-        except _FOREIGN as exc:
-            raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc
-        if buf.strip() and not skipping:
-            yield bytes(buf)  # a last line without newline: the parser judges it
+
+async def _split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """Per chunk read, the complete lines in it (blank ones dropped); a line split across
+    chunks is joined. A line longer than MAX_LINE_BYTES is dropped (the watcher is told with
+    one marker line that no JSON parser takes), not buffered without bound."""
+    parts: list[bytes] = []  # the line still open, in pieces
+    held = 0
+    skipping = False
+    try:
+        async for chunk in chunks:
+            if b"\n" not in chunk:
+                if not skipping:
+                    parts.append(chunk)
+                    held += len(chunk)
+                    if held > MAX_LINE_BYTES:
+                        parts, held, skipping = [], 0, True
+                        yield [OVERSIZE]
+                continue
+            if parts:
+                chunk = b"".join(parts) + chunk
+                parts, held = [], 0
+            lines = chunk.split(b"\n")
+            tail = lines.pop()
+            if skipping:
+                skipping = False
+                lines[0] = b""  # the end of the oversize line
+            if b"" in lines:
+                lines = [line for line in lines if line]
+            if lines:
+                yield lines
+            if tail:
+                parts.append(tail)
+                held = len(tail)
+                if held > MAX_LINE_BYTES:
+                    parts, held, skipping = [], 0, True
+                    yield [OVERSIZE]
+    except _FOREIGN as exc:
+        raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc
+    last = b"".join(parts)
+    if last.strip() and not skipping:
+        yield [last]  # a last line without newline: the parser judges it

@@ -19,6 +19,7 @@ from bridge.metrics import Metrics
 from bridge.progress import Progress
 from bridge.publishing import Outgoing
 from bridge.queueing import BoundedQueue
+from bridge.watching import Item
 
 log = logs.get("pipeline")
 
@@ -44,28 +45,45 @@ class Intake:
         self.queue = queue
         self.m = metrics
 
-    async def item(self, watch_type: str, obj: dict[str, Any], rv: int | None) -> None:
-        self.m.received.inc()
-        try:
-            if not self.filter.accepts(watch_type, obj):
-                self.m.filtered.inc()
-                self.progress.done(rv)
-                return
-            msg = self.converter.convert(obj)
-        except Exception as exc:
-            reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
-            self.m.skipped.labels(reason).inc()
-            log.warn_sampled(
-                reason,
-                "input_skipped",
-                reason=reason,
-                detail=f"{type(exc).__name__}: {exc}",
-                sample=str(obj)[:300],
-            )
-            self.progress.done(rv)
-            return
-        entry = self.progress.pending(rv)
-        await self.queue.put(Outgoing(msg, entry), len(msg.payload))
+    async def items(self, batch: list[Item]) -> None:
+        m = self.m
+        accepts = self.filter.accepts
+        convert = self.converter.convert
+        progress = self.progress
+        queue = self.queue
+        filtered = taken = 0
+        for watch_type, obj, rv in batch:
+            taken += 1
+            try:
+                if not accepts(watch_type, obj):
+                    filtered += 1
+                    progress.done(rv)
+                    continue
+                msg = convert(obj)
+            except Exception as exc:
+                self._skip(exc, obj)
+                progress.done(rv)
+                continue
+            out = Outgoing(msg, progress.pending(rv))
+            if not queue.put_nowait(out, len(msg.payload)):
+                # counted as received: what is in hand, not the rest of the batch
+                m.received.inc(taken)
+                taken = 0
+                await queue.put(out, len(msg.payload))
+        m.received.inc(taken)
+        if filtered:
+            m.filtered.inc(filtered)
+
+    def _skip(self, exc: Exception, obj: dict[str, Any]) -> None:
+        reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
+        self.m.skipped.labels(reason).inc()
+        log.warn_sampled(
+            reason,
+            "input_skipped",
+            reason=reason,
+            detail=f"{type(exc).__name__}: {exc}",
+            sample=str(obj)[:300],
+        )
 
     def mark(self, rv: int) -> None:
         self.progress.done(rv)

@@ -36,6 +36,15 @@ class BoundedQueue(Generic[T]):
     def full(self) -> bool:
         return not self._not_full.is_set()
 
+    def put_nowait(self, item: T, size: int) -> bool:
+        """Put without waiting; False (and nothing put) when the queue is full."""
+        if self._full(size):
+            return False
+        self._items.append((item, size))
+        self.bytes += size
+        self._not_empty.set()
+        return True
+
     async def put(self, item: T, size: int) -> None:
         while self._full(size):
             self._not_full.clear()

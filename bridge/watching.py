@@ -54,13 +54,22 @@ class EventSource(Protocol):
         resource_version: str,
         timeout_seconds: int,
         field_selector: str = "",
-    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]: ...
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
+        """An open watch: yields the lines (newline stripped) that arrived together."""
+        ...
 
     async def reload_credentials(self) -> None: ...
 
 
+# (watch event type, the Event, its resourceVersion or None for a list item)
+Item = tuple[str, dict[str, Any], int | None]
+
+
 class Sink(Protocol):
-    async def item(self, watch_type: str, obj: dict[str, Any], rv: int | None) -> None: ...
+    async def items(self, batch: list[Item]) -> None:
+        """Items in stream order; may wait (the queue is full)."""
+        ...
+
     def mark(self, rv: int) -> None: ...
     async def gap(self, from_rv: int, to_rv: int) -> None: ...
     async def reachability(self, reachable: bool, detail: str) -> None: ...
@@ -252,6 +261,7 @@ class Watcher:
             if only_rv:
                 break
             items = doc.get("items")
+            batch: list[Item] = []
             for item in items if isinstance(items, list) else ():
                 item_rv = rv_of(item)
                 if item_rv is None:
@@ -265,7 +275,9 @@ class Watcher:
                 # subscribers one shape whichever path an Event took.
                 item.setdefault("apiVersion", "v1")
                 item.setdefault("kind", "Event")
-                await self.sink.item("ADDED", item, None)
+                batch.append(("ADDED", item, None))
+            if batch:
+                await self.sink.items(batch)
             cont = meta.get("continue") or None
             if not isinstance(cont, str) or not cont:
                 break
@@ -336,9 +348,9 @@ class Watcher:
             log.debug(
                 "watch_started", scope=self.scope, resource_version=self.rv, timeout_seconds=timeout
             )
-            async for line in stream:
-                lines += 1
-                await self._line(line)
+            async for chunk in stream:
+                lines += len(chunk)
+                await self._lines(chunk)
         if self.rv == start_rv and self._clock() - started < MIN_HEALTHY_WATCH:
             # Closed at once without moving on (nothing, garbage, a stale bookmark): going
             # again at once would be a tight loop.
@@ -346,49 +358,60 @@ class Watcher:
         log.debug("watch_closed", scope=self.scope, resource_version=self.rv, lines=lines)
         return Outcome.CLOSED
 
-    async def _line(self, line: bytes) -> None:
-        try:
-            ev = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            self._bad("malformed_line", line)
-            return
-        if (
-            not isinstance(ev, dict)
-            or not isinstance(ev.get("object"), dict)
-            or not isinstance(ev.get("type"), str)
-        ):
-            self._bad("malformed_line", line)
-            return
-        kind = ev["type"]
-        obj = ev["object"]
-        if kind in CHANGE_TYPES:
-            rv = rv_of(obj)
-            if rv is None:
-                self._bad("no_resource_version", line)
-                return
-            if self.rv is not None and rv <= self.rv:
-                self.m.skipped.labels("not_newer").inc()
-                return
-            await self.sink.item(kind, obj, rv)
-            self.rv = rv
+    async def _lines(self, chunk: list[bytes]) -> None:
+        """The lines that arrived together, handed on in one batch (or more: a bookmark or
+        an error ends one). ``self.rv`` moves only past what the sink has taken."""
+        batch: list[Item] = []
+        rv_before = self.rv
+        last = self.rv
+        loads = orjson.loads
+        for line in chunk:
+            try:
+                ev = loads(line)
+            except orjson.JSONDecodeError:
+                self._bad("malformed_line", line)
+                continue
+            obj = ev.get("object") if ev.__class__ is dict else None
+            kind = ev.get("type") if obj.__class__ is dict else None
+            if kind.__class__ is not str:
+                self._bad("malformed_line", line)
+                continue
+            assert obj is not None
+            if kind in CHANGE_TYPES:
+                rv = rv_of(obj)
+                if rv is None:
+                    self._bad("no_resource_version", line)
+                elif last is not None and rv <= last:
+                    self.m.skipped.labels("not_newer").inc()
+                else:
+                    batch.append((kind, obj, rv))
+                    last = rv
+            elif kind == "BOOKMARK":
+                rv = rv_of(obj)
+                if rv is None:
+                    self._bad("no_resource_version", line)
+                elif last is None or rv > last:
+                    await self._pass_on(batch)  # in order: the items before the bookmark
+                    batch = []
+                    self.sink.mark(rv)
+                    self.rv = last = rv
+            elif kind == "ERROR":
+                await self._pass_on(batch)
+                code = obj.get("code")
+                status = code if isinstance(code, int) else 500
+                raise errors.from_status(
+                    status, str(obj.get("message", "")), str(obj.get("reason", ""))
+                )
+            else:
+                self._bad("unknown_type", line)
+        await self._pass_on(batch)
+        if self.rv != rv_before:
             self._rv_at = self._wallclock()
-        elif kind == "BOOKMARK":
-            rv = rv_of(obj)
-            if rv is None:
-                self._bad("no_resource_version", line)
-                return
-            if self.rv is None or rv > self.rv:
-                self.sink.mark(rv)
-                self.rv = rv
-                self._rv_at = self._wallclock()
-        elif kind == "ERROR":
-            code = obj.get("code")
-            status = code if isinstance(code, int) else 500
-            raise errors.from_status(
-                status, str(obj.get("message", "")), str(obj.get("reason", ""))
-            )
-        else:
-            self._bad("unknown_type", line)
+
+    async def _pass_on(self, batch: list[Item]) -> None:
+        if batch:
+            await self.sink.items(batch)
+            self.rv = batch[-1][2]
 
     def _bad(self, reason: str, sample: Any) -> None:
         self.m.skipped.labels(reason).inc()

@@ -39,7 +39,7 @@ def ev(rv, **over):
 
 async def test_published_item_holds_the_checkpoint_until_acked():
     it, p, q, _ = intake()
-    await it.item("ADDED", ev(5), 5)
+    await it.items([("ADDED", ev(5), 5)])
     assert p.safe_rv == 1 and len(q) == 1
     out = q.get_nowait()
     p.ack(out.entry)
@@ -48,15 +48,15 @@ async def test_published_item_holds_the_checkpoint_until_acked():
 
 async def test_filtered_item_moves_the_checkpoint_at_once():
     it, p, q, m = intake(reasons=["OOMKilling"])
-    await it.item("ADDED", ev(5), 5)
+    await it.items([("ADDED", ev(5), 5)])
     assert p.safe_rv == 5 and len(q) == 0
     assert m.filtered._value.get() == 1
 
 
 async def test_item_that_breaks_the_converter_is_skipped_and_counted():
     it, p, q, m = intake()
-    await it.item("ADDED", ev(6, metadata={"uid": "u"}), 6)  # no resourceVersion in the object
-    await it.item("ADDED", ev(7, involvedObject=["odd"], reason={"x": 1}), 7)
+    await it.items([("ADDED", ev(6, metadata={"uid": "u"}), 6)])  # no resourceVersion in the object
+    await it.items([("ADDED", ev(7, involvedObject=["odd"], reason={"x": 1}), 7)])
     assert len(q) == 1  # the second still converts: odd fields become empty tokens
     assert m.skipped.labels("invalid_event")._value.get() == 1
     p.ack(q.get_nowait().entry)

@@ -80,10 +80,17 @@ class FakeSource:
             raise script
 
         async def lines():
+            # consecutive lines arrive together, as in one read of the socket
+            chunk = []
             for item in script:
                 if isinstance(item, Exception):
+                    if chunk:
+                        yield chunk
+                    chunk = []
                     raise item
-                yield item
+                chunk.append(item)
+            if chunk:
+                yield chunk
 
         yield lines()
 
@@ -93,13 +100,14 @@ class FakeSource:
 
 class RecordingSink:
     def __init__(self):
-        self.items = []
+        self.got = []
         self.marks = []
         self.gaps = []
         self.reach = []
 
-    async def item(self, watch_type, obj, rv):
-        self.items.append((watch_type, obj["metadata"]["name"], rv))
+    async def items(self, batch):
+        for watch_type, obj, rv in batch:
+            self.got.append((watch_type, obj["metadata"]["name"], rv))
 
     def mark(self, rv):
         self.marks.append(rv)
@@ -169,10 +177,10 @@ async def test_first_start_lists_all_pages_then_watches_from_list_rv():
     await run_until_stop(w)
     assert [c["cont"] for c in src.list_calls] == [None, "t1"]
     # list items carry no rv of their own: only the list's rv moves the checkpoint
-    assert sink.items[:3] == [("ADDED", "b", None), ("ADDED", "a", None), ("ADDED", "c", None)]
+    assert sink.got[:3] == [("ADDED", "b", None), ("ADDED", "a", None), ("ADDED", "c", None)]
     assert sink.marks == [100]
     assert src.watch_calls[0]["rv"] == "100"
-    assert sink.items[3] == ("ADDED", "d", 101)
+    assert sink.got[3] == ("ADDED", "d", 101)
 
 
 async def test_initial_new_skips_what_exists():
@@ -180,7 +188,7 @@ async def test_initial_new_skips_what_exists():
     w, sink, *_ = make(src, initial="new")
     await run_until_stop(w)
     assert src.list_calls == [{"limit": 1, "cont": None}]
-    assert sink.items == [] and sink.marks == [100]
+    assert sink.got == [] and sink.marks == [100]
 
 
 async def test_watch_timeout_is_random_between_5_and_10_minutes():
@@ -202,14 +210,14 @@ async def test_normal_close_watches_again_from_last_rv_at_once():
     await run_until_stop(w)
     assert [c["rv"] for c in src.watch_calls] == ["10", "12", "13"]
     assert sleeps == []
-    assert [i[2] for i in sink.items] == [11, 12, 13]
+    assert [i[2] for i in sink.got] == [11, 12, 13]
 
 
 async def test_bookmark_advances_rv_without_an_item():
     src = FakeSource(watches=[[bookmark(500)], []])
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
-    assert sink.marks == [500] and sink.items == []
+    assert sink.marks == [500] and sink.got == []
     assert src.watch_calls[1]["rv"] == "500"
 
 
@@ -222,7 +230,7 @@ async def test_410_in_stream_relists_from_consistent_read_and_reports_gap():
     await run_until_stop(w)
     assert sink.gaps == [(10, 300)]
     # not newer than what was passed on: not published again
-    assert [i[1] for i in sink.items] == ["new", "z"]
+    assert [i[1] for i in sink.got] == ["new", "z"]
     assert src.watch_calls[1]["rv"] == "300"
     assert sleeps == [0.8]  # a relist backs off like any failure
     assert metrics.relists.labels("expired")._value.get() == 0  # first list of this watcher
@@ -264,7 +272,7 @@ async def test_retriable_failures_back_off_and_keep_the_rv(failure):
     await run_until_stop(w)
     assert sleeps == [0.8, 1.6, 3.2]
     assert [c["rv"] for c in src.watch_calls[:4]] == ["10"] * 4
-    assert sink.items == [("ADDED", "a", 11)]
+    assert sink.got == [("ADDED", "a", 11)]
 
 
 async def test_retry_after_is_honoured():
@@ -287,7 +295,7 @@ async def test_401_backs_off_and_reloads_credentials():
     await run_until_stop(w)
     assert src.reloads == 1 and sleeps == [0.8]
     assert metrics.auth_failures.labels("401")._value.get() == 1
-    assert sink.items == [("ADDED", "a", 11)]
+    assert sink.got == [("ADDED", "a", 11)]
 
 
 async def test_a_watch_that_closes_at_once_is_not_a_tight_loop():
@@ -312,7 +320,7 @@ async def test_bad_lines_are_counted_and_skipped_and_the_loop_goes_on():
     )
     w, sink, _, metrics, _ = make(src, checkpoint=10)
     await run_until_stop(w)
-    assert sink.items == [("ADDED", "ok", 11)]
+    assert sink.got == [("ADDED", "ok", 11)]
     assert metrics.skipped.labels("malformed_line")._value.get() == 3
     assert metrics.skipped.labels("unknown_type")._value.get() == 1
     assert metrics.skipped.labels("no_resource_version")._value.get() == 1
@@ -322,7 +330,7 @@ async def test_stale_events_not_newer_than_rv_are_dropped():
     src = FakeSource(watches=[[line("MODIFIED", ev("a", 9)), line("MODIFIED", ev("a", 12))]])
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
-    assert sink.items == [("MODIFIED", "a", 12)]
+    assert sink.got == [("MODIFIED", "a", 12)]
 
 
 async def test_unreachable_then_reachable_is_reported_once_each():
@@ -376,7 +384,7 @@ async def test_malformed_structures_never_stop_the_loop(bad):
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     if bad["type"] != "ERROR":
-        assert sink.items == [("ADDED", "ok", 11)]
+        assert sink.got == [("ADDED", "ok", 11)]
 
 
 async def test_malformed_list_items_are_skipped():
@@ -391,7 +399,7 @@ async def test_malformed_list_items_are_skipped():
     )
     w, sink, _, metrics, _ = make(src)
     await run_until_stop(w)
-    assert sink.items == [("ADDED", "good", None)]
+    assert sink.got == [("ADDED", "good", None)]
     assert metrics.skipped.labels("no_resource_version")._value.get() == 3
 
 
@@ -406,8 +414,8 @@ async def test_list_items_get_the_kind_and_api_version_watch_objects_have():
     seen = []
 
     class Sink(RecordingSink):
-        async def item(self, watch_type, obj, rv):
-            seen.append(obj)
+        async def items(self, batch):
+            seen.extend(obj for _, obj, _ in batch)
 
     src = FakeSource(lists=[page(10, [ev("a", 5)])], watches=[[bookmark(11)]])
     w, *_ = make(src)
@@ -423,7 +431,7 @@ async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
     src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
     w, sink, *_ = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
     await run_until_stop(w)
-    assert sink.gaps == [] and sink.items == [] and sink.marks[0] == 300
+    assert sink.gaps == [] and sink.got == [] and sink.marks[0] == 300
 
 
 @pytest.mark.parametrize(
