@@ -744,6 +744,8 @@ class Bench:
         await self.stop_bridge()
         runs = [await self.throughput_run(k, a.events) for k in range(1, a.runs + 1)]
         self.result["throughput"] = runs
+        if a.throughput_only:
+            return self._finish(began)
         await self.start_bridge("latency and outage phases")
         await asyncio.sleep(1.0)
         start_seq = (await self.js.stream_info(STREAM)).state.last_seq + 1
@@ -753,6 +755,9 @@ class Bench:
         self.result["outage"] = await self.outage(a.outage_rate, a.outage_seconds, ids, start_seq)
         self.result["outage"]["latency_phase_versions"] = len(ids)
         await self.stop_bridge()
+        return self._finish(began)
+
+    def _finish(self, began: float) -> dict[str, Any]:
         self.result["readyz"] = {
             "starts": self.starts,
             "median_s": statistics.median(s["ready_s"] for s in self.starts),
@@ -779,6 +784,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ref-window", type=int, default=8192, help="reference's outstanding acks")
     p.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, store)")
+    p.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only the throughput runs (a quick check while tuning; the report marks the rest)",
+    )
     args = p.parse_args(argv)
     if args.events is None:
         args.events = 20_000 if args.quick else 100_000
@@ -795,6 +805,16 @@ async def amain(args: argparse.Namespace) -> int:
         result = await bench.run()
     finally:
         await bench.teardown()
+    if args.throughput_only:
+        # not a full result: nothing written to the results folder
+        for run in result["throughput"]:
+            ref = run["reference"]["events_per_s"] or 0
+            print(
+                f"run {run['run']}: bridge {run['events_per_s'] or 0:,.0f} ev/s, "
+                f"reference {ref:,.0f} ev/s, ratio {(run['events_per_s'] or 0) / (ref or 1):.2f}, "
+                f"cpu {run['cpu_s_per_1k'] or 0:.3f} s/1k, peak RSS {run['peak_rss_mb']:.1f} MB"
+            )
+        return 0
     report.finish(result, args.out)
     return 0
 
