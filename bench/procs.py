@@ -104,8 +104,14 @@ class BridgeProc:
     def start(self) -> BridgeProc:
         with open(self.log_path, "ab") as log:
             self.started_at = time.monotonic()
+            cmd = [sys.executable, "-m", "bridge", "run", "--config", str(self.config)]
+            profile = os.environ.get("BENCH_PYSPY")
+            if profile:
+                # profiling only: the pid measured is then py-spy's, the figures meaningless
+                out = f"{profile}.{time.strftime('%H%M%S')}.txt"
+                cmd = ["py-spy", "record", "-r", "250", "-f", "raw", "-o", out, "--", *cmd]
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge", "run", "--config", str(self.config)],
+                cmd,
                 stdout=log,
                 stderr=log,
                 env={**os.environ, **self.env},
@@ -163,7 +169,14 @@ class BridgeProc:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            if os.environ.get("BENCH_PYSPY"):
+                # the bridge is py-spy's child: stop it, py-spy then writes its profile
+                with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:  # noqa: ASYNC230
+                    kids = f.read().split()
+                for kid in kids:
+                    os.kill(int(kid), signal.SIGTERM)
+            else:
+                self.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + timeout
             while self.proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

@@ -17,10 +17,11 @@ import re
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-import orjson
+import msgspec
 
-from bridge import subjects
+from bridge import events, subjects
 from bridge.errors import ConversionError
+from bridge.events import Event, View
 from bridge.filtering import event_count
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
@@ -33,6 +34,7 @@ _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]
 _match_time = _RFC3339.match
 _CE_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 _TYPE_CHARS = re.compile(r"[^a-z0-9]")
+_encode = msgspec.json.Encoder().encode
 _STRUCTURED_HEAD: Final = (
     f"NATS/1.0\r\nContent-Type: {STRUCTURED_CONTENT_TYPE}\r\n{MSG_ID_HEADER}: ".encode()
 )
@@ -96,20 +98,33 @@ class Message:
         return f"Message({self.subject!r}, {len(self.payload)} bytes, id={self.msg_id!r})"
 
 
-def occurrence_time(obj: dict[str, Any]) -> str | None:
+def occurrence_time(ev: View | dict[str, Any]) -> str | None:
     """The first valid RFC 3339 time of series.lastObservedTime, lastTimestamp, eventTime,
     metadata.creationTimestamp; None when none is (the attribute is then left out)."""
-    series = obj.get("series")
-    meta = obj.get("metadata")
+    v = ev if isinstance(ev, View) else events.from_obj(ev).view
+    series = v.series
     for t in (
-        series.get("lastObservedTime") if isinstance(series, dict) else None,
-        obj.get("lastTimestamp"),
-        obj.get("eventTime"),
-        meta.get("creationTimestamp") if isinstance(meta, dict) else None,
+        series.get("lastObservedTime") if series.__class__ is dict else None,
+        v.lastTimestamp,
+        v.eventTime,
+        v.metadata.creationTimestamp,
     ):
-        if t.__class__ is str and _match_time(t) is not None:
+        if t.__class__ is str and (t in _valid_times or _valid_time(t)):
             return t
     return None
+
+
+# Events of one burst share their timestamps: each distinct string is checked once.
+_valid_times: set[str] = set()
+
+
+def _valid_time(t: str) -> bool:
+    if _match_time(t) is None:
+        return False
+    if len(_valid_times) >= 4096:
+        _valid_times.clear()  # bounded whatever the cluster sends
+    _valid_times.add(t)
+    return True
 
 
 def event_type(value: Any) -> str:
@@ -137,31 +152,26 @@ class Converter:
         # (namespace, kind, reason) -> subject: few distinct values, sanitised once each
         self._subjects: dict[tuple[str, str, str], str] = {}
 
-    def convert(self, obj: dict[str, Any]) -> Message:
-        meta = obj.get("metadata")
-        if not isinstance(meta, dict):
-            raise ConversionError("event has no metadata")
-        uid = meta.get("uid")
-        rv = meta.get("resourceVersion")
-        if not uid or not isinstance(uid, str):
+    def convert(self, ev: Event | dict[str, Any]) -> Message:
+        """The message for one Event (a dict is taken as a watch would give it)."""
+        if not isinstance(ev, Event):
+            ev = events.from_obj(ev)
+        v = ev.view
+        meta = v.metadata
+        uid = meta.uid
+        rv = meta.resourceVersion
+        if not uid or uid.__class__ is not str:
             raise ConversionError("event has no metadata.uid")
-        if not rv or not isinstance(rv, str):
+        if not rv or rv.__class__ is not str:
             raise ConversionError("event has no metadata.resourceVersion")
         if not (uid.isprintable() and rv.isprintable()):
             # the id goes into a header line; Kubernetes only ever sets UUIDs and digits
             raise ConversionError("metadata.uid or resourceVersion has control characters")
-        if "managedFields" in meta:
-            meta = dict(meta)
-            del meta["managedFields"]
-            obj = dict(obj)
-            obj["metadata"] = meta
-        namespace = _str(meta.get("namespace"))
-        involved = obj.get("involvedObject")
-        if not isinstance(involved, dict):
-            involved = {}
-        kind = _str(involved.get("kind"))
-        name = _str(involved.get("name"))
-        reason = _str(obj.get("reason"))
+        namespace = _str(meta.namespace)
+        involved = v.involvedObject
+        kind = _str(involved.kind)
+        name = _str(involved.name)
+        reason = _str(v.reason)
         msg_id = f"{uid}/{rv}"
         subject = self._subjects.get((namespace, kind, reason))
         if subject is None:
@@ -175,10 +185,10 @@ class Converter:
             "specversion": "1.0",
             "id": msg_id,
             "source": self._source_prefix + (namespace or "_"),
-            "type": event_type(obj.get("type")),
+            "type": event_type(v.type),
             "subject": f"{kind}/{name}",
         }
-        t = occurrence_time(obj)
+        t = occurrence_time(v)
         if t is not None:
             attrs["time"] = t
         attrs["datacontenttype"] = DATA_CONTENT_TYPE
@@ -187,8 +197,8 @@ class Converter:
         attrs["k8skind"] = kind
         attrs["k8sname"] = name
         attrs["k8sreason"] = reason
-        attrs["k8scount"] = event_count(obj)
-        return self._message(subject, attrs, obj, msg_id)
+        attrs["k8scount"] = event_count(v)
+        return self._message(subject, attrs, ev.data_parts(), msg_id)
 
     def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:
         """A status event of the bridge itself (gap, started, stopped, apiserver ...)."""
@@ -203,21 +213,24 @@ class Converter:
             "k8scluster": self.cluster,
         }
         subject = subjects.status_subject(self.subject_prefix, self.cluster, what)
-        return self._message(subject, attrs, data, msg_id)
+        return self._message(subject, attrs, [_encode(data)], msg_id)
 
     def _message(
-        self, subject: str, attrs: dict[str, Any], data: dict[str, Any], msg_id: str
+        self, subject: str, attrs: dict[str, Any], data: list[bytes], msg_id: str
     ) -> Message:
-        """The NATS message in the configured content mode (CloudEvents NATS binding)."""
+        """The NATS message in the configured content mode (CloudEvents NATS binding).
+
+        ``data`` is the JSON of the data in pieces: spliced in, never decoded again."""
         if self.binary:
             headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
             headers["Content-Type"] = DATA_CONTENT_TYPE
             headers[MSG_ID_HEADER] = msg_id
-            return Message(subject, orjson.dumps(data), headers, msg_id)
-        attrs["data"] = data
+            return Message(subject, b"".join(data), headers, msg_id)
+        envelope = _encode(attrs)  # {...}: the data goes in before the closing brace
+        payload = b"".join((envelope[:-1], b',"data":', *data, b"}"))
         if msg_id.isprintable():
             # the header block's shape is fixed: only the id changes
             head = _STRUCTURED_HEAD + msg_id.encode() + b"\r\n\r\n"
-            return Message(subject, orjson.dumps(attrs), None, msg_id, head=head)
+            return Message(subject, payload, None, msg_id, head=head)
         headers = {MSG_ID_HEADER: msg_id, "Content-Type": STRUCTURED_CONTENT_TYPE}
-        return Message(subject, orjson.dumps(attrs), headers, msg_id)
+        return Message(subject, payload, headers, msg_id)

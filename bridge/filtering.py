@@ -8,19 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge import events
+from bridge.events import Event, View
 from bridge.settings import FilterSettings
 
 PUBLISHED_TYPES = frozenset({"ADDED", "MODIFIED"})
 
 
-def event_count(obj: dict[str, Any]) -> int:
+def _view(ev: Event | View | dict[str, Any]) -> View:
+    if isinstance(ev, Event):
+        return ev.view
+    return ev if isinstance(ev, View) else events.from_obj(ev).view
+
+
+def event_count(ev: Event | View | dict[str, Any]) -> int:
     """``series.count``, else ``count``, else 1 (events.k8s.io-written Events have no count)."""
-    series = obj.get("series")
+    v = _view(ev)
+    series = v.series
     if isinstance(series, dict):
         c = series.get("count")
         if isinstance(c, int) and c > 0:
             return c
-    c = obj.get("count")
+    c = v.count
     if isinstance(c, int) and c > 0:
         return c
     return 1
@@ -52,29 +61,26 @@ class Filter:
             PUBLISHED_TYPES | {"DELETED"} if settings.include_deleted else PUBLISHED_TYPES
         )
 
-    def accepts(self, watch_type: str, obj: dict[str, Any]) -> bool:
+    def accepts(self, watch_type: str, ev: Event | View | dict[str, Any]) -> bool:
         if watch_type not in self._watch_types:
             return False
-        reason = _text(obj.get("reason"))
+        v = _view(ev)
+        reason = _text(v.reason)
         if self._reasons and reason not in self._reasons:
             return False
         if reason in self._exclude_reasons:
             return False
-        if self._types and _text(obj.get("type")) not in self._types:
+        if self._types and _text(v.type) not in self._types:
             return False
-        if self._kinds:
-            involved = obj.get("involvedObject")
-            kind = _text(involved.get("kind")) if isinstance(involved, dict) else ""
-            if kind not in self._kinds:
-                return False
+        if self._kinds and _text(v.involvedObject.kind) not in self._kinds:
+            return False
         if self._namespaces or self._exclude_ns:
-            meta = obj.get("metadata")
-            ns = _text(meta.get("namespace")) if isinstance(meta, dict) else ""
+            ns = _text(v.metadata.namespace)
             if self._namespaces and ns not in self._namespaces:
                 return False
             if ns in self._exclude_ns:
                 return False
-        return self._min_count <= 1 or event_count(obj) >= self._min_count
+        return self._min_count <= 1 or event_count(v) >= self._min_count
 
 
 def _text(value: Any) -> str:

@@ -4,9 +4,9 @@
 ``__init__``, which imports every API module and every model class: ~35 MB of a process that
 otherwise needs ~55 MB, for objects the bridge never builds (it reads raw responses). Here the
 packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and ``.client.models`` are
-registered as modules whose ``__init__`` has not run yet; their submodules import as usual.
-A submodule looked up as an attribute (``from kubernetes_asyncio.client import rest``) is
-imported as usual. Any other name looked up on one of them runs its real ``__init__`` first (once), so code that
+registered as modules whose ``__init__`` has not run yet; their submodules import as usual,
+also when looked up as an attribute (``from kubernetes_asyncio.client import rest``). Any
+other name looked up on one of them runs its real ``__init__`` first (once), so code that
 wants the whole client still gets it.
 
 If kubernetes_asyncio was imported before this module, nothing is changed.
@@ -72,7 +72,7 @@ if "kubernetes_asyncio" not in sys.modules:
     for _name in _PACKAGES:
         _lazy_package(_name)
 
-import kubernetes_asyncio.config  # noqa: E402
+import kubernetes_asyncio.config  # noqa: E402, F401 (a submodule import: no __getattr__)
 from kubernetes_asyncio import client, config  # noqa: E402
 from kubernetes_asyncio.config import incluster_config  # noqa: E402
 

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-import orjson
+import msgspec
 
 from bridge import errors
 from bridge.k8slib import client as k8s_client
@@ -39,14 +39,33 @@ def error_for_status(status: int, headers: Any, body: bytes) -> errors.KubeError
     """The exception for a non-2xx answer, with the Status object's message and reason."""
     message, reason = "", ""
     try:
-        doc = orjson.loads(body) if body else {}
+        doc = _decode_any(body) if body else {}
         if isinstance(doc, dict):
             message = str(doc.get("message") or "")
             reason = str(doc.get("reason") or "")
-    except orjson.JSONDecodeError:
+    except msgspec.DecodeError:
         message = body[:200].decode("utf-8", "replace")
     retry_after = _retry_after(headers.get("Retry-After") if headers else None)
     return errors.from_status(status, message, reason, retry_after)
+
+
+class _EventList(msgspec.Struct):
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    items: list[msgspec.Raw] | None = None
+
+
+_decode_list = msgspec.json.Decoder(_EventList).decode
+_decode_any = msgspec.json.Decoder().decode
+
+
+def _decode_object(body: bytes) -> dict[str, Any]:
+    try:
+        doc = _decode_any(body)
+    except msgspec.DecodeError as exc:
+        raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
+    if not isinstance(doc, dict):
+        raise errors.KubeUnavailable("response is not a JSON object")
+    return doc
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -143,6 +162,9 @@ class KubeClient:
         return resp
 
     async def _json(self, method: str, *args: Any, **params: Any) -> dict[str, Any]:
+        return _decode_object(await self._body(method, *args, **params))
+
+    async def _body(self, method: str, *args: Any, **params: Any) -> bytes:
         resp = await self._call(method, *args, **params)
         try:
             body = await resp.read()
@@ -150,13 +172,7 @@ class KubeClient:
             raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
         finally:
             resp.release()
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
-        if not isinstance(doc, dict):
-            raise errors.KubeUnavailable("response is not a JSON object")
-        return doc
+        return body
 
     async def cluster_uid(self) -> str:
         """The kube-system namespace's uid: a stable id for a cluster without a name."""
@@ -184,8 +200,17 @@ class KubeClient:
         if field_selector:
             params["field_selector"] = field_selector
         if namespace is None:
-            return await self._json("list_event_for_all_namespaces", **params)
-        return await self._json("list_namespaced_event", namespace, **params)
+            body = await self._body("list_event_for_all_namespaces", **params)
+        else:
+            body = await self._body("list_namespaced_event", namespace, **params)
+        try:
+            page = _decode_list(body)
+        except msgspec.ValidationError as exc:
+            raise errors.KubeUnavailable(f"list answer has an unexpected shape: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
+        # items stay as listed (bytes): the watcher reads them like watch objects
+        return {"metadata": page.metadata, "items": page.items}
 
     @asynccontextmanager
     async def watch_events(

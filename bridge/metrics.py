@@ -2,23 +2,87 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 PREFIX = "k8s_event_bridge"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class HotCounter(Collector):
+    """A counter bumped once or more per event: a plain int, no lock (one event loop)."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.value = 0
+        registry.register(self)
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.value)
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation)
+
+
+class HotHistogram(Collector):
+    """A histogram observed once per publish: bucket counts in a list, no lock."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: tuple[float, ...],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one: above every bound
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+        yield HistogramMetricFamily(
+            self.name, self.documentation, buckets=buckets, sum_value=self.sum
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
 
 
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.received = Counter(
+        self.received = HotCounter(
             f"{PREFIX}_events_received",
             "Events read from the API server (watch and list items)",
             registry=r,
         )
-        self.filtered = Counter(
+        self.filtered = HotCounter(
             f"{PREFIX}_events_filtered", "Events the filter dropped", registry=r
         )
-        self.published = Counter(
+        self.published = HotCounter(
             f"{PREFIX}_events_published",
             "Messages acked by JetStream (events and status events)",
             registry=r,
@@ -43,25 +107,10 @@ class Metrics:
         self.skipped = Counter(
             f"{PREFIX}_input_skipped", "Bad input skipped, by reason", ["reason"], registry=r
         )
-        self.latency = Histogram(
+        self.latency = HotHistogram(
             f"{PREFIX}_publish_latency_seconds",
             "From sending a message to its JetStream ack",
-            buckets=(
-                0.0005,
-                0.001,
-                0.0025,
-                0.005,
-                0.01,
-                0.025,
-                0.05,
-                0.1,
-                0.25,
-                0.5,
-                1,
-                2.5,
-                5,
-                10,
-            ),
+            LATENCY_BUCKETS,
             registry=r,
         )
         self.watch_restarts = Counter(

@@ -14,6 +14,7 @@ from typing import Any
 from bridge import logs
 from bridge.converting import Converter, Message
 from bridge.errors import ConversionError
+from bridge.events import Event
 from bridge.filtering import Filter
 from bridge.metrics import Metrics
 from bridge.progress import Progress
@@ -52,16 +53,16 @@ class Intake:
         progress = self.progress
         queue = self.queue
         filtered = taken = 0
-        for watch_type, obj, rv in batch:
+        for watch_type, ev, rv in batch:
             taken += 1
             try:
-                if not accepts(watch_type, obj):
+                if not accepts(watch_type, ev):
                     filtered += 1
                     progress.done(rv)
                     continue
-                msg = convert(obj)
+                msg = convert(ev)
             except Exception as exc:
-                self._skip(exc, obj)
+                self._skip(exc, ev)
                 progress.done(rv)
                 continue
             out = Outgoing(msg, progress.pending(rv))
@@ -74,7 +75,7 @@ class Intake:
         if filtered:
             m.filtered.inc(filtered)
 
-    def _skip(self, exc: Exception, obj: dict[str, Any]) -> None:
+    def _skip(self, exc: Exception, ev: Event) -> None:
         reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
         self.m.skipped.labels(reason).inc()
         log.warn_sampled(
@@ -82,7 +83,7 @@ class Intake:
             "input_skipped",
             reason=reason,
             detail=f"{type(exc).__name__}: {exc}",
-            sample=str(obj)[:300],
+            sample=ev.sample(),
         )
 
     def mark(self, rv: int) -> None:

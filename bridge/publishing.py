@@ -28,8 +28,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import nats.errors
-import orjson
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -40,6 +40,7 @@ from bridge.progress import Entry
 from bridge.queueing import BoundedQueue
 
 log = logs.get("publishing")
+_decode_ack = msgspec.json.Decoder().decode
 
 _RETRY_CAP = 10.0
 # JetStream errors that the same message will meet on every attempt.
@@ -153,13 +154,15 @@ class Publisher:
         self.held = 0  # taken from the queue, not yet sent
         self.acked = 0
         self._no_stream_task: asyncio.Task[None] | None = None
+        self.tapped = False
         self._writer: RawWriter | PlainWriter = (
             RawWriter(nc) if RawWriter.usable(nc) else PlainWriter(nc)
         )
 
     async def start(self) -> None:
         self._prefix = f"_INBOX.{self._nc._nuid.next().decode()}."
-        await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+        sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+        self.tapped = self._tap_acks(sub)
 
     def set_connected(self, up: bool) -> None:
         if up:
@@ -275,11 +278,51 @@ class Publisher:
             entry.progress.ack(entry)
 
     async def _on_reply(self, msg: Msg) -> None:
-        p = self._tokens.get(msg.subject[len(self._prefix) :])
+        """An ack through nats-py's subscription (when the tap is not in place)."""
+        hdrs = msg.headers
+        self._ack(
+            msg.subject[len(self._prefix) :],
+            msg.data,
+            bool(hdrs and hdrs.get("Status") == "503"),
+        )
+
+    def _tap_acks(self, sub: Any) -> bool:
+        """Take the acks for our inbox straight from nats-py's protocol parser.
+
+        Through the subscription every ack becomes a ``Msg``, a queue entry and a callback on
+        another task; here it is one synchronous call with the raw subject and payload. Uses
+        the client's private ``_process_msg`` (what the parser calls for every MSG/HMSG) and
+        the subscription's ``_id``; without them the subscription's callback stays in use.
+        """
+        nc = self._nc
+        original = getattr(nc, "_process_msg", None)
+        sid = getattr(sub, "_id", None)
+        if original is None or not isinstance(sid, int) or not hasattr(nc, "stats"):
+            return False
+        plen = len(self._prefix)
+        ack = self._ack
+        stats = nc.stats
+
+        async def process_msg(
+            msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+        ) -> None:
+            if msg_sid != sid:
+                await original(msg_sid, subject, reply, data, headers)
+                return
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(data)
+            # a status-only message: "NATS/1.0 503\r\n\r\n" (no responders)
+            no_responders = bool(headers) and headers[9:12] == b"503"  # type: ignore[index]
+            ack(subject[plen:].decode(), data, no_responders)
+
+        nc._process_msg = process_msg  # type: ignore[method-assign,assignment]
+        return True
+
+    def _ack(self, token: str, data: bytes, no_responders: bool) -> None:
+        p = self._tokens.get(token)
         if p is None or p.settled:
             return
-        hdrs = msg.headers
-        if hdrs and hdrs.get("Status") == "503":
+        if no_responders:
             self._retry_later(p, "no_responders", "no stream takes the subject")
             if self._on_no_stream is not None and (
                 self._no_stream_task is None or self._no_stream_task.done()
@@ -287,9 +330,9 @@ class Publisher:
                 self._no_stream_task = asyncio.create_task(self._on_no_stream())
             return
         try:
-            resp = orjson.loads(msg.data)
-        except orjson.JSONDecodeError:
-            self._retry_later(p, "bad_ack", msg.data[:100].decode("utf-8", "replace"))
+            resp = _decode_ack(data)
+        except msgspec.DecodeError:
+            self._retry_later(p, "bad_ack", data[:100].decode("utf-8", "replace"))
             return
         err = resp.get("error") if isinstance(resp, dict) else None
         if err or not isinstance(resp, dict):
@@ -300,11 +343,12 @@ class Publisher:
             else:
                 self._retry_later(p, f"jetstream_{code}", str(err.get("description", err)))
             return
-        self._m.latency.observe(self._clock() - p.first_sent)
-        self._m.published.inc()
+        m = self._m
+        m.latency.observe(self._clock() - p.first_sent)
+        m.published.inc()
         self.acked += 1
         if resp.get("duplicate"):
-            self._m.duplicates.inc()
+            m.duplicates.inc()
         self._settle(p)
 
     def _retry_later(self, p: _Pending, reason: str, detail: str) -> None:

@@ -19,10 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-import orjson
-
-from bridge import errors, logs
+from bridge import errors, events, logs
 from bridge.backoff import Backoff
+from bridge.events import Event, rv_of
 from bridge.health import Health
 from bridge.metrics import Metrics
 from bridge.settings import KubernetesSettings
@@ -62,7 +61,7 @@ class EventSource(Protocol):
 
 
 # (watch event type, the Event, its resourceVersion or None for a list item)
-Item = tuple[str, dict[str, Any], int | None]
+Item = tuple[str, Event, int | None]
 
 
 class Sink(Protocol):
@@ -79,14 +78,6 @@ def parse_rv(value: Any) -> int | None:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     return None
-
-
-def rv_of(obj: Any) -> int | None:
-    """``metadata.resourceVersion`` as an int; None for anything malformed on the way."""
-    if not isinstance(obj, dict):
-        return None
-    meta = obj.get("metadata")
-    return parse_rv(meta.get("resourceVersion")) if isinstance(meta, dict) else None
 
 
 def classify(exc: BaseException) -> Outcome:
@@ -262,19 +253,22 @@ class Watcher:
                 break
             items = doc.get("items")
             batch: list[Item] = []
-            for item in items if isinstance(items, list) else ():
-                item_rv = rv_of(item)
+            for raw in items if isinstance(items, list) else ():
+                try:
+                    item = events.from_item(raw)
+                except events.BadLine as exc:
+                    self._bad("malformed_item", f"{exc}: {str(raw)[:200]}")
+                    continue
+                item_rv = rv_of(item.view)
                 if item_rv is None:
-                    self._bad("no_resource_version", item)
+                    self._bad("no_resource_version", raw)
                     continue
                 if self.rv is not None and item_rv <= self.rv:
                     skipped += 1  # passed on before the relist: the stream has it
                     continue
                 passed += 1
-                # List items come without kind/apiVersion; watch objects carry them. Give
-                # subscribers one shape whichever path an Event took.
-                item.setdefault("apiVersion", "v1")
-                item.setdefault("kind", "Event")
+                # List items come without kind/apiVersion; watch objects carry them: the
+                # Event adds them to its data, so subscribers see one shape either way.
                 batch.append(("ADDED", item, None))
             if batch:
                 await self.sink.items(batch)
@@ -364,30 +358,24 @@ class Watcher:
         batch: list[Item] = []
         rv_before = self.rv
         last = self.rv
-        loads = orjson.loads
+        from_line = events.from_line
         for line in chunk:
             try:
-                ev = loads(line)
-            except orjson.JSONDecodeError:
+                kind, ev = from_line(line)
+            except events.BadLine:
                 self._bad("malformed_line", line)
                 continue
-            obj = ev.get("object") if ev.__class__ is dict else None
-            kind = ev.get("type") if obj.__class__ is dict else None
-            if kind.__class__ is not str:
-                self._bad("malformed_line", line)
-                continue
-            assert obj is not None
             if kind in CHANGE_TYPES:
-                rv = rv_of(obj)
+                rv = rv_of(ev.view)
                 if rv is None:
                     self._bad("no_resource_version", line)
                 elif last is not None and rv <= last:
                     self.m.skipped.labels("not_newer").inc()
                 else:
-                    batch.append((kind, obj, rv))
+                    batch.append((kind, ev, rv))
                     last = rv
             elif kind == "BOOKMARK":
-                rv = rv_of(obj)
+                rv = rv_of(ev.view)
                 if rv is None:
                     self._bad("no_resource_version", line)
                 elif last is None or rv > last:
@@ -397,10 +385,12 @@ class Watcher:
                     self.rv = last = rv
             elif kind == "ERROR":
                 await self._pass_on(batch)
-                code = obj.get("code")
-                status = code if isinstance(code, int) else 500
+                status = ev.view
+                code = status.code if isinstance(status.code, int) else 500
                 raise errors.from_status(
-                    status, str(obj.get("message", "")), str(obj.get("reason", ""))
+                    code,
+                    str(status.message if status.message is not None else ""),
+                    str(status.reason if status.reason is not None else ""),
                 )
             else:
                 self._bad("unknown_type", line)

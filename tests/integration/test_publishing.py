@@ -10,7 +10,7 @@ from bridge.converting import Message
 from bridge.errors import StreamConfigMismatch
 from bridge.metrics import Metrics
 from bridge.progress import Progress
-from bridge.publishing import Outgoing, Publisher
+from bridge.publishing import Outgoing, PlainWriter, Publisher, RawWriter
 from bridge.queueing import BoundedQueue
 from bridge.settings import NatsSettings
 
@@ -58,8 +58,20 @@ async def start(nats_url, **kw):
     return nc, pub
 
 
-async def test_every_message_acked_and_checkpoint_follows(nats_server):
+@pytest.fixture(params=["fast", "public_api"])
+def path(request, monkeypatch):
+    """Both ways of talking to nats-py: HPUB batches + the ack tap, or its public API only
+    (what the publisher does on a nats-py without the private parts it uses)."""
+    if request.param == "public_api":
+        monkeypatch.setattr(RawWriter, "usable", classmethod(lambda cls, nc: False))
+        monkeypatch.setattr(Publisher, "_tap_acks", lambda self, sub: False)
+    return request.param
+
+
+async def test_every_message_acked_and_checkpoint_follows(nats_server, path):
     nc, pub = await start(nats_server.url, max_inflight=8)
+    assert isinstance(pub._writer, RawWriter if path == "fast" else PlainWriter)
+    assert pub.tapped == (path == "fast")
     q: BoundedQueue[Outgoing] = BoundedQueue(100, 1 << 20)
     progress = Progress(0)
     tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap())]
@@ -115,7 +127,7 @@ async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
     await nc.close()
 
 
-async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_server):
+async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_server, path):
     nc, pub = await start(nats_server.url, ack_timeout=0.5, max_inflight=64)
     q: BoundedQueue[Outgoing] = BoundedQueue(50, 1 << 20)
     p = Progress(0)

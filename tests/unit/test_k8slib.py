@@ -41,7 +41,8 @@ def test_other_names_still_load_the_whole_client() -> None:
         import kubernetes_asyncio
         from kubernetes_asyncio.client import V1Pod, AppsV1Api
         from kubernetes_asyncio.client.models import CoreV1Event
-        print(V1Pod.__name__, AppsV1Api.__name__, CoreV1Event.__name__, kubernetes_asyncio.__version__)
+        names = V1Pod.__name__, AppsV1Api.__name__, CoreV1Event.__name__
+        print(*names, kubernetes_asyncio.__version__)
         """
     )
     assert out.startswith("V1Pod AppsV1Api CoreV1Event ")

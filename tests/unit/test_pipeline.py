@@ -1,3 +1,4 @@
+from bridge import events
 from bridge.converting import Converter
 from bridge.filtering import Filter
 from bridge.metrics import Metrics
@@ -34,7 +35,7 @@ def ev(rv, **over):
         "involvedObject": {"kind": "Pod", "name": "p"},
     }
     obj.update(over)
-    return obj
+    return events.from_obj(obj)
 
 
 async def test_published_item_holds_the_checkpoint_until_acked():
@@ -50,7 +51,7 @@ async def test_filtered_item_moves_the_checkpoint_at_once():
     it, p, q, m = intake(reasons=["OOMKilling"])
     await it.items([("ADDED", ev(5), 5)])
     assert p.safe_rv == 5 and len(q) == 0
-    assert m.filtered._value.get() == 1
+    assert m.filtered.value == 1
 
 
 async def test_item_that_breaks_the_converter_is_skipped_and_counted():

@@ -2,6 +2,7 @@
 
 from contextlib import asynccontextmanager
 
+import msgspec
 import orjson
 import pytest
 
@@ -107,7 +108,7 @@ class RecordingSink:
 
     async def items(self, batch):
         for watch_type, obj, rv in batch:
-            self.got.append((watch_type, obj["metadata"]["name"], rv))
+            self.got.append((watch_type, obj.view.metadata.name, rv))
 
     def mark(self, rv):
         self.marks.append(rv)
@@ -400,7 +401,8 @@ async def test_malformed_list_items_are_skipped():
     w, sink, _, metrics, _ = make(src)
     await run_until_stop(w)
     assert sink.got == [("ADDED", "good", None)]
-    assert metrics.skipped.labels("no_resource_version")._value.get() == 3
+    assert metrics.skipped.labels("malformed_item")._value.get() == 2  # "x", None
+    assert metrics.skipped.labels("no_resource_version")._value.get() == 1
 
 
 async def test_a_watch_of_garbage_that_closes_at_once_backs_off():
@@ -421,7 +423,33 @@ async def test_list_items_get_the_kind_and_api_version_watch_objects_have():
     w, *_ = make(src)
     w.sink = Sink()
     await run_until_stop(w)
-    assert seen[0]["kind"] == "Event" and seen[0]["apiVersion"] == "v1"
+    data = msgspec.json.decode(b"".join(seen[0].data_parts()))
+    assert data["kind"] == "Event" and data["apiVersion"] == "v1"
+    assert data["metadata"]["name"] == "a"
+
+
+async def test_list_items_as_listed_bytes_get_kind_and_lose_managed_fields():
+    seen = []
+
+    class Sink(RecordingSink):
+        async def items(self, batch):
+            seen.extend(obj for _, obj, _ in batch)
+
+    item = ev("a", 5)
+    item["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:count": {}}}]
+    raw = msgspec.json.encode(item)
+    src = FakeSource(lists=[page(10, [msgspec.Raw(raw), raw])], watches=[[bookmark(11)]])
+    w, *_ = make(src)
+    w.sink = Sink()
+    await run_until_stop(w)
+    assert len(seen) == 2
+    for e in seen:
+        data = msgspec.json.decode(b"".join(e.data_parts()))
+        want = {
+            **item,
+            "metadata": {k: v for k, v in item["metadata"].items() if k != "managedFields"},
+        }
+        assert data == {**want, "apiVersion": "v1", "kind": "Event"}
 
 
 async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
