@@ -1,8 +1,9 @@
 """The reference pipeline: the least one Python process can do to move watch lines into JetStream.
 
 ``python -m bench.reference --api URL --nats URL --rv RV --count N`` watches the (simulated)
-API server from resourceVersion RV with aiohttp, splits the raw chunks into lines, parses each
-line with orjson (the fastest parser installed), and publishes the Event's bytes to JetStream
+API server from resourceVersion RV with aiohttp, splits the raw chunks into lines, decodes each
+line with msgspec into a typed Struct of the three fields it needs (the fastest parse
+installed: the rest of the line is only scanned), and publishes the Event's bytes to JetStream
 subject ``ref.<namespace>`` with a ``Nats-Msg-Id`` header and a reply inbox of its own, keeping
 up to ``--window`` acks outstanding (pipelined: one wildcard subscription counts the acks).
 Nothing else: no filter, no CloudEvent envelope, no checkpoint, no metrics, no retries.
@@ -20,8 +21,22 @@ import sys
 import time
 
 import aiohttp
+import msgspec
 import nats
-import orjson
+
+
+class _Meta(msgspec.Struct):
+    namespace: str
+    uid: str
+    resourceVersion: str
+
+
+class _Object(msgspec.Struct):
+    metadata: _Meta
+
+
+class _Line(msgspec.Struct):
+    object: _Object
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -54,7 +69,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
         resp.raise_for_status()
         buf = b""
-        loads = orjson.loads
+        loads = msgspec.json.Decoder(_Line).decode
         publish = nc.publish
         sent = 0
         async for chunk in resp.content.iter_any():
@@ -63,15 +78,14 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             for line in lines:
                 if not line:
                     continue
-                obj = loads(line)["object"]
-                meta = obj["metadata"]
+                meta = loads(line).object.metadata
                 sent += 1
                 state["sent"] = sent
                 await publish(
-                    "ref." + meta["namespace"],
+                    "ref." + meta.namespace,
                     line,
                     reply=inbox + str(sent),
-                    headers={"Nats-Msg-Id": f"{meta['uid']}/{meta['resourceVersion']}"},
+                    headers={"Nats-Msg-Id": f"{meta.uid}/{meta.resourceVersion}"},
                 )
                 if sent - state["acked"] >= window:
                     room.clear()
@@ -105,7 +119,7 @@ def main() -> int:
     p.add_argument("--window", type=int, default=8192)
     p.add_argument("--timeout", type=float, default=60.0)
     args = p.parse_args()
-    print(orjson.dumps(asyncio.run(run(args))).decode(), flush=True)
+    print(msgspec.json.encode(asyncio.run(run(args))).decode(), flush=True)
     return 0
 
 

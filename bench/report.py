@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 
 FLAT_SPREAD = 0.10  # peak RSS across runs: "flat" = max within 10 % of min
 BOUNDED_GROWTH_MB = 5.0  # outage: RSS may not grow more than this over its second half
@@ -339,7 +339,7 @@ def finish(result: dict[str, Any], out: Path) -> None:
     result["summary"] = summarise(result)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    data = msgspec.json.format(msgspec.json.encode(result), indent=2)
     (out / f"{stamp}.json").write_bytes(data)
     shutil.copyfile(out / f"{stamp}.json", out / "latest.json")
     try:
@@ -410,4 +410,4 @@ if __name__ == "__main__":
     import sys
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results/latest.json"
-    print(markdown(orjson.loads(path.read_bytes())))
+    print(markdown(msgspec.json.decode(path.read_bytes())))

@@ -45,8 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
-import orjson
 import yaml
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
@@ -182,7 +182,7 @@ def machine_facts() -> dict[str, Any]:
         "python_executable": sys.executable,
         "uvloop": importlib.util.find_spec("uvloop") is not None,
         "nats_server": run(binary(), "--version").strip(),
-        "packages": {p: version(p) for p in ("nats-py", "orjson", "aiohttp", "prometheus_client")},
+        "packages": {p: version(p) for p in ("nats-py", "msgspec", "aiohttp", "prometheus_client")},
         "git_commit": run("git", "rev-parse", "--short", "HEAD").strip(),
         "bridge_uncommitted_changes": bool(run("git", "status", "--porcelain", "bridge").strip()),
         "bridge_source": bridge_source(),
@@ -459,7 +459,7 @@ class Bench:
         if proc.returncode != 0:
             log(f"reference pipeline failed:\n{err.decode()[-2000:]}")
             return {"complete": False}
-        r = orjson.loads(out.strip().splitlines()[-1])
+        r = msgspec.json.decode(out.strip().splitlines()[-1])
         window = r["last_ack"] - r["first_ack"]
         rate = (r["count"] - 1) / window if window > 0 else None
         inside = [c for c in cpu_samples if r["first_ack"] <= c[0] <= r["last_ack"]]

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 import nats.js.errors
-import orjson
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -57,7 +57,7 @@ class KvCheckpointStore:
         if entry.value is None:
             return None
         try:
-            doc = orjson.loads(entry.value)
+            doc = msgspec.json.decode(entry.value)
             rv = int(doc["resourceVersion"])
             try:
                 saved_at: float | None = calendar.timegm(
@@ -66,7 +66,7 @@ class KvCheckpointStore:
             except (KeyError, TypeError, ValueError):
                 saved_at = None
             return Checkpoint(rv, saved_at)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError):
             # Starting over (a list) loses nothing: the stream drops what it already has.
             log.error(
                 "checkpoint_unreadable",
@@ -77,7 +77,7 @@ class KvCheckpointStore:
             return None
 
     async def save(self, key: str, resource_version: int) -> None:
-        value = orjson.dumps(
+        value = msgspec.json.encode(
             {
                 "resourceVersion": str(resource_version),
                 "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -3,7 +3,7 @@
 kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
 token refresh, and the request itself with ``_preload_content=False``. Its ``Watch`` helper
 and model objects are not used: the raw response's status is checked here, lines are split
-here and parsed by the watcher with orjson. Every foreign exception is mapped here, once,
+here and decoded by bridge.events with msgspec. Every foreign exception is mapped here, once,
 to the ``errors.KubeError`` tree.
 """
 

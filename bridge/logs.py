@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-import orjson
+import msgspec
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -38,7 +38,7 @@ class _JsonFormatter(logging.Formatter):
             out.update(fields)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out, default=str).decode()
+        return msgspec.json.encode(out, enc_hook=str).decode()
 
 
 class _TextFormatter(logging.Formatter):

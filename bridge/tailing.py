@@ -6,8 +6,8 @@ import sys
 from typing import Any, TextIO
 from urllib.parse import unquote
 
+import msgspec
 import nats.js.errors
-import orjson
 from nats.js.api import DeliverPolicy
 
 from bridge import natsconn
@@ -18,12 +18,12 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
     """A CloudEvent message (structured or binary mode) → its attributes and ``data``."""
     ct = (headers or {}).get("Content-Type", "")
     if ct.startswith("application/cloudevents"):
-        doc: dict[str, Any] = orjson.loads(body)
+        doc: dict[str, Any] = msgspec.json.decode(body)
         return doc
     attrs: dict[str, Any] = {
         k[3:]: unquote(v) for k, v in (headers or {}).items() if k.lower().startswith("ce-")
     }
-    attrs["data"] = orjson.loads(body) if body else None
+    attrs["data"] = msgspec.json.decode(body) if body else None
     return attrs
 
 
@@ -77,7 +77,7 @@ async def tail(
                 continue
             try:
                 print(line(decode(msg.headers, msg.data)), file=out, flush=True)
-            except (orjson.JSONDecodeError, UnicodeDecodeError):
+            except (msgspec.DecodeError, UnicodeDecodeError):
                 print(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})", file=out)
             seen += 1
     finally:

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-import orjson
+import msgspec
 from aiohttp import web
 
 __all__ = ["Faults", "RequestRecord", "SimApiServer"]
@@ -180,7 +180,7 @@ def status_object(code: int, message: str, reason: str | None = None) -> Obj:
 def status_response(code: int, message: str, reason: str | None = None) -> web.Response:
     return web.Response(
         status=code,
-        body=orjson.dumps(status_object(code, message, reason)),
+        body=msgspec.json.encode(status_object(code, message, reason)),
         content_type="application/json",
     )
 
@@ -195,7 +195,7 @@ def now_rfc3339_micro() -> str:
 
 def clone(obj: _T) -> _T:
     """A deep copy of JSON data (several times faster than copy.deepcopy)."""
-    copied: _T = orjson.loads(orjson.dumps(obj))
+    copied: _T = msgspec.json.decode(msgspec.json.encode(obj))
     return copied
 
 
@@ -320,14 +320,14 @@ def selector_matches(requirements: list[Requirement], obj: Obj) -> bool:
 
 
 def encode_continue(start: str, revision: int) -> str:
-    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start})
+    raw = msgspec.json.encode({"v": "meta.k8s.io/v1", "rv": revision, "start": start})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_continue(token: str) -> tuple[str, int]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = orjson.loads(raw)
+        data = msgspec.json.decode(raw)
     except (binascii.Error, ValueError) as exc:
         raise ApiError(400, f"invalid continue token: {exc}") from exc
     if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
@@ -366,7 +366,7 @@ class _Snapshot:
 
 
 def watch_line(event_type: str, obj: Obj) -> bytes:
-    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+    return msgspec.json.encode({"type": event_type, "object": obj}) + b"\n"
 
 
 def bookmark_object(revision: int) -> Obj:
@@ -767,7 +767,9 @@ class SimApiServer:
             response = await handler(request)
         except ApiError as exc:
             response = web.Response(
-                status=exc.code, body=orjson.dumps(exc.status()), content_type="application/json"
+                status=exc.code,
+                body=msgspec.json.encode(exc.status()),
+                content_type="application/json",
             )
         record.status = response.status
         return response
@@ -788,7 +790,7 @@ class SimApiServer:
                 "compiler": "gc",
                 "platform": "linux/amd64",
             },
-            dumps=lambda obj: orjson.dumps(obj).decode(),
+            dumps=lambda obj: msgspec.json.encode(obj).decode(),
         )
 
     async def _not_found(self, request: web.Request) -> web.Response:
@@ -818,14 +820,14 @@ class SimApiServer:
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"},
         }
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+        return web.Response(body=msgspec.json.encode(body), content_type="application/json")
 
     async def _get_event(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         obj = self._objects.get(f"{namespace}/{name}")
         if obj is None:
             raise ApiError(404, f'events "{name}" not found')
-        return web.Response(body=orjson.dumps(obj), content_type="application/json")
+        return web.Response(body=msgspec.json.encode(obj), content_type="application/json")
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         query = request.query
@@ -919,7 +921,7 @@ class SimApiServer:
             if not requirements:
                 metadata["remainingItemCount"] = hi - index
         body = {"kind": "EventList", "apiVersion": "v1", "metadata": metadata, "items": items}
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+        return web.Response(body=msgspec.json.encode(body), content_type="application/json")
 
     async def _wait_for_revision(self, revision: int) -> None:
         """Like the watch cache: wait up to 3 s for a future revision, then 504."""

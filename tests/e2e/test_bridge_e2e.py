@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 import pytest
 
 from tests.e2e.controlplane import ControlPlane
@@ -102,11 +102,11 @@ async def test_events_and_count_bumps_reach_the_stream_once_per_version(
     await bridge.wait_ready(timeout=60)
     await writer.write(40, bump_ratio=0.5)
     await assert_stream_is(nats_server.url, writer.ids)
-    kube_system = orjson.loads(
+    kube_system = msgspec.json.decode(
         control_plane.kubectl("get", "namespace", "kube-system", "-o", "json").stdout
     )["metadata"]["uid"]
     for subject, headers, body in await stream_messages(nats_server.url):
-        ce = orjson.loads(body)
+        ce = msgspec.json.decode(body)
         assert ce["id"] == headers["Nats-Msg-Id"]
         assert ce["k8scluster"] == kube_system  # cluster.name unset: kube-system's uid
         if "._bridge." in subject:
@@ -221,7 +221,7 @@ async def test_compaction_while_stopped_gives_410_relist_and_one_gap(
 
 
 def _key(cp: ControlPlane) -> str:
-    uid = orjson.loads(cp.kubectl("get", "namespace", "kube-system", "-o", "json").stdout)
+    uid = msgspec.json.decode(cp.kubectl("get", "namespace", "kube-system", "-o", "json").stdout)
     return f"{uid['metadata']['uid']}.all"
 
 

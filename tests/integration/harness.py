@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import nats
-import orjson
 import yaml
 
 from bridge.natsserver import free_port
@@ -182,8 +182,8 @@ class BridgeProcess:
         for ln in self.logs().splitlines():
             if ln.startswith("{"):
                 try:
-                    out.append(orjson.loads(ln))
-                except orjson.JSONDecodeError:
+                    out.append(msgspec.json.decode(ln))
+                except msgspec.DecodeError:
                     pass
         return out
 
@@ -263,7 +263,7 @@ async def event_ids(nats_url: str) -> list[str]:
 
 async def status_events(nats_url: str, what: str) -> list[dict[str, Any]]:
     return [
-        orjson.loads(b)
+        msgspec.json.decode(b)
         for s, _, b in await stream_messages(nats_url)
         if s.endswith(f"._bridge.{what}")
     ]
@@ -279,7 +279,7 @@ async def checkpoint(
             e = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
-        return int(orjson.loads(e.value)["resourceVersion"])
+        return int(msgspec.json.decode(e.value)["resourceVersion"])
     finally:
         await nc.close()
 

@@ -2,7 +2,7 @@
 
 import signal
 
-import orjson
+import msgspec
 import pytest
 from cloudevents.core.formats.json import JSONFormat
 
@@ -144,7 +144,7 @@ async def test_readyz_and_metrics(sim, nats_server, run_bridge):
 
 
 def _ce(body):
-    return orjson.loads(body)
+    return msgspec.json.decode(body)
 
 
 async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bridge, tmp_path):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import orjson
+import msgspec
 import pytest
 
 from bridge.sim import SimApiServer, make_event
@@ -62,7 +62,7 @@ async def read_lines(resp: aiohttp.ClientResponse, n: int, within: float = 3.0) 
             line = await resp.content.readline()
             if not line:
                 break
-            out.append(orjson.loads(line))
+            out.append(msgspec.json.decode(line))
     return out
 
 
@@ -79,7 +79,7 @@ async def read_until_bookmark(resp: aiohttp.ClientResponse, within: float = 3.0)
     out: list[Obj] = []
     async with asyncio.timeout(within):
         while line := await resp.content.readline():
-            parsed = orjson.loads(line)
+            parsed = msgspec.json.decode(line)
             if parsed["type"] == "BOOKMARK":
                 break
             out.append(parsed)
@@ -235,7 +235,7 @@ async def test_watch_from_compacted_rv_is_200_then_one_error_410_line(
         assert resp.status == 200
         lines = await read_to_end(resp)
     assert len(lines) == 1
-    error = orjson.loads(lines[0])
+    error = msgspec.json.decode(lines[0])
     assert error["type"] == "ERROR"
     assert error["object"]["code"] == 410
     assert error["object"]["reason"] == "Expired"
@@ -286,7 +286,7 @@ async def test_one_bookmark_just_before_the_timeout_then_a_clean_end(
         elapsed = time.monotonic() - started
     finally:
         await sim.stop()
-    assert [orjson.loads(line)["type"] for line in lines] == ["BOOKMARK"]
+    assert [msgspec.json.decode(line)["type"] for line in lines] == ["BOOKMARK"]
     assert 0.9 <= elapsed < 2.0
 
 
@@ -534,13 +534,13 @@ async def test_malformed_lines_are_interleaved_and_real_events_all_arrive(
     bad: list[bytes] = []
     for line in raw:
         try:
-            parsed = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            parsed = msgspec.json.decode(line)
+        except msgspec.DecodeError:
             bad.append(line)
             continue
         (good if parsed.get("type") == "ADDED" else bad).append(line)
     assert len(bad) == 4 == sim.faults.injected["malformed"]
-    names = {orjson.loads(g)["object"]["metadata"]["name"] for g in good}
+    names = {msgspec.json.decode(g)["object"]["metadata"]["name"] for g in good}
     assert names == {obj["metadata"]["name"] for obj in created}
     assert b'{"type":"WEIRD","object":{}}\n' in bad
 
@@ -557,7 +557,7 @@ async def test_split_lines_cut_lines_across_chunks_without_losing_bytes(
             async for chunk, _ in resp.content.iter_chunks():
                 chunks.append(chunk)
     body = b"".join(chunks)
-    lines = [orjson.loads(line) for line in body.splitlines()]
+    lines = [msgspec.json.decode(line) for line in body.splitlines()]
     assert len(lines) == 30
     assert {line["object"]["metadata"]["uid"] for line in lines} == {
         obj["metadata"]["uid"] for obj in created

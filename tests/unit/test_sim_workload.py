@@ -8,7 +8,7 @@ import random
 import re
 from typing import Any
 
-import orjson
+import msgspec
 import pytest
 
 from bridge.sim import SimApiServer, make_event, run_workload
@@ -20,7 +20,7 @@ SERVER_FIELDS = {"uid": "0b6a4b1e-2f5c-4a8e-9d3b-7c1e5f2a9d40", "resourceVersion
 def stored_size(event: dict[str, Any]) -> int:
     """Bytes on the wire once the server has added uid, resourceVersion, creationTimestamp."""
     meta = {**event["metadata"], **SERVER_FIELDS, "creationTimestamp": "2026-01-01T00:00:00Z"}
-    return len(orjson.dumps({**event, "metadata": meta}))
+    return len(msgspec.json.encode({**event, "metadata": meta}))
 
 
 def test_make_event_is_a_function_of_the_seed() -> None:

@@ -3,7 +3,6 @@
 from contextlib import asynccontextmanager
 
 import msgspec
-import orjson
 import pytest
 
 from bridge import errors
@@ -28,7 +27,7 @@ def ev(name, rv, reason="BackOff"):
 
 
 def line(type_, obj):
-    return orjson.dumps({"type": type_, "object": obj})
+    return msgspec.json.encode({"type": type_, "object": obj})
 
 
 def bookmark(rv):
@@ -381,7 +380,7 @@ async def test_expired_continue_token_during_relist_reports_one_gap_from_the_old
     ],
 )
 async def test_malformed_structures_never_stop_the_loop(bad):
-    src = FakeSource(watches=[[orjson.dumps(bad), line("ADDED", ev("ok", 11))]])
+    src = FakeSource(watches=[[msgspec.json.encode(bad), line("ADDED", ev("ok", 11))]])
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     if bad["type"] != "ERROR":
