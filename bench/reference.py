@@ -119,7 +119,14 @@ def main() -> int:
     p.add_argument("--window", type=int, default=8192)
     p.add_argument("--timeout", type=float, default=60.0)
     args = p.parse_args()
-    print(msgspec.json.encode(asyncio.run(run(args))).decode(), flush=True)
+    try:  # the same event loop as the bridge (bridge.cli): uvloop when it is installed
+        import uvloop
+
+        result = uvloop.run(run(args))
+    except ImportError:
+        result = asyncio.run(run(args))
+    result["uvloop"] = "uvloop" in sys.modules
+    print(msgspec.json.encode(result).decode(), flush=True)
     return 0
 
 

@@ -134,8 +134,28 @@ def event_type(value: Any) -> str:
     return f"io.k8s.event.{t}"
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+class _Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A CloudEvent's attributes in this order; only ``time`` is ever left out (None)."""
+
+    specversion: str
+    id: str
+    source: str
+    type: str
+    subject: str
+    time: str | None = None
+    datacontenttype: str
+    k8scluster: str
+    k8snamespace: str
+    k8skind: str
+    k8sname: str
+    k8sreason: str
+    k8scount: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in self.__struct_fields__}
+        if out["time"] is None:
+            del out["time"]
+        return out
 
 
 class Converter:
@@ -149,8 +169,9 @@ class Converter:
         self.binary = mode == "binary"
         self._source_prefix = f"k8s://{cluster}/namespaces/"
         self._subject_prefix = f"{subject_prefix}.{subjects.token(cluster)}."
-        # (namespace, kind, reason) -> subject: few distinct values, sanitised once each
-        self._subjects: dict[tuple[str, str, str], str] = {}
+        # (namespace, kind, reason) -> (subject, source): few distinct values
+        self._cached: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._types: dict[str, str] = {}  # Event type -> CloudEvent type
 
     def convert(self, ev: Event | dict[str, Any]) -> Message:
         """The message for one Event (a dict is taken as a watch would give it)."""
@@ -167,38 +188,50 @@ class Converter:
         if not (uid.isprintable() and rv.isprintable()):
             # the id goes into a header line; Kubernetes only ever sets UUIDs and digits
             raise ConversionError("metadata.uid or resourceVersion has control characters")
-        namespace = _str(meta.namespace)
+        namespace = meta.namespace if meta.namespace.__class__ is str else ""
         involved = v.involvedObject
-        kind = _str(involved.kind)
-        name = _str(involved.name)
-        reason = _str(v.reason)
+        kind = involved.kind if involved.kind.__class__ is str else ""
+        name = involved.name if involved.name.__class__ is str else ""
+        reason = v.reason if v.reason.__class__ is str else ""
         msg_id = f"{uid}/{rv}"
-        subject = self._subjects.get((namespace, kind, reason))
-        if subject is None:
-            if len(self._subjects) >= SUBJECT_CACHE_SIZE:
-                self._subjects.clear()  # bounded whatever the cluster sends
-            subject = self._subjects[(namespace, kind, reason)] = (
-                f"{self._subject_prefix}{subjects.token(namespace)}."
-                f"{subjects.token(kind)}.{subjects.token(reason)}"
-            )
-        attrs: dict[str, Any] = {
-            "specversion": "1.0",
-            "id": msg_id,
-            "source": self._source_prefix + (namespace or "_"),
-            "type": event_type(v.type),
-            "subject": f"{kind}/{name}",
-        }
-        t = occurrence_time(v)
-        if t is not None:
-            attrs["time"] = t
-        attrs["datacontenttype"] = DATA_CONTENT_TYPE
-        attrs["k8scluster"] = self.cluster
-        attrs["k8snamespace"] = namespace
-        attrs["k8skind"] = kind
-        attrs["k8sname"] = name
-        attrs["k8sreason"] = reason
-        attrs["k8scount"] = event_count(v)
+        key = (namespace, kind, reason)
+        cached = self._cached.get(key)
+        if cached is None:
+            cached = self._cache(key)
+        subject, source = cached
+        ce_type = self._types.get(v.type) if v.type.__class__ is str else None
+        if ce_type is None:
+            ce_type = event_type(v.type)
+            if len(self._types) < SUBJECT_CACHE_SIZE:
+                self._types[v.type] = ce_type
+        attrs = _Envelope(
+            specversion="1.0",
+            id=msg_id,
+            source=source,
+            type=ce_type,
+            subject=f"{kind}/{name}",
+            time=occurrence_time(v),
+            datacontenttype=DATA_CONTENT_TYPE,
+            k8scluster=self.cluster,
+            k8snamespace=namespace,
+            k8skind=kind,
+            k8sname=name,
+            k8sreason=reason,
+            k8scount=event_count(v),
+        )
         return self._message(subject, attrs, ev.data_parts(), msg_id)
+
+    def _cache(self, key: tuple[str, str, str]) -> tuple[str, str]:
+        """Subject and source for (namespace, kind, reason): sanitised once each."""
+        if len(self._cached) >= SUBJECT_CACHE_SIZE:
+            self._cached.clear()  # bounded whatever the cluster sends
+        namespace, kind, reason = key
+        subject = (
+            f"{self._subject_prefix}{subjects.token(namespace)}."
+            f"{subjects.token(kind)}.{subjects.token(reason)}"
+        )
+        value = self._cached[key] = (subject, self._source_prefix + (namespace or "_"))
+        return value
 
     def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:
         """A status event of the bridge itself (gap, started, stopped, apiserver ...)."""
@@ -216,12 +249,14 @@ class Converter:
         return self._message(subject, attrs, [_encode(data)], msg_id)
 
     def _message(
-        self, subject: str, attrs: dict[str, Any], data: list[bytes], msg_id: str
+        self, subject: str, attrs: _Envelope | dict[str, Any], data: list[bytes], msg_id: str
     ) -> Message:
         """The NATS message in the configured content mode (CloudEvents NATS binding).
 
         ``data`` is the JSON of the data in pieces: spliced in, never decoded again."""
         if self.binary:
+            if isinstance(attrs, _Envelope):
+                attrs = attrs.as_dict()
             headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
             headers["Content-Type"] = DATA_CONTENT_TYPE
             headers[MSG_ID_HEADER] = msg_id

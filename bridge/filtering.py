@@ -16,6 +16,8 @@ PUBLISHED_TYPES = frozenset({"ADDED", "MODIFIED"})
 
 
 def _view(ev: Event | View | dict[str, Any]) -> View:
+    if ev.__class__ is View:
+        return ev
     if isinstance(ev, Event):
         return ev.view
     return ev if isinstance(ev, View) else events.from_obj(ev).view

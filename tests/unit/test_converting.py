@@ -204,4 +204,4 @@ def test_subject_cache_stays_bounded_and_correct():
     for i in range(5000):
         msg = conv.convert(core_event(reason=f"Reason{i}"))
         assert msg.subject == f"k8s.events.c.shop.Pod.Reason{i}"
-    assert len(conv._subjects) <= 4096
+    assert len(conv._cached) <= 4096
