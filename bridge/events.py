@@ -99,15 +99,16 @@ class Event:
         """The first bytes of the Event, for a log line."""
         return self.buf[self.start : min(self.end, self.start + n)].decode("utf-8", "replace")
 
-    def data_parts(self) -> list[bytes]:
+    def data_parts(self) -> list[bytes | memoryview]:
         """The Event as JSON without metadata.managedFields, in pieces to join.
 
-        A list item gets the ``apiVersion`` and ``kind`` a watch object carries."""
+        Views into the line, not copies: the only new bytes are those of the message that
+        joins them. A list item gets the ``apiVersion`` and ``kind`` a watch object carries."""
         v = self.view
-        buf, start, end = self.buf, self.start, self.end
-        parts: list[bytes] = []
+        buf, start, end = memoryview(self.buf), self.start, self.end
+        parts: list[bytes | memoryview] = []
         if self.list_item and (v.kind is None or v.apiVersion is None):
-            if v.kind is not None or v.apiVersion is not None or buf[start + 1 : start + 2] == b"}":
+            if v.kind is not None or v.apiVersion is not None or buf[start + 1] == 0x7D:  # }
                 return [self._reencoded()]
             parts.append(_LIST_ITEM_HEAD)
             start += 1  # past the "{": the head opens the object
