@@ -252,7 +252,7 @@ class Converter:
         self,
         subject: str,
         attrs: _Envelope | dict[str, Any],
-        data: list[bytes | memoryview],
+        data: list[bytes],
         msg_id: str,
     ) -> Message:
         """The NATS message in the configured content mode (CloudEvents NATS binding).
@@ -266,7 +266,7 @@ class Converter:
             headers[MSG_ID_HEADER] = msg_id
             return Message(subject, b"".join(data), headers, msg_id)
         envelope = _encode(attrs)  # {...}: the data goes in before the closing brace
-        payload = b"".join((memoryview(envelope)[:-1], b',"data":', *data, b"}"))
+        payload = b"".join((envelope[:-1], b',"data":', *data, b"}"))
         if msg_id.isprintable():
             # the header block's shape is fixed: only the id changes
             head = _STRUCTURED_HEAD + msg_id.encode() + b"\r\n\r\n"
