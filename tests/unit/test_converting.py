@@ -154,7 +154,15 @@ event_strategy = st.fixed_dictionaries(
                 "namespace": text,
                 "name": text,
                 "creationTimestamp": maybe_time,
-            }
+            },
+            optional={
+                "managedFields": st.lists(
+                    st.fixed_dictionaries(
+                        {"manager": text, "fieldsV1": st.dictionaries(text, st.just({}))}
+                    ),
+                    max_size=3,
+                )
+            },
         ),
         "involvedObject": st.fixed_dictionaries({"kind": text, "name": text}),
         "reason": text,
@@ -182,7 +190,10 @@ def test_any_event_gives_a_valid_cloudevent_and_subject(obj, cluster, mode):
     msg = Converter(cluster, "k8s.events", mode).convert(obj)
     if mode == "structured":
         ce = sdk_structured(msg.payload)
-        assert msgspec.json.decode(msg.payload)["data"]["message"] == obj["message"]
+        data = msgspec.json.decode(msg.payload)["data"]
+        assert data["message"] == obj["message"]
+        assert "managedFields" not in data["metadata"]
+        assert data["metadata"]["uid"] == obj["metadata"]["uid"]
     else:
         headers = {k: v for k, v in msg.headers.items() if k != "Nats-Msg-Id"}
         ce = from_binary(HTTPMessage(headers=headers, body=msg.payload), JSONFormat())

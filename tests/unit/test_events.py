@@ -1,0 +1,181 @@
+"""bridge.events: the typed views and the spliced data agree with a plain decode, whatever
+the shape, the key order or the formatting of a line."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge import events
+
+MANAGED = [
+    {
+        "manager": "kubelet",
+        "operation": "Update",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:count": {}, 'k:{"type":"Ready"}': {".": {}}, "f:message": {}},
+    }
+]
+
+
+def without_managed_fields(obj):
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+def data_of(ev: events.Event):
+    return msgspec.json.decode(b"".join(ev.data_parts()))
+
+
+def event(**over):
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": "web-1.17f0",
+            "namespace": "shop",
+            "uid": "9a1c3d0e-1111-2222-3333-444455556666",
+            "resourceVersion": "123456",
+            "managedFields": MANAGED,
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+        },
+        "involvedObject": {"kind": "Pod", "name": "web-1"},
+        "reason": "BackOff",
+        "message": 'quotes " and "managedFields": inside a string',
+        "type": "Warning",
+        "count": 3,
+    }
+    obj.update(over)
+    return obj
+
+
+def line(obj, kind="ADDED", **dumps):
+    if dumps:
+        return json.dumps({"type": kind, "object": obj}, **dumps).encode()
+    return msgspec.json.encode({"type": kind, "object": obj})
+
+
+def test_fast_path_slices_the_line_and_cuts_managed_fields():
+    obj = event()
+    kind, ev = events.from_line(line(obj))
+    assert kind == "ADDED"
+    assert ev.start > 0  # a slice of the line itself, nothing re-encoded
+    assert ev.view.metadata.uid == obj["metadata"]["uid"]
+    assert events.rv_of(ev.view) == 123456
+    assert data_of(ev) == without_managed_fields(obj)
+
+
+@pytest.mark.parametrize("position", ["first", "middle", "last", "only"])
+def test_managed_fields_cut_wherever_the_key_is(position):
+    mf = {"managedFields": MANAGED}
+    base = {"uid": "u", "resourceVersion": "7", "name": "n"}
+    meta = {
+        "first": {**mf, **base},
+        "middle": {"uid": "u", **mf, "resourceVersion": "7", "name": "n"},
+        "last": {**base, **mf},
+        "only": mf,
+    }[position]
+    obj = event(metadata=meta)
+    _, ev = events.from_line(line(obj))
+    assert data_of(ev) == without_managed_fields(obj)
+    assert ev.cut is not None  # found exactly, not re-encoded
+
+
+def test_ambiguous_or_spaced_lines_are_re_encoded_correctly():
+    # another object with a managedFields key: the cut can not tell which one it is
+    twice = event(involvedObject={"kind": "Pod", "name": "p", "managedFields": MANAGED})
+    _, ev = events.from_line(line(twice))
+    assert data_of(ev) == without_managed_fields(twice)
+    assert ev.cut is None
+    # spaces after colons and commas (not how the API server writes, but valid JSON)
+    spaced = event()
+    kind, ev = events.from_line(line(spaced, indent=1))
+    assert kind == "ADDED" and data_of(ev) == without_managed_fields(spaced)
+    # object first, type second
+    doc = msgspec.json.encode({"object": spaced, "type": "MODIFIED"})
+    kind, ev = events.from_line(doc)
+    assert kind == "MODIFIED" and data_of(ev) == without_managed_fields(spaced)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"",
+        b"<html>",
+        b"[1,2]",
+        b'{"type":"ADDED"}',
+        b'{"object":{}}',
+        b'{"type":"ADDED","object":[]}',
+    ],
+)
+def test_lines_that_are_not_watch_events_raise_bad_line(bad):
+    with pytest.raises(events.BadLine):
+        events.from_line(bad)
+
+
+def test_odd_shapes_take_the_slow_path_and_keep_their_data():
+    obj = event(metadata=["not", "an", "object"], involvedObject="Pod/x", series=5)
+    kind, ev = events.from_line(line(obj))
+    assert kind == "ADDED"
+    assert ev.view.metadata.uid is None and ev.view.involvedObject.kind is None
+    assert data_of(ev) == obj
+
+
+def test_list_items_get_kind_and_api_version_in_front():
+    obj = event()
+    del obj["apiVersion"], obj["kind"]
+    ev = events.from_item(msgspec.json.encode(obj))
+    assert data_of(ev) == {**without_managed_fields(obj), "apiVersion": "v1", "kind": "Event"}
+    ev = events.from_item(obj)  # an already decoded item
+    assert data_of(ev) == {**without_managed_fields(obj), "apiVersion": "v1", "kind": "Event"}
+    half = {**obj, "kind": "Event"}  # only one of the two: re-encoded
+    assert data_of(events.from_item(msgspec.json.encode(half)))["apiVersion"] == "v1"
+    with pytest.raises(events.BadLine):
+        events.from_item("x")  # type: ignore[arg-type]
+
+
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    meta_extra=st.dictionaries(st.text(max_size=10), json_value, max_size=4),
+    top_extra=st.dictionaries(st.text(max_size=10), json_value, max_size=4),
+    managed=st.one_of(st.none(), json_value),
+    mf_first=st.booleans(),
+    kind=st.sampled_from(["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]),
+    list_item=st.booleans(),
+)
+def test_data_is_always_the_object_without_managed_fields(
+    meta_extra, top_extra, managed, mf_first, kind, list_item
+):
+    meta = {"uid": "u-1", "resourceVersion": "42", **meta_extra}
+    meta.pop("managedFields", None)
+    if managed is not None:
+        meta = (
+            {"managedFields": managed, **meta} if mf_first else {**meta, "managedFields": managed}
+        )
+    obj = {**top_extra, "metadata": meta, "reason": "BackOff"}
+    if list_item:
+        obj.pop("apiVersion", None)
+        obj.pop("kind", None)
+        ev = events.from_item(msgspec.json.encode(obj))
+        want = {**without_managed_fields(obj), "apiVersion": "v1", "kind": "Event"}
+    else:
+        got_kind, ev = events.from_line(line(obj, kind))
+        assert got_kind == kind
+        want = without_managed_fields(obj)
+    assert data_of(ev) == want
+    assert ev.view.reason == "BackOff"
