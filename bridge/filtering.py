@@ -41,6 +41,7 @@ class Filter:
     """``accepts(watch_type, event)`` decides; compiled once from the settings."""
 
     __slots__ = (
+        "_by_type_only",
         "_exclude_ns",
         "_exclude_reasons",
         "_kinds",
@@ -62,10 +63,22 @@ class Filter:
         self._watch_types = (
             PUBLISHED_TYPES | {"DELETED"} if settings.include_deleted else PUBLISHED_TYPES
         )
+        # no rule on the Event itself: only its watch type decides
+        self._by_type_only = not (
+            self._reasons
+            or self._exclude_reasons
+            or self._types
+            or self._kinds
+            or self._namespaces
+            or self._exclude_ns
+            or self._min_count > 1
+        )
 
     def accepts(self, watch_type: str, ev: Event | View | dict[str, Any]) -> bool:
         if watch_type not in self._watch_types:
             return False
+        if self._by_type_only:
+            return True
         v = _view(ev)
         reason = _text(v.reason)
         if self._reasons and reason not in self._reasons:
