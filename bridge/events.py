@@ -43,7 +43,8 @@ class Involved(msgspec.Struct):
 
 
 class View(msgspec.Struct):
-    """What the bridge reads of an Event (or of a BOOKMARK's object, or an ERROR's Status)."""
+    """What the bridge reads of an Event (or of a BOOKMARK's object). Not the message: it is
+    the longest string of an Event and nothing reads it (``Event.status()`` for an ERROR)."""
 
     apiVersion: Any = None
     kind: Any = None
@@ -55,9 +56,6 @@ class View(msgspec.Struct):
     series: Any = None
     lastTimestamp: Any = None
     eventTime: Any = None
-    # an ERROR's Status
-    code: Any = None
-    message: Any = None
 
 
 class _Line(msgspec.Struct):
@@ -94,6 +92,21 @@ class Event:
         self.end = end
         self.list_item = list_item  # a list item lacks kind/apiVersion: data gets them
         self.cut: tuple[int, int] | None = None
+
+    def status(self) -> tuple[int, str, str]:
+        """An ERROR's Status object: (code, message, reason); 500 when the code is missing."""
+        try:
+            obj = _decode_any(self.buf[self.start : self.end])
+        except msgspec.DecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            return 500, "", ""
+        code, message, reason = obj.get("code"), obj.get("message"), obj.get("reason")
+        return (
+            code if isinstance(code, int) else 500,
+            "" if message is None else str(message),
+            "" if reason is None else str(reason),
+        )
 
     def sample(self, n: int = 300) -> str:
         """The first bytes of the Event, for a log line."""
@@ -183,8 +196,6 @@ def _lenient_view(obj: dict[str, Any]) -> View:
         series=obj.get("series"),
         lastTimestamp=obj.get("lastTimestamp"),
         eventTime=obj.get("eventTime"),
-        code=obj.get("code"),
-        message=obj.get("message"),
     )
 
 

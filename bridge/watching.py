@@ -385,13 +385,7 @@ class Watcher:
                     self.rv = last = rv
             elif kind == "ERROR":
                 await self._pass_on(batch)
-                status = ev.view
-                code = status.code if isinstance(status.code, int) else 500
-                raise errors.from_status(
-                    code,
-                    str(status.message if status.message is not None else ""),
-                    str(status.reason if status.reason is not None else ""),
-                )
+                raise errors.from_status(*ev.status())
             else:
                 self._bad("unknown_type", line)
         await self._pass_on(batch)

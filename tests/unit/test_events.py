@@ -179,3 +179,11 @@ def test_data_is_always_the_object_without_managed_fields(
         want = without_managed_fields(obj)
     assert data_of(ev) == want
     assert ev.view.reason == "BackOff"
+
+
+def test_an_error_lines_status_is_read_only_when_asked():
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    kind, ev = events.from_line(line(status, "ERROR"))
+    assert kind == "ERROR" and ev.status() == (410, "too old", "Expired")
+    _, ev = events.from_line(line({"code": "410", "message": None}, "ERROR"))
+    assert ev.status() == (500, "", "")  # a code that is not a number: a server error
