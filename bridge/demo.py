@@ -105,7 +105,11 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         )
         bridge = Bridge(settings)
         run = asyncio.create_task(bridge.run())
-        while bridge.publisher is None:
+        # A first start lists the Events as they are then: a version overwritten before that
+        # list is never seen (the list has only the newest). Write only once it has listed.
+        while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
+            if run.done():
+                return await run
             await asyncio.sleep(0.05)
         js = nc.jetstream()
         sub = await js.subscribe(
