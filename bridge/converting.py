@@ -22,7 +22,7 @@ import msgspec
 
 from bridge import events, subjects
 from bridge.errors import ConversionError
-from bridge.events import Event, View
+from bridge.events import Event, View, view_of
 from bridge.filtering import event_count
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
@@ -102,7 +102,7 @@ class Message:
 def occurrence_time(ev: View | dict[str, Any]) -> str | None:
     """The first valid RFC 3339 time of series.lastObservedTime, lastTimestamp, eventTime,
     metadata.creationTimestamp; None when none is (the attribute is then left out)."""
-    v = ev if isinstance(ev, View) else events.from_obj(ev).view
+    v = view_of(ev)
     series = v.series
     for t in (
         series.get("lastObservedTime") if series.__class__ is dict else None,

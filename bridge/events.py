@@ -277,9 +277,22 @@ def from_obj(obj: dict[str, Any]) -> Event:
     return Event(view, buf, 0, len(buf))
 
 
-def rv_of(view: View) -> int | None:
-    """``metadata.resourceVersion`` as an int; None when missing or not a decimal string."""
-    value = view.metadata.resourceVersion
+def parse_rv(value: Any) -> int | None:
+    """A resourceVersion as an int; None when it is not a decimal string."""
     if value.__class__ is str and value.isascii() and value.isdigit():
         return int(value)
     return None
+
+
+def rv_of(view: View) -> int | None:
+    """``metadata.resourceVersion`` as an int; None when missing or not a decimal string."""
+    return parse_rv(view.metadata.resourceVersion)
+
+
+def view_of(ev: Event | View | dict[str, Any]) -> View:
+    """The view of an Event, a view, or a decoded object (taken as a watch would give it)."""
+    if isinstance(ev, View):
+        return ev
+    if isinstance(ev, Event):
+        return ev.view
+    return from_obj(ev).view

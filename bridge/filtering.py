@@ -8,24 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge import events
-from bridge.events import Event, View
+from bridge.events import Event, View, view_of
 from bridge.settings import FilterSettings
 
 PUBLISHED_TYPES = frozenset({"ADDED", "MODIFIED"})
 
 
-def _view(ev: Event | View | dict[str, Any]) -> View:
-    if ev.__class__ is View:
-        return ev
-    if isinstance(ev, Event):
-        return ev.view
-    return ev if isinstance(ev, View) else events.from_obj(ev).view
-
-
 def event_count(ev: Event | View | dict[str, Any]) -> int:
     """``series.count``, else ``count``, else 1 (events.k8s.io-written Events have no count)."""
-    v = _view(ev)
+    v = view_of(ev)
     series = v.series
     if isinstance(series, dict):
         c = series.get("count")
@@ -79,7 +70,7 @@ class Filter:
             return False
         if self._by_type_only:
             return True
-        v = _view(ev)
+        v = view_of(ev)
         reason = _text(v.reason)
         if self._reasons and reason not in self._reasons:
             return False

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from bridge import errors, events, logs
 from bridge.backoff import Backoff
-from bridge.events import Event, rv_of
+from bridge.events import Event, parse_rv, rv_of
 from bridge.health import Health
 from bridge.metrics import Metrics
 from bridge.settings import KubernetesSettings
@@ -72,12 +72,6 @@ class Sink(Protocol):
     def mark(self, rv: int) -> None: ...
     async def gap(self, from_rv: int, to_rv: int) -> None: ...
     async def reachability(self, reachable: bool, detail: str) -> None: ...
-
-
-def parse_rv(value: Any) -> int | None:
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return None
 
 
 def classify(exc: BaseException) -> Outcome:
