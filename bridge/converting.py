@@ -169,7 +169,7 @@ class _Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     k8scount: int
 
     def as_dict(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in self.__struct_fields__}
+        out = msgspec.structs.asdict(self)
         if out["time"] is None:
             del out["time"]
         return out

@@ -5,7 +5,7 @@ import msgspec
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_binary
 from cloudevents.core.formats.json import JSONFormat
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bridge import subjects
@@ -232,6 +232,14 @@ rfc3339_like = st.one_of(
 
 @settings(max_examples=1000)
 @given(rfc3339_like)
+@example("2026-11-29T18:29:26Z")
+@example("2026-11-29T18:29:26.123456Z")
+@example("2026-11-29 18:29:26Z")  # the fast path's shapes, with a space: fromisoformat takes it
+@example("2026-11-29t18:29:26Z")
+@example("2026-11-29T18:29:26.123456z")
+@example("2026-11-29T18:29:26+01:00")
+@example("2026-11-29T18:29:26,123456Z")
+@example("2026-11-29T18:29:26.1234567Z")
 def test_fast_time_check_agrees_with_the_rfc3339_pattern(t):
     from bridge.converting import _RFC3339, is_rfc3339
 
