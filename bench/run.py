@@ -58,7 +58,7 @@ from bench.procs import (
     histogram_quantile,
     machine_busy_seconds,
 )
-from bridge.natsserver import NatsServer, binary, free_port
+from bridge.sim.natsserver import NatsServer, binary, free_port
 from bridge.sim.apiserver import SimApiServer
 from bridge.sim.workload import make_event
 

@@ -12,9 +12,7 @@ from typing import Any
 import yaml
 
 from bridge import logs, settings
-from bridge.errors import ConfigError
-
-EXIT_CONFIG = 2
+from bridge.errors import EXIT_CONFIG, ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logs.setup(cfg.log.level, cfg.log.format)
     if args.command == "tail":
-        from bridge import tailing
+        from bridge.jetstream import tailing
 
         try:
             return asyncio.run(tailing.tail(cfg, args.subject, all_=args.all, count=args.count))

@@ -12,16 +12,15 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import nats
 import yaml
 
-from bridge import logs, tailing
+from bridge import logs
 from bridge.app import Bridge
-from bridge.natsserver import NatsServer
+from bridge.jetstream import tailing
 from bridge.settings import Settings
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.natsserver import NatsServer
 from bridge.sim.workload import make_event
 
 
@@ -82,17 +81,15 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         http={"host": "127.0.0.1", "port": 0},
     )
     cluster = _Cluster(sim)
-    nc = await nats.connect(server.url)
     received: list[str] = []
-    shown = 0
+    reader: tailing.Tail | None = None
 
-    async def on_msg(msg: Any) -> None:
-        nonlocal shown
-        if "._bridge." not in msg.subject:
-            received.append(msg.headers["Nats-Msg-Id"])
-        if not quiet:
-            shown += 1
-            print(tailing.line(tailing.decode(msg.headers, msg.data))[:150], flush=True)
+    async def show(reader: tailing.Tail) -> None:
+        async for msg in reader:
+            if "._bridge." not in msg.subject and msg.headers:
+                received.append(msg.headers["Nats-Msg-Id"])
+            if not quiet:
+                print(tailing.line(tailing.decode(msg.headers, msg.data))[:150], flush=True)
 
     try:
         print(f"nats-server {server.url} (JetStream, store {server.store_dir})")
@@ -111,10 +108,8 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
             if run.done():
                 return await run
             await asyncio.sleep(0.05)
-        js = nc.jetstream()
-        sub = await js.subscribe(
-            "k8s.events.>", stream="K8S_EVENTS", ordered_consumer=True, cb=on_msg
-        )
+        reader = await tailing.Tail.open(settings.nats, None, from_start=True)
+        showing = asyncio.create_task(show(reader))
         first = events // 2
         await cluster.write(first, rate)
         _say("2. the bridge stops (as on SIGTERM): in-flight acks drained, checkpoint saved")
@@ -141,15 +136,15 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         await asyncio.sleep(0.5)
         bridge.request_stop()
         await run
-        await sub.unsubscribe()
-        info = await js.stream_info("K8S_EVENTS")
+        showing.cancel()
+        stored = await reader.stored(settings.nats.stream)
         missing = set(cluster.ids) - set(received)
         dups = len(received) - len(set(received))
         _say("summary")
         print(f"   versions written to the cluster : {len(cluster.ids)}")
         print(
             f"   CloudEvents in the stream       : {len(set(received))} "
-            f"(+ status events; stream holds {info.state.messages} messages)"
+            f"(+ status events; stream holds {stored} messages)"
         )
         print(f"   missing                         : {len(missing)}")
         print(f"   duplicates                      : {dups}")
@@ -157,7 +152,8 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         print("   " + ("OK: nothing lost, nothing duplicated" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
-        await nc.close()
+        if reader is not None:
+            await reader.close()
         await sim.stop()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

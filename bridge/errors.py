@@ -10,19 +10,25 @@
     │   ├── KubeUnavailable      5xx, refused, reset, timed out: the server is not there now
     │   └── KubeBadRequest       other 4xx: our request is wrong (bad field selector, ...)
     ├── ConversionError          an Event that can not be turned into a CloudEvent
+    ├── JetStreamUnavailable     NATS or JetStream did not answer (timeout, no quorum, 503,
+    │                            connection lost): passing, the step is tried again
     └── PublishError             the stream can not be used (start-up: create, check)
         ├── NoStream             no stream exists and nats.create_stream is false
         └── StreamConfigMismatch an existing stream does not take the bridge's subjects
 
 Publishing itself raises nothing: a timed-out or refused publish is sent again with the same
-Nats-Msg-Id by ``publishing.Publisher`` (see there), so no error type exists for it.
+Nats-Msg-Id by ``bridge.jetstream.publishing.Publisher`` (see there), so no error type exists
+for it.
 
-Foreign exceptions are mapped once, at the boundary that met them (``kube.py`` for
-aiohttp / kubernetes_asyncio, ``publishing.py`` and ``streams.py`` for nats-py), with
-``raise ... from exc``.
+Foreign exceptions are mapped once, at the boundary that met them, with ``raise ... from exc``:
+``bridge.kube`` for aiohttp and kubernetes_asyncio, ``bridge.jetstream`` for nats-py. Above
+the two boundaries nothing catches a library's exception.
 """
 
 from __future__ import annotations
+
+# Process exit codes of ``k8s-event-bridge run`` (and the other commands).
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
 class BridgeError(Exception):
@@ -82,6 +88,10 @@ class KubeBadRequest(KubeError):
 
 class ConversionError(BridgeError):
     """An Event can not be converted to a CloudEvent."""
+
+
+class JetStreamUnavailable(BridgeError):
+    """NATS or JetStream did not answer a request in time, or answered that it can not now."""
 
 
 class PublishError(BridgeError):

@@ -55,9 +55,9 @@ class Logger:
         self._log = logging.getLogger(f"bridge.{name}")
         self._last: dict[str, float] = {}
 
-    def _emit(self, level: int, event: str, fields: dict[str, Any], exc: bool = False) -> None:
+    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
         if self._log.isEnabledFor(level):
-            self._log.log(level, event, extra={"fields": fields}, exc_info=exc)
+            self._log.log(level, event, extra={"fields": fields})
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, event, fields)
@@ -70,9 +70,6 @@ class Logger:
 
     def error(self, event: str, **fields: Any) -> None:
         self._emit(logging.ERROR, event, fields)
-
-    def exception(self, event: str, **fields: Any) -> None:
-        self._emit(logging.ERROR, event, fields, exc=True)
 
     def warn_sampled(self, once: str, event: str, /, interval: float = 60.0, **fields: Any) -> None:
         """A WARNING at most once per ``interval`` seconds for the sampling key ``once``."""

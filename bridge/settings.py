@@ -95,7 +95,7 @@ def parse_size(value: Any) -> int:
 
 def _require_positive(value: float) -> float:
     if value <= 0:
-        raise ValueError("must be greater than 0 (a zero interval would be a tight loop)")
+        raise ValueError("must be greater than 0")
     return value
 
 
@@ -156,19 +156,12 @@ class KubernetesSettings(_Section):
     field_selector: str = ""
     initial: Literal["all", "new"] = "all"
     page_size: int = Field(500, ge=1, le=10000)
-    read_timeout: Duration = 120.0
-    connect_timeout: Duration = 10.0
+    read_timeout: PositiveDuration = 120.0
+    connect_timeout: PositiveDuration = 10.0
     watch_timeout_min: Duration = 300.0
     watch_timeout_max: Duration = 600.0
     event_ttl: PositiveDuration = 3600.0
     backoff: BackoffSettings = BackoffSettings()
-
-    @field_validator("read_timeout", "connect_timeout")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be greater than 0")
-        return v
 
     @model_validator(mode="after")
     def _watch_timeouts(self) -> KubernetesSettings:
@@ -205,11 +198,11 @@ class NatsSettings(_Section):
     stream: str = "K8S_EVENTS"
     subject_prefix: str = "k8s.events"
     create_stream: bool = True
-    max_age: Duration = 7 * 86400.0
+    max_age: PositiveDuration = 7 * 86400.0
     max_bytes: Size = -1
     num_replicas: int = Field(1, ge=1, le=5)
-    duplicate_window: Duration = 7200.0
-    ack_timeout: Duration = 5.0
+    duplicate_window: PositiveDuration = 7200.0
+    ack_timeout: PositiveDuration = 5.0
     max_inflight: int = Field(1024, ge=1, le=65536)
     connect_timeout: Duration = 5.0
     name: str = "k8s-event-bridge"
@@ -242,13 +235,6 @@ class NatsSettings(_Section):
     def _prefix(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", v):
             raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        return v
-
-    @field_validator("ack_timeout", "duplicate_window", "max_age")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be greater than 0")
         return v
 
     @field_validator("max_bytes")

@@ -1,6 +1,6 @@
 import pytest
 
-from bridge.natsserver import NatsServer
+from bridge.sim.natsserver import NatsServer
 
 
 @pytest.fixture

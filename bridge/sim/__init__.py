@@ -1,6 +1,21 @@
-"""A simulated Kubernetes API server for Events, with a workload generator and fault injection."""
+"""Stand-ins for the outside world, for the demo, the tests and the benchmarks; never imported
+by the service itself (checked by the import contracts in pyproject.toml).
+
+``apiserver``: a simulated Kubernetes API server for Events with fault injection; ``workload``:
+a realistic mix of Events to write into it; ``natsserver``: a real ``nats-server -js`` started
+on a loopback port with its own store.
+"""
 
 from bridge.sim.apiserver import Faults, RequestRecord, SimApiServer
+from bridge.sim.natsserver import NatsServer
 from bridge.sim.workload import WorkloadStats, make_event, run_workload
 
-__all__ = ["Faults", "RequestRecord", "SimApiServer", "WorkloadStats", "make_event", "run_workload"]
+__all__ = [
+    "Faults",
+    "NatsServer",
+    "RequestRecord",
+    "SimApiServer",
+    "WorkloadStats",
+    "make_event",
+    "run_workload",
+]

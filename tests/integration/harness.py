@@ -18,8 +18,8 @@ import msgspec
 import nats
 import yaml
 
-from bridge.natsserver import free_port
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.natsserver import free_port
 from bridge.sim.workload import make_event
 
 

@@ -6,8 +6,8 @@ import ssl
 import pytest
 import trustme
 
-from bridge.natsserver import NatsServer
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.natsserver import NatsServer
 from tests.integration.harness import Writer, bridge_config, event_ids, eventually, logged
 
 pytestmark = pytest.mark.integration

@@ -5,13 +5,13 @@ import asyncio
 import nats
 import pytest
 
-from bridge import streams
-from bridge.converting import Message
+from bridge.core.messages import Message, Outgoing
+from bridge.core.progress import Progress
+from bridge.core.queueing import BoundedQueue
 from bridge.errors import StreamConfigMismatch
+from bridge.jetstream import streams
+from bridge.jetstream.publishing import Publisher
 from bridge.metrics import Metrics
-from bridge.progress import Progress
-from bridge.publishing import Outgoing, PlainWriter, Publisher, RawWriter
-from bridge.queueing import BoundedQueue
 from bridge.settings import NatsSettings
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ async def stream_ids(nc, stream="K8S_EVENTS"):
     return ids
 
 
-async def start(nats_url, **kw):
+async def start(nats_url, fast_path=True, **kw):
     state = {}
 
     async def disconnected():
@@ -53,25 +53,21 @@ async def start(nats_url, **kw):
         reconnected_cb=reconnected,
     )
     await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_url]))
-    pub = state["pub"] = Publisher(nc, Metrics(), **kw)
+    pub = state["pub"] = Publisher(nc, Metrics(), fast_path=fast_path, **kw)
     await pub.start()
     return nc, pub
 
 
 @pytest.fixture(params=["fast", "public_api"])
-def path(request, monkeypatch):
-    """Both ways of talking to nats-py: HPUB batches + the ack tap, or its public API only
-    (what the publisher does on a nats-py without the private parts it uses)."""
-    if request.param == "public_api":
-        monkeypatch.setattr(RawWriter, "usable", classmethod(lambda cls, nc: False))
-        monkeypatch.setattr(Publisher, "_tap_acks", lambda self, sub: False)
+def path(request):
+    """Both ways of talking to nats-py: HPUB batches + the ack tap (bridge.jetstream.fastpath),
+    or its public API only (what the publisher does on a nats-py without those private parts)."""
     return request.param
 
 
 async def test_every_message_acked_and_checkpoint_follows(nats_server, path):
-    nc, pub = await start(nats_server.url, max_inflight=8)
-    assert isinstance(pub._writer, RawWriter if path == "fast" else PlainWriter)
-    assert pub.tapped == (path == "fast")
+    nc, pub = await start(nats_server.url, fast_path=path == "fast", max_inflight=8)
+    assert pub.fast_writer == pub.tapped == (path == "fast")
     q: BoundedQueue[Outgoing] = BoundedQueue(100, 1 << 20)
     progress = Progress(0)
     tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap())]
@@ -128,7 +124,9 @@ async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
 
 
 async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_server, path):
-    nc, pub = await start(nats_server.url, ack_timeout=0.5, max_inflight=64)
+    nc, pub = await start(
+        nats_server.url, fast_path=path == "fast", ack_timeout=0.5, max_inflight=64
+    )
     q: BoundedQueue[Outgoing] = BoundedQueue(50, 1 << 20)
     p = Progress(0)
     tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
@@ -193,7 +191,7 @@ async def test_stream_created_with_the_configured_duplicate_window(nats_server, 
 
 
 async def test_message_over_max_payload_with_headers_is_skipped_without_a_disconnect(tmp_path):
-    from bridge.natsserver import NatsServer
+    from bridge.sim.natsserver import NatsServer
 
     conf = tmp_path / "small.conf"
     conf.write_text("max_payload: 2048\n")

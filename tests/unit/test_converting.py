@@ -8,8 +8,8 @@ from cloudevents.core.formats.json import JSONFormat
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bridge import subjects
-from bridge.converting import Converter, occurrence_time
+from bridge.core import subjects
+from bridge.core.converting import Converter, occurrence_time
 from bridge.errors import ConversionError
 
 TOKEN = r"[A-Za-z0-9_-]+"
@@ -241,6 +241,6 @@ rfc3339_like = st.one_of(
 @example("2026-11-29T18:29:26,123456Z")
 @example("2026-11-29T18:29:26.1234567Z")
 def test_fast_time_check_agrees_with_the_rfc3339_pattern(t):
-    from bridge.converting import _RFC3339, is_rfc3339
+    from bridge.core.converting import _RFC3339, is_rfc3339
 
     assert is_rfc3339(t) == (_RFC3339.match(t) is not None)

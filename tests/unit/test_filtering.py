@@ -1,6 +1,6 @@
 import pytest
 
-from bridge.filtering import Filter, event_count, server_field_selector
+from bridge.core.filtering import Filter, event_count, server_field_selector
 from bridge.settings import FilterSettings
 
 

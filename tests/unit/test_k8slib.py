@@ -23,7 +23,7 @@ def test_the_bridge_imports_no_model_class() -> None:
         """
         import sys
         import bridge.app
-        from bridge.k8slib import client, config, incluster_config
+        from bridge.kube.lean import client, config, incluster_config
         assert client.ApiClient and client.Configuration and client.CoreV1Api
         assert config.load_kube_config and incluster_config.SERVICE_TOKEN_FILENAME
         models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
@@ -37,7 +37,7 @@ def test_the_bridge_imports_no_model_class() -> None:
 def test_other_names_still_load_the_whole_client() -> None:
     out = _run(
         """
-        import bridge.kube
+        import bridge.kube.client
         import kubernetes_asyncio
         from kubernetes_asyncio.client import V1Pod, AppsV1Api
         from kubernetes_asyncio.client.models import CoreV1Event
@@ -53,7 +53,7 @@ def test_a_client_imported_first_is_left_alone() -> None:
         """
         import sys
         import kubernetes_asyncio.client
-        import bridge.kube
+        import bridge.kube.client
         print(sum(m.startswith("kubernetes_asyncio.client.models.") for m in sys.modules) > 100)
         """
     )

@@ -5,7 +5,7 @@ import asyncio
 import yaml
 from aiohttp import web
 
-from bridge.kube import READ_BUFSIZE, KubeClient
+from bridge.kube.client import READ_BUFSIZE, KubeClient
 from bridge.settings import KubernetesSettings
 
 
@@ -65,9 +65,8 @@ async def test_a_fast_watch_is_handed_over_in_bounded_chunks(tmp_path):
     app.router.add_get("/api/v1/events", watch)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
     kube = KubeClient(
         KubernetesSettings(kubeconfig=kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     )

@@ -1,10 +1,10 @@
-from bridge import events
-from bridge.converting import Converter
-from bridge.filtering import Filter
+from bridge.core import events
+from bridge.core.converting import Converter
+from bridge.core.filtering import Filter
+from bridge.core.progress import Progress
+from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
-from bridge.pipeline import Intake
-from bridge.progress import Progress
-from bridge.queueing import BoundedQueue
+from bridge.runtime.intake import Intake
 from bridge.settings import FilterSettings
 
 

@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
-from bridge.progress import Progress
-from bridge.queueing import BoundedQueue
+from bridge.core.progress import Progress
+from bridge.core.queueing import BoundedQueue
 
 
 def test_checkpoint_not_moved_before_ack():

@@ -1,7 +1,7 @@
 import pytest
 
-from bridge.backoff import Backoff
-from bridge.state import Outcome, Transition, WatchState, next_state
+from bridge.core.backoff import Backoff
+from bridge.core.watchstate import Outcome, Transition, WatchState, next_state
 
 L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, WatchState.STOPPED
 

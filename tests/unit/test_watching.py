@@ -6,10 +6,10 @@ import msgspec
 import pytest
 
 from bridge import errors
-from bridge.health import Health
 from bridge.metrics import Metrics
+from bridge.runtime.health import Health
+from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
-from bridge.watching import Watcher
 
 
 def ev(name, rv, reason="BackOff"):

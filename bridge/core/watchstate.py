@@ -1,7 +1,8 @@
 """The watch state machine, modelled on client-go's Reflector.
 
 The choice of the next state is a pure function of the current state and what happened,
-so it is tested without I/O; ``watching.Watcher`` performs the I/O each state asks for.
+so it is tested without I/O; ``bridge.runtime.watching.Watcher`` performs the I/O each state
+asks for.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Event → CloudEvent 1.0 (pure), on the hot path without the SDK.
 
-The envelope is built as a dict and serialised once with orjson; the cloudevents SDK stays
-the reference: the tests parse every shape this module produces with it. Mapping (DESIGN.md):
+The envelope is a msgspec Struct serialised once, the Event's own bytes spliced in as
+``data``; the cloudevents SDK stays the reference: the tests parse every shape this module
+produces with it. Mapping (DESIGN.md):
 
     id        <event uid>/<resourceVersion>        (also the Nats-Msg-Id: deterministic)
     source    k8s://<cluster>/namespaces/<namespace>
@@ -20,83 +21,25 @@ from urllib.parse import quote
 
 import msgspec
 
-from bridge import events, subjects
+from bridge.core import events, subjects
+from bridge.core.events import Event, View, view_of
+from bridge.core.filtering import event_count
+from bridge.core.messages import MSG_ID_HEADER, Message
 from bridge.errors import ConversionError
-from bridge.events import Event, View, view_of
-from bridge.filtering import event_count
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
 DATA_CONTENT_TYPE: Final = "application/json"
-MSG_ID_HEADER: Final = "Nats-Msg-Id"
 SUBJECT_CACHE_SIZE: Final = 4096
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
-# CloudEvents binding rule: printable ASCII except space, '"' and '%' stays as it is.
 _match_time = _RFC3339.match
+# CloudEvents binding rule: printable ASCII except space, '"' and '%' stays as it is.
 _CE_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 _TYPE_CHARS = re.compile(r"[^a-z0-9]")
 _encode = msgspec.json.Encoder().encode
 _STRUCTURED_HEAD: Final = (
     f"NATS/1.0\r\nContent-Type: {STRUCTURED_CONTENT_TYPE}\r\n{MSG_ID_HEADER}: ".encode()
 )
-
-
-_HEAD_LINE: Final = b"NATS/1.0\r\n"
-
-
-def encode_headers(headers: dict[str, str]) -> bytes:
-    """The NATS header block (``NATS/1.0``, ``Key: value`` lines, blank line).
-
-    Keys must be header tokens and values one line: a CR or LF would end the block early and
-    corrupt the protocol, so either is refused here, not sent.
-    """
-    parts = [_HEAD_LINE]
-    for k, v in headers.items():
-        if not k or not k.isascii() or not k.isprintable() or ":" in k or " " in k:
-            raise ConversionError(f"header name {k!r} is not a token")
-        if "\r" in v or "\n" in v:
-            raise ConversionError(f"header {k} value has a line break")
-        parts.append(f"{k}: {v}\r\n".encode())
-    parts.append(b"\r\n")
-    return b"".join(parts)
-
-
-class Message:
-    """One NATS message ready to publish: subject, payload and its encoded header block."""
-
-    __slots__ = ("head", "msg_id", "payload", "subject")
-
-    def __init__(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: dict[str, str] | None,
-        msg_id: str,
-        *,
-        head: bytes | None = None,
-    ) -> None:
-        self.subject = subject
-        self.payload = payload
-        self.msg_id = msg_id
-        self.head = head if head is not None else encode_headers(headers or {})
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The header block as a dict (for tests and the plain publish path)."""
-        out: dict[str, str] = {}
-        for line in self.head.decode().split("\r\n")[1:]:
-            if line:
-                k, _, v = line.partition(": ")
-                out[k] = v
-        return out
-
-    @property
-    def wire_size(self) -> int:
-        """Bytes the server counts against max_payload: header block plus payload."""
-        return len(self.head) + len(self.payload)
-
-    def __repr__(self) -> str:
-        return f"Message({self.subject!r}, {len(self.payload)} bytes, id={self.msg_id!r})"
 
 
 def occurrence_time(ev: View | dict[str, Any]) -> str | None:
@@ -121,8 +64,8 @@ _valid_times: set[str] = set()
 
 def is_rfc3339(t: str) -> bool:
     """``_RFC3339`` decides; the two shapes Kubernetes writes (``...:05Z`` and
-    ``...:05.123456Z``) are first tried with ``datetime.fromisoformat`` (C, 3x faster), which
-    accepts no such string that the pattern refuses."""
+    ``...:05.123456Z``) are first tried with ``datetime.fromisoformat`` (in C, cheaper than
+    the pattern), which accepts no such string that the pattern refuses."""
     n = len(t)
     if (n == 20 or (n == 27 and t[19] == ".")) and t[-1] == "Z" and t[10] == "T" and t.isascii():
         try:

@@ -1,13 +1,13 @@
 """kubernetes_asyncio without the ~1,000 generated model classes the bridge never uses.
 
 ``import kubernetes_asyncio`` (and so ``kubernetes_asyncio.config``) runs the package's
-``__init__``, which imports every API module and every model class: ~35 MB of a process that
-otherwise needs ~55 MB, for objects the bridge never builds (it reads raw responses). Here the
-packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and ``.client.models`` are
-registered as modules whose ``__init__`` has not run yet; their submodules import as usual,
-also when looked up as an attribute (``from kubernetes_asyncio.client import rest``). Any
-other name looked up on one of them runs its real ``__init__`` first (once), so code that
-wants the whole client still gets it.
+``__init__``, which imports every API module and every model class: more memory than the rest
+of the process together (docs/performance.md), for objects the bridge never builds (it reads
+raw responses). Here the packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and
+``.client.models`` are registered as modules whose ``__init__`` has not run yet; their
+submodules import as usual, also when looked up as an attribute (``from
+kubernetes_asyncio.client import rest``). Any other name looked up on one of them runs its
+real ``__init__`` first (once), so code that wants the whole client still gets it.
 
 If kubernetes_asyncio was imported before this module, nothing is changed.
 """

@@ -2,24 +2,46 @@
 
 ``max_reconnect_attempts=-1``: nats-py's default (60) closes the client for good after a long
 outage. The first connect is retried with back-off too, so the bridge may start before NATS.
+
+``passing`` is this boundary's one predicate for a failure worth trying again, and
+``unavailable`` maps such a failure to ``errors.JetStreamUnavailable`` for the layers above,
+which never see a nats-py exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 
-from bridge import logs
-from bridge.backoff import Backoff
-from bridge.errors import ConfigError
+from bridge import errors, logs
+from bridge.core.backoff import Backoff, retrying
 from bridge.settings import NatsSettings
 
 log = logs.get("nats")
+
+
+def passing(exc: BaseException) -> bool:
+    """A nats-py failure that may go away by itself: NATS away, JetStream electing leaders or
+    without quorum (timeouts, 503), a socket error."""
+    return isinstance(exc, nats.errors.Error | TimeoutError | OSError)
+
+
+@contextlib.contextmanager
+def unavailable(what: str) -> Iterator[None]:
+    """Map a passing nats-py failure of ``what`` to ``errors.JetStreamUnavailable``."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, errors.BridgeError) or not passing(exc):
+            raise
+        raise errors.JetStreamUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 def tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
@@ -32,7 +54,7 @@ def tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
         if tls.cert_file and tls.key_file:
             ctx.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"nats.tls: {exc}") from exc
+        raise errors.ConfigError(f"nats.tls: {exc}") from exc
     return ctx
 
 
@@ -95,9 +117,7 @@ async def connect(
 
     async def reconnected_cb() -> None:
         on_state(True)
-        log.info(
-            "nats_reconnected", server=str(nc.connected_url.netloc if nc.connected_url else "")
-        )
+        log.info("nats_reconnected", server=_server(connected[0]) if connected else "")
         if on_reconnected is not None:
             await on_reconnected()
 
@@ -105,8 +125,9 @@ async def connect(
         on_state(False)
 
     opts = connect_options(settings)
-    backoff = Backoff(initial=0.5, cap=10.0)
-    while True:
+    connected: list[NATS] = []
+
+    async def attempt() -> NATS:
         nc = NATS()
         try:
             await nc.connect(
@@ -116,22 +137,37 @@ async def connect(
                 closed_cb=closed_cb,
                 **opts,
             )
-        except (TimeoutError, OSError, nats.errors.Error) as exc:
-            if isinstance(exc, nats.errors.AuthorizationError | ssl.SSLError):
-                log.error("nats_auth_failed", error=str(exc) or type(exc).__name__)
-            delay = backoff.next_delay()
-            log.warning(
-                "nats_connect_failed",
-                servers=settings.servers,
-                error=f"{type(exc).__name__}: {exc}",
-                retry_in=round(delay, 2),
-            )
-            try:
+        except BaseException:
+            with contextlib.suppress(Exception):
                 await nc.close()
-            except Exception:
-                pass
-            await sleep(delay)
-            continue
-        on_state(True)
-        log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url else ""))
+            raise
         return nc
+
+    async def failed(exc: Exception, delay: float) -> None:
+        if isinstance(exc, nats.errors.AuthorizationError | ssl.SSLError):
+            log.error("nats_auth_failed", error=str(exc) or type(exc).__name__)
+        log.warning(
+            "nats_connect_failed",
+            servers=settings.servers,
+            error=f"{type(exc).__name__}: {exc}",
+            retry_in=round(delay, 2),
+        )
+
+    nc = await retrying(
+        attempt, Backoff(initial=0.5, cap=10.0), passing=passing, on_failure=failed, sleep=sleep
+    )
+    connected.append(nc)
+    on_state(True)
+    log.info("nats_connected", server=_server(nc))
+    return nc
+
+
+def _server(nc: NATS) -> str:
+    return str(nc.connected_url.netloc if nc.connected_url else "")
+
+
+async def close(nc: NATS) -> None:
+    """Close the connection, waiting at most 5 s: a server that went away must not hold up
+    the exit."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), timeout=5)

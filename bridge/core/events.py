@@ -116,7 +116,7 @@ class Event:
         """The Event as JSON without metadata.managedFields, in pieces to join.
 
         A list item gets the ``apiVersion`` and ``kind`` a watch object carries. (Slices, not
-        memoryviews: joining views costs more than copying ~1 KB.)"""
+        memoryviews: for an Event's size joining views costs more than the copies.)"""
         v = self.view
         buf, start, end = self.buf, self.start, self.end
         parts: list[bytes] = []

@@ -1,59 +1,48 @@
-"""The checkpoint: the resourceVersion to resume from, one key per cluster and watch scope,
-in a JetStream KV bucket, so it lives as long as the stream it describes.
+"""The checkpoint store of the service: a JetStream KV bucket, one key per cluster and watch
+scope, so the checkpoint lives as long as the stream it describes. It is the runtime's
+``CheckpointStore`` port (``bridge.runtime.ports``); what a checkpoint is lives in
+``bridge.core.checkpoints``.
 """
 
 from __future__ import annotations
 
 import calendar
 import time
-from dataclasses import dataclass
-from typing import Protocol
 
 import msgspec
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from bridge import logs, subjects
+from bridge import logs
+from bridge.core.checkpoints import Checkpoint
+from bridge.jetstream.connection import unavailable
 
 log = logs.get("checkpoints")
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    resource_version: int
-    saved_at: float | None  # epoch seconds; the version was seen at most one interval before
-
-
-class CheckpointStore(Protocol):
-    async def load(self, key: str) -> Checkpoint | None: ...
-    async def save(self, key: str, resource_version: int) -> None: ...
-
-
-def checkpoint_key(cluster: str, namespace: str | None) -> str:
-    """``<cluster>.all`` or ``<cluster>.ns.<namespace>``; KV keys allow ``[-/_=.a-zA-Z0-9]``."""
-    scope = "all" if namespace is None else f"ns.{subjects.token(namespace)}"
-    return f"{subjects.token(cluster)}.{scope}"
-
-
 class KvCheckpointStore:
+    """Failures JetStream may recover from raise ``errors.JetStreamUnavailable``."""
+
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> KvCheckpointStore:
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(bucket=bucket, history=5, replicas=replicas)
-            log.info("checkpoint_bucket_created", bucket=bucket)
+        with unavailable(f"checkpoint bucket {bucket}"):
+            try:
+                kv = await js.key_value(bucket)
+            except nats.js.errors.BucketNotFoundError:
+                kv = await js.create_key_value(bucket=bucket, history=5, replicas=replicas)
+                log.info("checkpoint_bucket_created", bucket=bucket)
         return cls(kv)
 
     async def load(self, key: str) -> Checkpoint | None:
-        try:
-            entry = await self._kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
+        with unavailable(f"checkpoint {key}"):
+            try:
+                entry = await self._kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
         if entry.value is None:
             return None
         try:
@@ -83,4 +72,5 @@ class KvCheckpointStore:
                 "savedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
         )
-        await self._kv.put(key, value)
+        with unavailable(f"checkpoint {key}"):
+            await self._kv.put(key, value)

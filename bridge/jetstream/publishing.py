@@ -12,12 +12,10 @@ the connection's max_payload, or than the stream's max_msg_size): that one is co
 logged and let go so that it can not stop the pipeline or hold the checkpoint for ever.
 
 nats-py's own ``publish_async`` is not used: its futures never time out, and a failed send
-leaks a window slot. Nor, on the hot path, is ``Client.publish``: it encodes the header dict
-and queues a flush for every message (~19 µs each). The publisher takes everything waiting
-in the queue (up to the window), frames the HPUB commands itself from the header block the
-converter built once per message, and hands the batch to the client's outgoing buffer in
-one piece (``RawWriter``). That uses two private methods of nats-py's client; if a version
-lacks them, every message goes through ``Client.publish`` instead (``PlainWriter``).
+leaks a window slot. The publisher takes everything waiting in the queue (up to the window)
+and sends it as one batch. How the batch reaches the socket and how acks come back is either
+nats-py's public API (``PlainWriter``, the subscription's callback) or the fast path of
+``bridge.jetstream.fastpath``, which uses the client's private parts when they are as tested.
 """
 
 from __future__ import annotations
@@ -33,10 +31,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from bridge import logs
-from bridge.converting import Message
+from bridge.core.messages import Message, Outgoing
+from bridge.core.queueing import BoundedQueue
+from bridge.jetstream import fastpath
 from bridge.metrics import Metrics
-from bridge.progress import Entry
-from bridge.queueing import BoundedQueue
 
 log = logs.get("publishing")
 
@@ -60,31 +58,6 @@ BATCH_MAX = 128
 PERMANENT_ERRORS = frozenset({10054})  # message size exceeds the stream's max_msg_size
 
 
-class Outgoing:
-    """A message on its way: queued, then in flight until the first ack of any attempt."""
-
-    __slots__ = (
-        "attempts",
-        "deadline",
-        "entry",
-        "first_sent",
-        "msg",
-        "serial",
-        "settled",
-        "tokens",
-    )
-
-    def __init__(self, msg: Message, entry: Entry | None) -> None:
-        self.msg = msg
-        self.entry = entry  # None for status events: they move no checkpoint
-        self.serial = 0
-        self.tokens: list[str] = []  # every attempt's reply token
-        self.deadline = 0.0
-        self.first_sent = 0.0
-        self.attempts = 0
-        self.settled = False
-
-
 class PlainWriter:
     """Sends through ``Client.publish``, one message at a time (the public API)."""
 
@@ -94,61 +67,6 @@ class PlainWriter:
     async def write(self, batch: list[tuple[Message, str]]) -> None:
         for msg, reply in batch:
             await self._nc.publish(msg.subject, msg.payload, reply=reply, headers=msg.headers)
-
-
-class RawWriter:
-    """Frames HPUB commands and queues a whole batch in the client's outgoing buffer at once.
-
-    Does what ``Client.publish`` does (closed/draining/buffer checks, stats, kick the
-    flusher) once per batch instead of once per message; the subject is one the converter
-    built from sanitised tokens, the header block one it encoded (no line breaks).
-    """
-
-    REQUIRED = (
-        "_send_command",
-        "_flush_pending",
-        "_flush_queue",
-        "_pending_data_size",
-        "_max_pending_size",
-        "stats",
-    )
-
-    def __init__(self, nc: NATS) -> None:
-        self._nc = nc
-
-    @classmethod
-    def usable(cls, nc: NATS) -> bool:
-        return all(hasattr(nc, a) for a in cls.REQUIRED)
-
-    async def write(self, batch: list[tuple[Message, str]]) -> None:
-        nc = self._nc
-        if nc.is_closed:
-            raise nats.errors.ConnectionClosedError
-        if nc.is_draining_pubs:
-            raise nats.errors.ConnectionDrainingError
-        parts: list[bytes] = []
-        add = parts.append
-        size = 0
-        for msg, reply in batch:
-            head = msg.head
-            payload = msg.payload
-            hl = len(head)
-            n = hl + len(payload)
-            size += n
-            add(f"HPUB {msg.subject} {reply} {hl} {n}\r\n".encode())
-            add(head)
-            add(payload)
-            add(b"\r\n")
-        data = b"".join(parts)
-        if not nc.is_connected:
-            limit = nc._max_pending_size
-            if limit <= 0 or len(data) + nc._pending_data_size > limit:
-                raise nats.errors.OutboundBufferLimitError
-        nc.stats["out_msgs"] += len(batch)
-        nc.stats["out_bytes"] += size
-        await nc._send_command(data)
-        if nc._flush_queue is not None and nc._flush_queue.empty():
-            await nc._flush_pending()
 
 
 class Publisher:
@@ -161,6 +79,7 @@ class Publisher:
         max_inflight: int = 1024,
         clock: Callable[[], float] = time.monotonic,
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        fast_path: bool = True,
     ) -> None:
         self._nc = nc
         self._m = metrics
@@ -178,17 +97,38 @@ class Publisher:
         self._next_token = 0
         self._next_serial = 0
         self.held = 0  # taken from the queue, not yet sent
-        self.acked = 0
         self._no_stream_task: asyncio.Task[None] | None = None
-        self.tapped = False
-        self._writer: RawWriter | PlainWriter = (
-            RawWriter(nc) if RawWriter.usable(nc) else PlainWriter(nc)
-        )
+        self._fast_path = fast_path
+        self._writer: fastpath.RawWriter | PlainWriter = PlainWriter(nc)
+        self._tap: fastpath.AckTap | None = None
 
     async def start(self) -> None:
-        self._prefix = f"_INBOX.{self._nc._nuid.next().decode()}."
+        """Subscribe to the ack inbox; take the fast path where this nats-py has it."""
+        self._prefix = self._nc.new_inbox() + "."
         sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
-        self.tapped = self._tap_acks(sub)
+        if not self._fast_path:
+            return
+        missing = fastpath.problems(fastpath.RAW_WRITER_USES, self._nc)
+        if missing:
+            fastpath.turned_off("raw_writer", "; ".join(missing))
+        else:
+            self._writer = fastpath.RawWriter(self._nc)
+        missing = fastpath.problems(fastpath.ACK_TAP_USES, self._nc, sub)
+        if missing:
+            fastpath.turned_off("ack_tap", "; ".join(missing))
+        else:
+            self._tap = fastpath.AckTap(self._nc, sub, self._prefix, self._ack)
+            self._tap.install()
+
+    @property
+    def fast_writer(self) -> bool:
+        """Batches go to the socket through ``fastpath.RawWriter``."""
+        return isinstance(self._writer, fastpath.RawWriter)
+
+    @property
+    def tapped(self) -> bool:
+        """Acks are taken from the parser by ``fastpath.AckTap``."""
+        return self._tap is not None and self._tap.active
 
     def set_connected(self, up: bool) -> None:
         if up:
@@ -265,7 +205,7 @@ class Publisher:
         if not batch:
             return
         try:
-            await self._writer.write(batch)
+            await self._write(batch)
         except (nats.errors.Error, OSError) as exc:
             # Not sent (buffer full while reconnecting, connection closed): the deadline
             # sends them again.
@@ -278,6 +218,19 @@ class Publisher:
                 msg_id=batch[0][0].msg_id,
                 error=type(exc).__name__,
             )
+
+    async def _write(self, batch: list[tuple[Message, str]]) -> None:
+        try:
+            await self._writer.write(batch)
+        except (nats.errors.Error, OSError):
+            raise
+        except Exception as exc:
+            if not isinstance(self._writer, fastpath.RawWriter):
+                raise
+            # A surprise from nats-py's private parts: the public API from now on.
+            fastpath.turned_off("raw_writer", f"{type(exc).__name__}: {exc}")
+            self._writer = PlainWriter(self._nc)
+            await self._writer.write(batch)
 
     def _give_up(self, p: Outgoing, reason: str, detail: str) -> None:
         self._m.failed.labels(reason).inc()
@@ -305,45 +258,13 @@ class Publisher:
             entry.progress.ack(entry)
 
     async def _on_reply(self, msg: Msg) -> None:
-        """An ack through nats-py's subscription (when the tap is not in place)."""
+        """An ack through nats-py's subscription (the public path, when the tap is not in)."""
         hdrs = msg.headers
         self._ack(
             msg.subject[len(self._prefix) :],
             msg.data,
             bool(hdrs and hdrs.get("Status") == "503"),
         )
-
-    def _tap_acks(self, sub: Any) -> bool:
-        """Take the acks for our inbox straight from nats-py's protocol parser.
-
-        Through the subscription every ack becomes a ``Msg``, a queue entry and a callback on
-        another task; here it is one synchronous call with the raw subject and payload. Uses
-        the client's private ``_process_msg`` (what the parser calls for every MSG/HMSG) and
-        the subscription's ``_id``; without them the subscription's callback stays in use.
-        """
-        nc = self._nc
-        original = getattr(nc, "_process_msg", None)
-        sid = getattr(sub, "_id", None)
-        if original is None or not isinstance(sid, int) or not hasattr(nc, "stats"):
-            return False
-        plen = len(self._prefix)
-        ack = self._ack
-        stats = nc.stats
-
-        async def process_msg(
-            msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
-        ) -> None:
-            if msg_sid != sid:
-                await original(msg_sid, subject, reply, data, headers)
-                return
-            stats["in_msgs"] += 1
-            stats["in_bytes"] += len(data)
-            # a status-only message: "NATS/1.0 503\r\n\r\n" (no responders)
-            no_responders = bool(headers) and headers[9:12] == b"503"  # type: ignore[index]
-            ack(subject[plen:].decode(), data, no_responders)
-
-        nc._process_msg = process_msg  # type: ignore[method-assign,assignment]
-        return True
 
     def _ack(self, token: str, data: bytes, no_responders: bool) -> None:
         p = self._tokens.get(token)
@@ -373,7 +294,6 @@ class Publisher:
         m = self._m
         m.latency.observe(self._clock() - p.first_sent)
         m.published.inc()
-        self.acked += 1
         if resp.duplicate is True:
             m.duplicates.inc()
         self._settle(p)

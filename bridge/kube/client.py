@@ -1,10 +1,10 @@
-"""The Kubernetes boundary: the only module that imports kubernetes_asyncio and aiohttp's client.
+"""The client for core/v1 Events: lists, watches, the cluster's id, credentials that rotate.
 
 kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
 token refresh, and the request itself with ``_preload_content=False``. Its ``Watch`` helper
-and model objects are not used: the raw response's status is checked here, lines are split
-here and decoded by bridge.events with msgspec. Every foreign exception is mapped here, once,
-to the ``errors.KubeError`` tree.
+and model objects are not used: the raw response's status is checked here, lines are split by
+``bridge.kube.lines`` and decoded by ``bridge.core.events`` with msgspec. Every foreign
+exception is mapped here, once, to the ``errors.KubeError`` tree.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import aiohttp
 import msgspec
 
 from bridge import errors
-from bridge.k8slib import client as k8s_client
-from bridge.k8slib import config as k8s_config
-from bridge.k8slib import incluster_config
+from bridge.kube.lean import client as k8s_client
+from bridge.kube.lean import config as k8s_config
+from bridge.kube.lean import incluster_config
+from bridge.kube.lines import split_lines
 from bridge.settings import KubernetesSettings
 
-MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
-OVERSIZE = b"\x00oversize"  # stands for a dropped line: no JSON, so reported as malformed
 # RuntimeError: a request that picked up a client closed meanwhile ("Session is closed").
 _FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError)
 # Several scopes hit by one token rotation reload once, not once each.
@@ -83,9 +82,10 @@ def _limit_read_buffer(api_client: Any) -> None:
 
     kubernetes_asyncio opens its session with ``read_bufsize=2**21`` so that its ``Watch``
     can read a 1.5 MiB object as one line. The bridge splits lines itself (any length), and
-    with that buffer a fast watch hands over 4 MiB at a time: ~3,500 Events decoded, held and
-    converted at once, 15-30 MB more peak RSS. aiohttp has no public setter for an open
-    session; its ``_read_bufsize`` (read per request) is set when present.
+    with that buffer a fast watch hands over 4 MiB at a time: thousands of Events decoded,
+    held and converted at once, a peak of memory for nothing (docs/performance.md). aiohttp
+    has no public setter for an open session; its ``_read_bufsize`` (read per request) is set
+    when present.
     """
     session = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
     if session is not None and hasattr(session, "_read_bufsize"):
@@ -252,48 +252,15 @@ class KubeClient:
         else:
             resp = await self._call("list_namespaced_event", namespace, **params)
         try:
-            yield _split_lines(resp.content.iter_any())
+            yield split_lines(_chunks(resp))
         finally:
             resp.close()
 
 
-async def _split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
-    """Per chunk read, the complete lines in it (blank ones dropped); a line split across
-    chunks is joined. A line longer than MAX_LINE_BYTES is dropped (the watcher is told with
-    one marker line that no JSON parser takes), not buffered without bound."""
-    parts: list[bytes] = []  # the line still open, in pieces
-    held = 0
-    skipping = False
+async def _chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """What arrives of a response, as it arrives; a failure while reading is mapped here."""
     try:
-        async for chunk in chunks:
-            if b"\n" not in chunk:
-                if not skipping:
-                    parts.append(chunk)
-                    held += len(chunk)
-                    if held > MAX_LINE_BYTES:
-                        parts, held, skipping = [], 0, True
-                        yield [OVERSIZE]
-                continue
-            if parts:
-                chunk = b"".join(parts) + chunk
-                parts, held = [], 0
-            lines = chunk.split(b"\n")
-            tail = lines.pop()
-            if skipping:
-                skipping = False
-                lines[0] = b""  # the end of the oversize line
-            if b"" in lines:
-                lines = [line for line in lines if line]
-            if lines:
-                yield lines
-            if tail:
-                parts.append(tail)
-                held = len(tail)
-                if held > MAX_LINE_BYTES:
-                    parts, held, skipping = [], 0, True
-                    yield [OVERSIZE]
+        async for chunk in resp.content.iter_any():
+            yield chunk
     except _FOREIGN as exc:
         raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc
-    last = b"".join(parts)
-    if last.strip() and not skipping:
-        yield [last]  # a last line without newline: the parser judges it

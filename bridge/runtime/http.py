@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from bridge.health import Health
 from bridge.metrics import Metrics
+from bridge.runtime.health import Health
 
 
 class HttpServer:
@@ -23,11 +23,9 @@ class HttpServer:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        server = site._server
-        if self.port == 0 and server is not None and server.sockets:  # type: ignore[attr-defined]
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        if self.port == 0:  # the port the system chose
+            self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -3,24 +3,26 @@
 ``Intake`` is the watcher's ``Sink`` for one watch scope. It records every item in that
 scope's ``Progress`` in stream order: filtered and bad items are done at once, published
 ones when JetStream acks them, so the checkpoint never passes an event that is not stored.
+Status events (gap, apiserver reachable or not, started, stopped) are queued here too.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from datetime import UTC, datetime
 from typing import Any
 
 from bridge import logs
-from bridge.converting import Converter, Message
+from bridge.core.converting import Converter
+from bridge.core.events import Event
+from bridge.core.filtering import Filter
+from bridge.core.messages import Message, Outgoing
+from bridge.core.progress import Progress
+from bridge.core.queueing import BoundedQueue
 from bridge.errors import ConversionError
-from bridge.events import Event
-from bridge.filtering import Filter
 from bridge.metrics import Metrics
-from bridge.progress import Progress
-from bridge.publishing import Outgoing
-from bridge.queueing import BoundedQueue
-from bridge.watching import Item
+from bridge.runtime.ports import Item
 
 log = logs.get("pipeline")
 
@@ -117,3 +119,12 @@ class Intake:
 
 async def enqueue_status(queue: BoundedQueue[Outgoing], msg: Message) -> None:
     await queue.put(Outgoing(msg, None), len(msg.payload))
+
+
+def process_status(converter: Converter, what: str, **data: Any) -> Message:
+    """The ``started`` / ``stopped`` status event of this process."""
+    at = now_rfc3339()
+    host, pid = socket.gethostname(), os.getpid()
+    return converter.status(
+        what, f"{what}/{host}/{pid}/{at}", {"host": host, "pid": pid, "at": at, **data}, at
+    )

@@ -1,5 +1,7 @@
 """NATS subject naming: ``<prefix>.<cluster>.<namespace>.<kind>.<reason>``.
 
+Event subjects are put together by ``converting.Converter`` (cached per value) from ``token``.
+
 Every token is sanitised: characters outside ``A-Za-z0-9_-`` become ``_`` and an empty token
 becomes ``_``, so no Event can produce a wildcard, an empty token or an extra level.
 Status events go to ``<prefix>.<cluster>._bridge.<what>``; ``_bridge`` is never a namespace
@@ -20,10 +22,6 @@ def token(value: str | None) -> str:
     if value.isascii() and value.replace("-", "").replace("_", "").isalnum():
         return value
     return _UNSAFE.sub("_", value)
-
-
-def event_subject(prefix: str, cluster: str, namespace: str, kind: str, reason: str) -> str:
-    return f"{prefix}.{token(cluster)}.{token(namespace)}.{token(kind)}.{token(reason)}"
 
 
 def status_subject(prefix: str, cluster: str, what: str) -> str:

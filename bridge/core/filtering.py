@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.events import Event, View, view_of
+from bridge.core.events import Event, View, view_of
 from bridge.settings import FilterSettings
 
 PUBLISHED_TYPES = frozenset({"ADDED", "MODIFIED"})

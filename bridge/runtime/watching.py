@@ -1,8 +1,8 @@
 """The list+watch loop over core/v1 Events, modelled on client-go's Reflector.
 
-``Watcher.run`` drives the state machine of ``bridge.state``: it lists (paged) when it has no
-resourceVersion to resume from or after a 410, watches from the last resourceVersion it
-passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order.
+``Watcher.run`` drives the state machine of ``bridge.core.watchstate``: it lists (paged) when
+it has no resourceVersion to resume from or after a 410, watches from the last resourceVersion
+it passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order.
 
 Which resourceVersion is "the last one passed on":
 - a watch event's own ``metadata.resourceVersion`` (watch events come in RV order);
@@ -15,17 +15,18 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from bridge import errors, events, logs
-from bridge.backoff import Backoff
-from bridge.events import Event, parse_rv, rv_of
-from bridge.health import Health
+from bridge import errors, logs
+from bridge.core import events
+from bridge.core.backoff import Backoff
+from bridge.core.events import parse_rv, rv_of
+from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
+from bridge.runtime.health import Health
+from bridge.runtime.ports import EventSource, Item, Sink
 from bridge.settings import KubernetesSettings
-from bridge.state import Outcome, WatchState, next_state
 
 log = logs.get("watching")
 
@@ -33,45 +34,6 @@ CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 # A watch that the server ends this soon without sending anything is a failure, not a
 # normal close: going again at once would be a tight loop.
 MIN_HEALTHY_WATCH = 1.0
-
-
-class EventSource(Protocol):
-    async def list_events(
-        self,
-        namespace: str | None,
-        *,
-        limit: int,
-        cont: str | None = None,
-        resource_version: str | None = None,
-        field_selector: str = "",
-    ) -> dict[str, Any]: ...
-
-    def watch_events(
-        self,
-        namespace: str | None,
-        *,
-        resource_version: str,
-        timeout_seconds: int,
-        field_selector: str = "",
-    ) -> AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
-        """An open watch: yields the lines (newline stripped) that arrived together."""
-        ...
-
-    async def reload_credentials(self) -> None: ...
-
-
-# (watch event type, the Event, its resourceVersion or None for a list item)
-Item = tuple[str, Event, int | None]
-
-
-class Sink(Protocol):
-    async def items(self, batch: list[Item]) -> None:
-        """Items in stream order; may wait (the queue is full)."""
-        ...
-
-    def mark(self, rv: int) -> None: ...
-    async def gap(self, from_rv: int, to_rv: int) -> None: ...
-    async def reachability(self, reachable: bool, detail: str) -> None: ...
 
 
 def classify(exc: BaseException) -> Outcome:

@@ -1,5 +1,6 @@
-"""The retry schedule: client-go's reflector numbers, with an injected clock and random source.
+"""The retry schedule, and the one retry loop every start-up step goes through.
 
+``Backoff`` has client-go's reflector numbers, with an injected clock and random source:
 0.8 s, doubled on every failure, jittered up to twice that (jitter 1.0), never above the 30 s
 cap, and started afresh once the last failure is more than 2 minutes old (the connection was
 healthy in between). ``Retry-After`` from the server is a floor for the next delay.
@@ -7,11 +8,15 @@ healthy in between). ``Retry-After`` from the server is a floor for the next del
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from bridge.settings import BackoffSettings
+
+T = TypeVar("T")
 
 
 class Backoff:
@@ -58,6 +63,27 @@ class Backoff:
             delay = retry_after
         return delay
 
-    def reset(self) -> None:
-        self._base = self.initial
-        self._last = None
+
+async def retrying(
+    step: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    *,
+    passing: Callable[[Exception], bool],
+    on_failure: Callable[[Exception, float], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """``await step()`` until it succeeds.
+
+    A failure that ``passing`` accepts is handed to ``on_failure`` with the delay before the
+    next attempt (a ``retry_after`` attribute on it, as ``KubeError``s from a 429 or 503 carry,
+    is a floor for that delay), then slept off; any other failure is raised at once.
+    """
+    while True:
+        try:
+            return await step()
+        except Exception as exc:
+            if not passing(exc):
+                raise
+            delay = backoff.next_delay(getattr(exc, "retry_after", None))
+            await on_failure(exc, delay)
+            await sleep(delay)

@@ -8,6 +8,8 @@ it belongs to whoever created the stream.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats.js.errors
@@ -15,7 +17,8 @@ from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
 from bridge import logs
-from bridge.errors import NoStream, PublishError, StreamConfigMismatch
+from bridge.errors import BridgeError, NoStream, PublishError, StreamConfigMismatch
+from bridge.jetstream.connection import unavailable
 from bridge.settings import NatsSettings
 
 log = logs.get("streams")
@@ -67,6 +70,13 @@ def _covers(patterns: list[str], subject_filter: str) -> bool:
 
 
 async def ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
+    """Create the stream, or check the one there. Raises ``PublishError`` when it can not be
+    used, ``JetStreamUnavailable`` when JetStream did not answer (worth trying again)."""
+    with unavailable(f"stream {settings.stream}"):
+        await _ensure_stream(js, settings)
+
+
+async def _ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
     want = wanted_config(settings)
     try:
         info = await js.stream_info(settings.stream)
@@ -103,3 +113,25 @@ async def ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
             wanted=str(wanted),
             note="left unchanged; change the stream yourself if wanted",
         )
+
+
+def recreating(
+    js: JetStreamContext, settings: NatsSettings
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """The publisher's answer when no stream took a publish: the stream was deleted, or is not
+    there yet. Creates it again when ``nats.create_stream`` allows; at most once a second."""
+
+    async def recreate() -> None:
+        if settings.create_stream:
+            try:
+                await ensure_stream(js, settings)
+            except BridgeError as exc:
+                log.warn_sampled(
+                    "recreate",
+                    "stream_recreate_failed",
+                    interval=30,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+        await asyncio.sleep(1.0)
+
+    return recreate

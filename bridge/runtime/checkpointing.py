@@ -1,0 +1,81 @@
+"""Saving how far each watch scope got: its safe resourceVersion, into the checkpoint store.
+
+The safe resourceVersion (``core.progress``) only moves past what JetStream acked or the
+filter dropped, so saving it never skips an Event. Saved at most every
+``checkpoint.interval``, only when it moved, and once more on stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bridge import logs
+from bridge.core.progress import Progress
+from bridge.metrics import Metrics
+from bridge.runtime.ports import CheckpointStore
+from bridge.runtime.watching import Watcher
+
+log = logs.get("checkpointing")
+
+SAVE_TIMEOUT = 5.0  # one save of every due scope; a store that does not answer is tried later
+
+
+class Scope:
+    """One watch scope (a namespace, or all): its checkpoint key, progress and watcher."""
+
+    def __init__(
+        self, namespace: str | None, key: str, progress: Progress, watcher: Watcher
+    ) -> None:
+        self.namespace = namespace
+        self.key = key
+        self.progress = progress
+        self.watcher = watcher
+        self.saved: int | None = progress.safe_rv
+
+
+class Checkpointer:
+    def __init__(
+        self, store: CheckpointStore, scopes: list[Scope], metrics: Metrics, interval: float
+    ) -> None:
+        self.store = store
+        self.scopes = scopes
+        self.metrics = metrics
+        self.interval = interval
+        self._last_save = time.monotonic()
+
+    async def run(self) -> None:
+        """Save what moved, every interval, until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.save_all()
+            self.metrics.checkpoint_age.set(time.monotonic() - self._last_save)
+
+    async def save_all(self, final: bool = False) -> None:
+        """Save every scope whose safe resourceVersion moved, together, within SAVE_TIMEOUT."""
+        due: list[tuple[Scope, int]] = []
+        for sc in self.scopes:
+            rv = sc.progress.safe_rv
+            if rv is not None and rv != sc.saved:
+                due.append((sc, rv))
+        if not due:
+            return
+        results = await asyncio.gather(
+            *(asyncio.wait_for(self.store.save(sc.key, rv), SAVE_TIMEOUT) for sc, rv in due),
+            return_exceptions=True,
+        )
+        for (sc, rv), result in zip(due, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warn_sampled(
+                    "save",
+                    "checkpoint_save_failed",
+                    interval=10,
+                    key=sc.key,
+                    error=f"{type(result).__name__}: {result}",
+                    final=final,
+                )
+                continue
+            sc.saved = rv
+            self._last_save = time.monotonic()
+            self.metrics.checkpoint_rv.labels(sc.namespace or "*").set(rv)
+            log.debug("checkpoint_saved", key=sc.key, resource_version=rv)

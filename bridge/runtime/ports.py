@@ -1,0 +1,106 @@
+"""Where the runtime meets the outside world: the Protocols the real clients satisfy
+(``bridge.kube.client.KubeClient``, ``bridge.jetstream.publishing.Publisher``,
+``bridge.jetstream.checkpoints.KvCheckpointStore``) and the tests' in-memory fakes too.
+
+Failures cross a port as the bridge's own errors (``bridge.errors``), never a library's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from bridge.core.checkpoints import Checkpoint
+from bridge.core.events import Event
+from bridge.core.messages import Outgoing
+from bridge.core.queueing import BoundedQueue
+
+# (watch event type, the Event, its resourceVersion or None for a list item)
+Item = tuple[str, Event, int | None]
+
+
+class EventSource(Protocol):
+    """The API server's core/v1 Events. Raises ``errors.KubeError``."""
+
+    async def list_events(
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        cont: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str = "",
+    ) -> dict[str, Any]:
+        """One page: ``{"metadata": {...}, "items": [raw item, ...]}``."""
+        ...
+
+    def watch_events(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str = "",
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
+        """An open watch: yields the lines (newline stripped) that arrived together."""
+        ...
+
+    async def reload_credentials(self) -> None: ...
+
+
+class ClusterIdentity(Protocol):
+    """Where a cluster without ``cluster.name`` gets its id. Raises ``errors.KubeError``."""
+
+    async def cluster_uid(self) -> str: ...
+
+    async def reload_credentials(self) -> None: ...
+
+
+class Sink(Protocol):
+    """What a watcher hands on, in stream order (``bridge.runtime.intake.Intake``)."""
+
+    async def items(self, batch: list[Item]) -> None:
+        """Items in stream order; may wait (the queue is full)."""
+        ...
+
+    def mark(self, rv: int) -> None:
+        """The watch has synced up to ``rv`` (a bookmark, the end of a list)."""
+        ...
+
+    async def gap(self, from_rv: int, to_rv: int) -> None: ...
+
+    async def reachability(self, reachable: bool, detail: str) -> None: ...
+
+
+class Publisher(Protocol):
+    """Takes messages from the queue to JetStream; settles each one's progress entry on its
+    ack. Retries by itself and raises nothing for a failed publish."""
+
+    async def run(self, queue: BoundedQueue[Outgoing]) -> None:
+        """Publish from the queue until cancelled."""
+        ...
+
+    async def reap(self) -> None:
+        """Send again what waited past its deadline, until cancelled."""
+        ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def busy(self) -> bool:
+        """Anything taken from the queue and not acked yet."""
+        ...
+
+    def oldest_wait(self) -> float:
+        """Seconds the oldest unacked message has waited (0 when none)."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Raises ``errors.JetStreamUnavailable`` (or another ``BridgeError``) when it fails."""
+
+    async def load(self, key: str) -> Checkpoint | None: ...
+
+    async def save(self, key: str, resource_version: int) -> None: ...
