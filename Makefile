@@ -18,6 +18,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge tests
 	$(BIN)/ruff check bridge tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit

@@ -1,0 +1,67 @@
+"""The import contracts of pyproject.toml (`make lint` runs them): kept by the tree as it is,
+broken by each kind of import they exist to keep out."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LINT_IMPORTS, "--no-cache", "--config", str(tree / "pyproject.toml")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)},
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the package and its contracts, to break."""
+    shutil.copytree(
+        ROOT / "bridge", tmp_path / "bridge", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_tree_keeps_every_contract(tree: Path) -> None:
+    out = lint_imports(tree)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("runtime/intake.py", "import nats", "Only bridge.jetstream imports nats-py"),
+        ("core/converting.py", "import nats.js", "Only bridge.jetstream imports nats-py"),
+        ("app.py", "import kubernetes_asyncio", "Only bridge.kube imports kubernetes_asyncio"),
+        ("jetstream/streams.py", "import aiohttp", "aiohttp: its client in bridge.kube"),
+        ("runtime/watching.py", "from bridge.kube import client", "Layers:"),
+        ("runtime/pipeline.py", "from bridge.jetstream import publishing", "Layers:"),
+        ("kube/client.py", "from bridge.jetstream import streams", "Layers:"),
+        ("core/progress.py", "from bridge.runtime import health", "Layers:"),
+        ("core/filtering.py", "from bridge import logs", "bridge.core is pure"),
+        ("app.py", "from bridge.sim import natsserver", "bridge.sim (stand-ins"),
+    ],
+)
+def test_an_import_across_a_boundary_breaks_a_contract(
+    tree: Path, module: str, line: str, contract: str
+) -> None:
+    path = tree / "bridge" / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    out = lint_imports(tree)
+    assert out.returncode != 0
+    broken = out.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken, out.stdout
