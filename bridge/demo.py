@@ -83,13 +83,18 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
     cluster = _Cluster(sim)
     received: list[str] = []
     reader: tailing.Tail | None = None
+    showing: asyncio.Task[None] | None = None
 
     async def show(reader: tailing.Tail) -> None:
         async for msg in reader:
             if "._bridge." not in msg.subject and msg.headers:
-                received.append(msg.headers["Nats-Msg-Id"])
+                received.append(msg.headers.get("Nats-Msg-Id", ""))
             if not quiet:
-                print(tailing.line(tailing.decode(msg.headers, msg.data))[:150], flush=True)
+                try:
+                    text = tailing.line(tailing.decode(msg.headers, msg.data))
+                except ValueError:  # msgspec's DecodeError, UnicodeDecodeError
+                    text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
+                print(text[:150], flush=True)
 
     try:
         print(f"nats-server {server.url} (JetStream, store {server.store_dir})")
@@ -136,7 +141,6 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         await asyncio.sleep(0.5)
         bridge.request_stop()
         await run
-        showing.cancel()
         stored = await reader.stored(settings.nats.stream)
         missing = set(cluster.ids) - set(received)
         dups = len(received) - len(set(received))
@@ -152,6 +156,9 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         print("   " + ("OK: nothing lost, nothing duplicated" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
+        if showing is not None:
+            showing.cancel()
+            await asyncio.gather(showing, return_exceptions=True)
         if reader is not None:
             await reader.close()
         await sim.stop()

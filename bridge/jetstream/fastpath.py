@@ -161,28 +161,30 @@ class AckTap:
     def install(self) -> None:
         nc = self._nc
         original = self._original
-        sid = self._sid
+        inbox_sid = self._sid
         plen = self._plen
         ack = self._ack
         stats = nc.stats
 
+        # The parameters are named as nats-py's own, so that a tap checks out on a tapped client.
         async def process_msg(
-            msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+            sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
         ) -> None:
-            if msg_sid != sid:
-                await original(msg_sid, subject, reply, data, headers)
+            if sid != inbox_sid:
+                await original(sid, subject, reply, data, headers)
                 return
             try:
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(data)
                 # a status-only message: "NATS/1.0 503\r\n\r\n" (no responders)
                 no_responders = bool(headers) and headers[9:12] == b"503"
                 ack(subject[plen:].decode(), data, no_responders)
             except Exception as exc:  # never into nats-py's read loop
                 self.remove(f"{type(exc).__name__} in the ack tap: {exc}")
-                await original(msg_sid, subject, reply, data, headers)
+                await original(sid, subject, reply, data, headers)  # counts it, as below
+                return
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += len(data)
 
-        nc._process_msg = process_msg  # type: ignore[method-assign,assignment]
+        nc._process_msg = process_msg  # type: ignore[method-assign]
         self.active = True
 
     def remove(self, reason: str) -> None:

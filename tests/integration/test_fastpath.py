@@ -148,6 +148,18 @@ async def test_a_surprise_from_the_raw_writer_switches_to_the_public_api(
     await nc.close()
 
 
+async def test_two_publishers_on_one_connection_both_tap_their_acks(nats_server, caplog):
+    nc = await connect(nats_server.url)
+    first, second = Publisher(nc, Metrics()), Publisher(nc, Metrics())
+    await first.start()
+    await second.start()  # the first tap checks out as the client's own _process_msg
+    assert first.tapped and second.tapped
+    assert (await publish_all(first, 30)).safe_rv == 30
+    assert (await publish_all(second, 30)).safe_rv == 30
+    assert fast_path_off(caplog) == []
+    await nc.close()
+
+
 def test_problems_name_each_missing_or_changed_part():
     class Client:
         _pending_data_size = "0"
