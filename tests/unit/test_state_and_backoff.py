@@ -1,6 +1,6 @@
 import pytest
 
-from bridge.core.backoff import Backoff
+from bridge.core.backoff import Backoff, retrying
 from bridge.core.watchstate import Outcome, Transition, WatchState, next_state
 
 L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, WatchState.STOPPED
@@ -66,3 +66,63 @@ def test_backoff_honours_retry_after():
     b = Backoff(clock=FakeClock(), rand=lambda: 0.0)
     assert b.next_delay(retry_after=7) == 7
     assert b.next_delay(retry_after=0.1) == 1.6
+
+
+class Flaky:
+    """Fails with the given exceptions in turn, then returns "done"."""
+
+    def __init__(self, *failures):
+        self.failures = list(failures)
+        self.calls = 0
+
+    async def __call__(self):
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return "done"
+
+
+class Throttled(Exception):
+    retry_after = 9.0
+
+
+async def test_retrying_sleeps_off_passing_failures_on_the_schedule():
+    step, slept, seen = Flaky(OSError("a"), Throttled(), OSError("b")), [], []
+
+    async def sleep(d):
+        slept.append(d)
+
+    async def failed(exc, delay):
+        seen.append((type(exc).__name__, delay))
+
+    result = await retrying(
+        step,
+        Backoff(clock=FakeClock(), rand=lambda: 0.0),
+        passing=lambda exc: isinstance(exc, OSError | Throttled),
+        on_failure=failed,
+        sleep=sleep,
+    )
+    assert result == "done" and step.calls == 4
+    # the schedule, with a retry_after on the failure as the floor of its delay
+    assert seen == [("OSError", 0.8), ("Throttled", 9.0), ("OSError", 3.2)]
+    assert slept == [0.8, 9.0, 3.2]
+
+
+async def test_retrying_raises_a_final_failure_at_once():
+    step, slept = Flaky(OSError("a"), ValueError("final"), OSError("b")), []
+
+    async def sleep(d):
+        slept.append(d)
+
+    async def failed(exc, delay):
+        pass
+
+    with pytest.raises(ValueError, match="final"):
+        await retrying(
+            step,
+            Backoff(clock=FakeClock(), rand=lambda: 0.0),
+            passing=lambda exc: isinstance(exc, OSError),
+            on_failure=failed,
+            sleep=sleep,
+        )
+    assert step.calls == 2 and slept == [0.8]
