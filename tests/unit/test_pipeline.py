@@ -1,64 +1,200 @@
-from bridge.core import events
-from bridge.core.converting import Converter
-from bridge.core.filtering import Filter
-from bridge.core.progress import Progress
+"""The runtime's pipeline through its ports only: an in-memory API server, publisher and
+checkpoint store. What must hold whatever is behind the ports: the checkpoint moves only past
+what was acked, a stop drains (bounded) and then saves, a failed task ends the run."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+import msgspec
+
+from bridge.core.checkpoints import Checkpoint, checkpoint_key
+from bridge.core.messages import Outgoing
 from bridge.core.queueing import BoundedQueue
+from bridge.errors import EXIT_FAILED, EXIT_OK
 from bridge.metrics import Metrics
-from bridge.runtime.intake import Intake
-from bridge.settings import FilterSettings
+from bridge.runtime import ports
+from bridge.runtime.health import Health
+from bridge.runtime.pipeline import Pipeline
+from bridge.settings import Settings
+
+KEY = checkpoint_key("c", None)
 
 
-def intake(**filter_settings):
-    m = Metrics()
-    p = Progress(1)
-    q = BoundedQueue(10, 1 << 20)
-    return (
-        Intake(
-            "*",
-            p,
-            Filter(FilterSettings(**filter_settings)),
-            Converter("c", "k8s.events", "structured"),
-            q,
-            m,
-        ),
-        p,
-        q,
-        m,
+def event(name: str, rv: int) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": str(rv),
+        },
+        "reason": "BackOff",
+        "type": "Warning",
+        "involvedObject": {"kind": "Pod", "name": name},
+    }
+
+
+class MemorySource:
+    """One list page, then one watch that sends its lines and stays open (a quiet watch)."""
+
+    def __init__(self, listed: list[dict], list_rv: int, watched: list[dict]) -> None:
+        self.page = {
+            "metadata": {"resourceVersion": str(list_rv)},
+            "items": [msgspec.json.encode(e) for e in listed],
+        }
+        self.lines = [msgspec.json.encode({"type": "ADDED", "object": e}) for e in watched]
+        self.lists = 0
+        self.watched_from: list[str] = []
+
+    async def list_events(
+        self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
+    ):
+        self.lists += 1
+        return self.page
+
+    @asynccontextmanager
+    async def watch_events(
+        self, namespace, *, resource_version, timeout_seconds, field_selector=""
+    ):
+        self.watched_from.append(resource_version)
+
+        async def chunks():
+            yield list(self.lines)
+            await asyncio.Event().wait()  # open and quiet until the pipeline stops reading
+
+        yield chunks()
+
+    async def reload_credentials(self) -> None:
+        pass
+
+
+class MemoryPublisher:
+    """Acks every message at once, except the Events whose ids are held back."""
+
+    def __init__(self, hold: frozenset[str] = frozenset(), fail: Exception | None = None) -> None:
+        self.hold = hold
+        self.fail = fail
+        self.sent: list[str] = []
+        self.held: list[Outgoing] = []
+
+    async def run(self, queue: BoundedQueue[Outgoing]) -> None:
+        while True:
+            out = await queue.get()
+            if self.fail is not None:
+                raise self.fail
+            self.sent.append(out.msg.subject.rsplit(".", 1)[-1] + " " + out.msg.msg_id)
+            if out.msg.msg_id in self.hold:
+                self.held.append(out)
+            elif out.entry is not None:
+                out.entry.progress.ack(out.entry)
+
+    async def reap(self) -> None:
+        await asyncio.Event().wait()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.held)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.held)
+
+    def oldest_wait(self) -> float:
+        return 0.0
+
+
+class MemoryStore:
+    def __init__(self, saved: dict[str, int] | None = None) -> None:
+        self.saved = dict(saved or {})
+        self.writes: list[tuple[str, int]] = []
+
+    async def load(self, key: str) -> Checkpoint | None:
+        rv = self.saved.get(key)
+        return None if rv is None else Checkpoint(rv, None)
+
+    async def save(self, key: str, resource_version: int) -> None:
+        self.writes.append((key, resource_version))
+        self.saved[key] = resource_version
+
+
+def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
+    settings = Settings(
+        cluster={"name": "c"},
+        checkpoint={"interval": 0.05},
+        shutdown={"drain_timeout": drain_timeout},
+    )
+    # the fakes satisfy the runtime's ports as the real clients do
+    src: ports.EventSource = source
+    pub: ports.Publisher = publisher
+    st: ports.CheckpointStore = store
+    return Pipeline(
+        settings,
+        cluster="c",
+        source=src,
+        publisher=pub,
+        store=st,
+        metrics=Metrics(),
+        health=Health(60.0),
     )
 
 
-def ev(rv, **over):
-    obj = {
-        "metadata": {"uid": "u", "resourceVersion": str(rv), "namespace": "ns"},
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": "p"},
-    }
-    obj.update(over)
-    return events.from_obj(obj)
+async def run_until(p: Pipeline, done, stop: asyncio.Event) -> int:
+    await p.open()
+    task = asyncio.create_task(p.run(stop))
+    for _ in range(500):
+        if done() or task.done():
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    return await asyncio.wait_for(task, 10)
 
 
-async def test_published_item_holds_the_checkpoint_until_acked():
-    it, p, q, _ = intake()
-    await it.items([("ADDED", ev(5), 5)])
-    assert p.safe_rv == 1 and len(q) == 1
-    out = q.get_nowait()
-    p.ack(out.entry)
-    assert p.safe_rv == 5
+async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
+    source = MemorySource([event("a", 5), event("b", 8)], 10, [event("c", 11), event("d", 12)])
+    publisher, store = MemoryPublisher(), MemoryStore()
+    p = pipeline(source, publisher, store)
+    code = await run_until(p, lambda: len(publisher.sent) >= 5, asyncio.Event())
+    assert code == EXIT_OK
+    assert source.lists == 1 and source.watched_from[0] == "10"
+    assert publisher.sent[0].startswith("started ")
+    assert [s for s in publisher.sent if "uid-" in s] == [
+        "BackOff uid-a/5",
+        "BackOff uid-b/8",
+        "BackOff uid-c/11",
+        "BackOff uid-d/12",
+    ]
+    assert publisher.sent[-1].startswith("stopped ")
+    assert store.saved == {KEY: 12}
+    assert p.scopes[0].saved == 12
 
 
-async def test_filtered_item_moves_the_checkpoint_at_once():
-    it, p, q, m = intake(reasons=["OOMKilling"])
-    await it.items([("ADDED", ev(5), 5)])
-    assert p.safe_rv == 5 and len(q) == 0
-    assert m.filtered.value == 1
+async def test_an_unacked_event_holds_the_checkpoint_through_the_drain_timeout():
+    source = MemorySource([event("a", 5)], 10, [event("c", 11), event("d", 12)])
+    publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore()
+    p = pipeline(source, publisher, store, drain_timeout=0.2)
+    code = await run_until(p, lambda: "BackOff uid-d/12" in publisher.sent, asyncio.Event())
+    assert code == EXIT_OK
+    # d was acked, c was not: the checkpoint stays at the list's resourceVersion, before c
+    assert store.saved == {KEY: 10}
+    assert all(rv <= 10 for _, rv in store.writes)
 
 
-async def test_item_that_breaks_the_converter_is_skipped_and_counted():
-    it, p, q, m = intake()
-    await it.items([("ADDED", ev(6, metadata={"uid": "u"}), 6)])  # no resourceVersion in the object
-    await it.items([("ADDED", ev(7, involvedObject=["odd"], reason={"x": 1}), 7)])
-    assert len(q) == 1  # the second still converts: odd fields become empty tokens
-    assert m.skipped.labels("invalid_event")._value.get() == 1
-    p.ack(q.get_nowait().entry)
-    assert p.safe_rv == 7
+async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
+    source = MemorySource([event("a", 5)], 10, [event("e", 21)])
+    publisher, store = MemoryPublisher(), MemoryStore({KEY: 20})
+    p = pipeline(source, publisher, store)
+    code = await run_until(p, lambda: "BackOff uid-e/21" in publisher.sent, asyncio.Event())
+    assert code == EXIT_OK
+    assert source.lists == 0 and source.watched_from == ["20"]
+    assert store.saved == {KEY: 21}
+
+
+async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_acked():
+    source = MemorySource([event("a", 5)], 10, [])
+    publisher, store = MemoryPublisher(fail=RuntimeError("broken")), MemoryStore({KEY: 3})
+    p = pipeline(source, publisher, store, drain_timeout=0.2)
+    code = await run_until(p, lambda: False, asyncio.Event())
+    assert code == EXIT_FAILED
+    assert store.saved == {KEY: 3}  # nothing was acked: the checkpoint did not move

@@ -1,4 +1,4 @@
-"""bridge.k8slib: kubernetes_asyncio's config and ApiClient without its model classes."""
+"""bridge.kube.lean: kubernetes_asyncio's config and ApiClient without its model classes."""
 
 from __future__ import annotations
 
