@@ -58,7 +58,7 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
     logs.setup("error", "text")
     tmp = Path(tempfile.mkdtemp(prefix="bridge-demo-"))
     server = NatsServer(store_dir=str(tmp / "nats")).start()
-    sim = SimApiServer(bookmark_interval=1.0)
+    sim = SimApiServer()  # no bookmarks on Event watches, as a default kube-apiserver
     await sim.start()
     kubeconfig = tmp / "kubeconfig"
     kubeconfig.write_text(

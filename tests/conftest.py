@@ -13,10 +13,12 @@ def nats_server(tmp_path):
 
 @pytest.fixture
 async def sim():
-    """The simulated API server (bridge.sim) on a free loopback port."""
+    """The simulated API server (bridge.sim) on a free loopback port: like a default
+    kube-apiserver, no bookmarks on Event watches (a test that wants them sets
+    ``sim.bookmark_interval``)."""
     from bridge.sim.apiserver import SimApiServer
 
-    server = SimApiServer(bookmark_interval=0.3)
+    server = SimApiServer()
     await server.start()
     yield server
     await server.stop()

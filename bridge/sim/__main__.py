@@ -20,7 +20,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--total", type=int, default=1000, help="operations to write")
     parser.add_argument("--bump-ratio", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bookmark-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--bookmark-interval",
+        type=float,
+        default=None,
+        metavar="S",
+        help="send bookmarks every S s, as a watch cache would (default: none, as a default "
+        "kube-apiserver sends for Event watches)",
+    )
     parser.add_argument("--event-ttl", type=float, default=None, metavar="S")
     parser.add_argument(
         "--compaction-interval", type=float, default=300.0, metavar="S", help="0 = never"

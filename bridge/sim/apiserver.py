@@ -7,7 +7,9 @@ It follows the API-concepts rules the bridge relies on, as the real server appli
   snapshot behind a continue token has been compacted;
 - watches from a resourceVersion (every later change, in order, then live ones), from
   ``""``/``"0"`` (synthetic ADDED in no order), HTTP 200 + an ERROR 410 line when compacted;
-- bookmarks with the current global revision, one before the ``timeoutSeconds`` deadline;
+- no bookmarks on Event watches by default, as a default kube-apiserver (it serves them from
+  etcd, not from the watch cache); with ``bookmark_interval`` set, bookmarks as the watch cache
+  sends them: the current global revision every interval and one before the deadline;
 - Event field selectors (``=``, ``==``, ``!=``), the Event TTL, bearer-token auth.
 
 On top of that, :class:`Faults` injects the failures a client must survive. Store operations
@@ -465,7 +467,7 @@ class SimApiServer:
     def __init__(
         self,
         *,
-        bookmark_interval: float = 1.0,
+        bookmark_interval: float | None = None,
         event_ttl: float | None = None,
         tokens: set[str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -944,7 +946,9 @@ class SimApiServer:
     ) -> web.StreamResponse:
         query = request.query
         rv_param = query.get("resourceVersion", "")
-        bookmarks = query.get("allowWatchBookmarks", "") in _TRUE
+        bookmarks = (
+            self.bookmark_interval is not None and query.get("allowWatchBookmarks", "") in _TRUE
+        )
         if query.get("sendInitialEvents", ""):
             raise ApiError(
                 422,
@@ -1012,7 +1016,8 @@ class SimApiServer:
         deadline = loop.time() + lifetime
         pre_deadline = deadline - min(2.0, lifetime / 4)  # the cacher's "deadline - 2s" bookmark
         pre_deadline_sent = False
-        next_bookmark = loop.time() + self.bookmark_interval
+        interval = self.bookmark_interval or 0.0
+        next_bookmark = loop.time() + interval
         counts = {"lines": 0, "real": 0}
         while not watcher.stopped:
             if self.faults.stall_watches:
@@ -1043,7 +1048,7 @@ class SimApiServer:
                         return
                     continue
                 if now >= next_bookmark:
-                    next_bookmark = now + self.bookmark_interval
+                    next_bookmark = now + interval
                     line = watch_line("BOOKMARK", bookmark_object(self.resource_version))
                     if not await self._emit(response, watcher, [line], counts):
                         return

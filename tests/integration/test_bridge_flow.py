@@ -172,7 +172,7 @@ async def test_event_ttl_expiry_is_published_as_deleted_when_asked(
     from bridge.sim.apiserver import SimApiServer
     from tests.integration.harness import bridge_config, write_kubeconfig
 
-    sim = SimApiServer(bookmark_interval=0.3, event_ttl=0.5)
+    sim = SimApiServer(event_ttl=0.5)
     await sim.start()
     try:
         kc = write_kubeconfig(tmp_path / "kc-ttl", sim.url)

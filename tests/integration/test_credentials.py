@@ -23,7 +23,7 @@ async def test_in_cluster_config_with_rotating_token_over_tls(
 ):
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-    sim = SimApiServer(ssl_context=server_ctx, tokens={"sa-token-1"}, bookmark_interval=0.3)
+    sim = SimApiServer(ssl_context=server_ctx, tokens={"sa-token-1"})
     await sim.start()
     try:
         sa = tmp_path / "serviceaccount"
