@@ -8,6 +8,8 @@
     │   ├── Unauthorized         401: credentials missing, expired or rotated
     │   ├── Forbidden            403: RBAC does not allow the request
     │   ├── KubeUnavailable      5xx, refused, reset, timed out: the server is not there now
+    │   ├── QuietWatch           an open watch sent nothing for kubernetes.read_timeout: not a
+    │   │                        failure (Event watches carry no bookmarks), watch again
     │   └── KubeBadRequest       other 4xx: our request is wrong (bad field selector, ...)
     ├── ConversionError          an Event that can not be turned into a CloudEvent
     ├── JetStreamUnavailable     NATS or JetStream did not answer (timeout, no quorum, 503,
@@ -80,6 +82,12 @@ class KubeUnavailable(KubeError):
     ) -> None:
         super().__init__(message, status=status)
         self.retry_after = retry_after
+
+
+class QuietWatch(KubeError):
+    """An open watch sent nothing for ``kubernetes.read_timeout``. A default kube-apiserver
+    sends no bookmarks on Event watches, so a quiet scope looks like this: a normal close,
+    not an outage. A dead connection is found by TCP keepalive first (``KubeUnavailable``)."""
 
 
 class KubeBadRequest(KubeError):

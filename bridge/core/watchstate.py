@@ -21,6 +21,7 @@ class WatchState(enum.Enum):
 class Outcome(enum.Enum):
     LISTED = "listed"  # the list finished: its resourceVersion is known
     CLOSED = "closed"  # the server ended the watch normally (timeout, rollout)
+    QUIET = "quiet"  # the watch sent nothing for the read timeout: a quiet scope, not a failure
     EXPIRED = "expired"  # 410: the resourceVersion or continue token is compacted away
     RETRIABLE = "retriable"  # 429, 5xx, refused, reset, read timeout, a watch that closed at once
     AUTH = "auth"  # 401/403: back off, then re-read the credentials
@@ -47,7 +48,7 @@ def next_state(
         return Transition(WatchState.STOPPED)
     if outcome is Outcome.LISTED:
         return Transition(WatchState.WATCHING)
-    if outcome is Outcome.CLOSED:
+    if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
         # A Bookmark or the last event means the watch has synced there: go on from it.
         return Transition(WatchState.WATCHING if have_rv else WatchState.LISTING)
     if outcome is Outcome.EXPIRED:

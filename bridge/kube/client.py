@@ -10,7 +10,9 @@ exception is mapped here, once, to the ``errors.KubeError`` tree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +28,7 @@ from bridge.kube.lines import split_lines
 from bridge.settings import KubernetesSettings
 
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
+KEEPALIVE_PROBES = 3  # unanswered keepalive probes before a connection counts as dead
 # RuntimeError: a request that picked up a client closed meanwhile ("Session is closed").
 _FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError)
 # Several scopes hit by one token rotation reload once, not once each.
@@ -252,9 +255,36 @@ class KubeClient:
         else:
             resp = await self._call("list_namespaced_event", namespace, **params)
         try:
+            keep_alive(resp, self.settings.read_timeout)
             yield split_lines(_chunks(resp))
         finally:
             resp.close()
+
+
+def keep_alive(resp: aiohttp.ClientResponse, read_timeout: float) -> None:
+    """TCP keepalive on a watch's socket, so that a dead peer (a half-open connection) is
+    found within half the read timeout, as a failure; a read timeout then means a live but
+    quiet connection (``QuietWatch``). Where an option is missing, the read timeout alone
+    decides, and a dead peer shows at the next request."""
+    transport = resp.connection.transport if resp.connection is not None else None
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return
+    idle = max(1, int(read_timeout / 4))
+    interval = max(1, int(read_timeout / 12))
+    options = [
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", interval),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", KEEPALIVE_PROBES),
+        # unacknowledged data (and, on Linux, keepalive) gives up after the same time
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", 1000 * (idle + interval * KEEPALIVE_PROBES)),
+    ]
+    for level, name, value in options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(level, option, value)
 
 
 async def _chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -262,5 +292,7 @@ async def _chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     try:
         async for chunk in resp.content.iter_any():
             yield chunk
+    except TimeoutError as exc:  # aiohttp's sock_read timeout: nothing came for read_timeout
+        raise errors.QuietWatch("the watch sent nothing for kubernetes.read_timeout") from exc
     except _FOREIGN as exc:
         raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc

@@ -38,6 +38,8 @@ MIN_HEALTHY_WATCH = 1.0
 
 def classify(exc: BaseException) -> Outcome:
     """Retriable or not, decided in one place for the Kubernetes boundary."""
+    if isinstance(exc, errors.QuietWatch):
+        return Outcome.QUIET
     if isinstance(exc, errors.ResourceExpired):
         return Outcome.EXPIRED
     if isinstance(exc, errors.Unauthorized | errors.Forbidden):
@@ -111,7 +113,7 @@ class Watcher:
                         log.error("credentials_reload_failed", error=str(exc))
                 outcome = Outcome.RETRY
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
-            if outcome is Outcome.CLOSED:
+            if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
                 self.m.watch_restarts.labels(outcome.value).inc()
             must_list = t.must_list
             reload_credentials = t.reload_credentials
@@ -122,6 +124,11 @@ class Watcher:
             return await step
         except errors.KubeError as exc:
             outcome = classify(exc)
+            if outcome is Outcome.QUIET:
+                # No bookmarks on Event watches: silence is what a quiet scope sounds like. The
+                # connection is alive (TCP keepalive would have ended it): watch again at once.
+                log.debug("watch_quiet", scope=self.scope, resource_version=self.rv)
+                return outcome
             await self._failed(exc, outcome)
             return outcome
 

@@ -339,6 +339,30 @@ async def test_restarted_many_times_under_a_steady_rate_stream_equals_truth(
     assert await status_events(nats_server.url, "gap") == []
 
 
+async def test_a_quiet_watch_without_bookmarks_is_not_an_outage(
+    control_plane, writer, start_bridge, nats_server
+):
+    """The real server sends nothing at all on a quiet Event watch (served from etcd: no
+    bookmarks). Several read timeouts go by as normal closes: no warning, no
+    apiserver_unreachable, still ready; what is written afterwards arrives once."""
+    await writer.write(3, bump_ratio=0.0)
+    bridge = start_bridge(kubernetes={"read_timeout": "2s"})
+    await bridge.wait_ready(timeout=60)
+    await assert_stream_is(nats_server.url, writer.ids)
+
+    async def quiet_restarts() -> bool:
+        return await bridge.metric("watch_restarts", 'cause="quiet"') >= 3
+
+    await eventually(quiet_restarts, timeout=30)
+    assert await bridge.metric("watch_restarts", 'cause="error"') == 0
+    assert await status_events(nats_server.url, "apiserver_unreachable") == []
+    watching = [e for e in bridge.log_events() if e.get("logger") == "bridge.watching"]
+    assert [e for e in watching if e.get("level") in ("warning", "error")] == []
+    assert await readyz(bridge, 200)
+    await writer.write(10, bump_ratio=0.5)
+    await assert_stream_is(nats_server.url, writer.ids)
+
+
 async def test_narrow_filter_without_bookmarks_relists_quietly_after_compaction(
     control_plane, writer, start_bridge, nats_server
 ):

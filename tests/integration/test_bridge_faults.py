@@ -171,6 +171,7 @@ async def test_401_then_rotated_token_file_recovers(tmp_path, sim, nats_server, 
 
 
 async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, run_bridge):
+    sim.bookmark_interval = 0.3  # where a server sends them (the watch cache does)
     w = Writer(sim)
     bridge = run_bridge(filter={"reasons": ["OOMKilling"]})
     await bridge.wait_ready()
@@ -195,6 +196,27 @@ async def test_narrow_filter_checkpoint_advances_by_bookmarks(sim, nats_server, 
     watch_queries = [r.query for r in watch_requests(sim)]
     assert watch_queries
     assert all(q.get("fieldSelector") == "reason=OOMKilling" for q in watch_queries)
+
+
+async def test_a_quiet_scope_without_bookmarks_is_not_an_outage(sim, nats_server, run_bridge):
+    """A default kube-apiserver sends no bookmarks on Event watches: a scope with nothing new
+    is silent for many read timeouts. That is a normal close and a re-watch each time: no
+    warning, no apiserver_unreachable, still ready, and nothing lost when Events come."""
+    assert sim.bookmark_interval is None  # the simulator is as harsh as the real server
+    w = Writer(sim)
+    await w.write(5, bump_ratio=0.0)  # a first list sees newest versions only
+    bridge = run_bridge(kubernetes={"read_timeout": "1s"})
+    await bridge.wait_ready()
+    await all_of(nats_server.url, w.ids)
+    await eventually(lambda: metric_at_least(bridge, "watch_restarts", 4), timeout=20)
+    assert await bridge.metric("watch_restarts", 'cause="quiet"') >= 4
+    assert await bridge.metric("watch_restarts", 'cause="error"') == 0
+    assert await status_events(nats_server.url, "apiserver_unreachable") == []
+    assert [e for e in bridge.log_events() if e.get("level") in ("warning", "error")] == []
+    assert await readyz(bridge, 200)
+    await w.write(20)
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
 
 
 async def test_stalled_watch_is_noticed_by_the_read_timeout(sim, nats_server, run_bridge):

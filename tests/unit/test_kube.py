@@ -1,11 +1,15 @@
 """The Kubernetes boundary without a server: credential reloads and the connection pool."""
 
 import asyncio
+import socket
 
+import pytest
 import yaml
 from aiohttp import web
 
-from bridge.kube.client import READ_BUFSIZE, KubeClient
+from bridge import errors
+from bridge.kube import client
+from bridge.kube.client import READ_BUFSIZE, KubeClient, keep_alive
 from bridge.settings import KubernetesSettings
 
 
@@ -82,3 +86,83 @@ async def test_a_fast_watch_is_handed_over_in_bounded_chunks(tmp_path):
         await runner.cleanup()
     assert sum(sizes) == 8000 * (len(line) - 1)
     assert max(sizes) <= 4 * READ_BUFSIZE + 2**18, max(sizes)
+
+
+async def test_a_quiet_watch_ends_as_quiet_on_a_socket_with_keepalive(tmp_path, monkeypatch):
+    """A watch that sends nothing for read_timeout is QuietWatch (a normal close for the
+    watcher), not KubeUnavailable; its socket probes the peer with TCP keepalive, so a dead
+    connection is found as a failure within half the read timeout."""
+    opened, done = asyncio.Event(), asyncio.Event()
+
+    async def quiet_watch(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        opened.set()
+        await done.wait()  # open and silent, as an Event watch with nothing new
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/events", quiet_watch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    settings = KubernetesSettings(
+        kubeconfig=kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), read_timeout="1.2s"
+    )
+    kube = KubeClient(settings)
+    await kube.connect()
+    options = {}
+
+    def keep_alive_and_read_back(resp, read_timeout):
+        keep_alive(resp, read_timeout)  # the real one, on the real socket
+        sock = resp.connection.transport.get_extra_info("socket")
+        for name in ("SO_KEEPALIVE", "TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT"):
+            level = socket.SOL_SOCKET if name.startswith("SO_") else socket.IPPROTO_TCP
+            options[name] = sock.getsockopt(level, getattr(socket, name))
+
+    monkeypatch.setattr(client, "keep_alive", keep_alive_and_read_back)
+    try:
+        async with kube.watch_events(None, resource_version="5", timeout_seconds=300) as stream:
+            with pytest.raises(errors.QuietWatch):
+                async for _ in stream:
+                    pass
+    finally:
+        done.set()
+        await kube.close()
+        await runner.cleanup()
+    assert opened.is_set()
+    assert options == {"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 1, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 3}
+
+
+def test_keepalive_options_follow_the_read_timeout():
+    class Sock:
+        def __init__(self):
+            self.set = {}
+
+        def setsockopt(self, level, option, value):
+            self.set[option] = value
+
+    class Transport:
+        def __init__(self, sock):
+            self.sock = sock
+
+        def get_extra_info(self, name):
+            return self.sock if name == "socket" else None
+
+    class Conn:
+        def __init__(self, transport):
+            self.transport = transport
+
+    class Resp:
+        def __init__(self, conn):
+            self.connection = conn
+
+    sock = Sock()
+    keep_alive(Resp(Conn(Transport(sock))), 120.0)
+    assert sock.set[socket.SO_KEEPALIVE] == 1
+    assert sock.set[socket.TCP_KEEPIDLE] == 30
+    assert sock.set[socket.TCP_KEEPINTVL] == 10
+    assert sock.set[socket.TCP_KEEPCNT] == 3
+    assert sock.set[socket.TCP_USER_TIMEOUT] == 60_000  # dead in 60 s, before the 120 s
+    keep_alive(Resp(None), 120.0)  # no connection: nothing to set, no error

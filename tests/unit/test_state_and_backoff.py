@@ -11,6 +11,7 @@ L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, Wa
     [
         (L, Outcome.LISTED, True, False, Transition(W)),
         (W, Outcome.CLOSED, True, False, Transition(W)),
+        (W, Outcome.QUIET, True, False, Transition(W)),  # no bookmarks: quiet is not down
         # a 410 backs off, then lists: never a relist loop faster than the back-off
         (W, Outcome.EXPIRED, True, False, Transition(B, must_list=True)),
         (L, Outcome.EXPIRED, False, False, Transition(B, must_list=True)),  # continue token

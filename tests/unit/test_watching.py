@@ -213,6 +213,29 @@ async def test_normal_close_watches_again_from_last_rv_at_once():
     assert [i[2] for i in sink.got] == [11, 12, 13]
 
 
+async def test_a_quiet_watch_is_a_normal_close_not_an_outage():
+    """No bookmarks on Event watches: a scope with nothing new ends its watch by the read
+    timeout. Watch again at once from the same resourceVersion; no back-off, no unreachable
+    status event, the watch not marked failing, counted as its own cause."""
+    quiet = errors.QuietWatch("the watch sent nothing for kubernetes.read_timeout")
+    src = FakeSource(
+        watches=[
+            [line("ADDED", ev("a", 11)), quiet],
+            [quiet],
+            [quiet],
+            [line("MODIFIED", ev("a", 12))],
+        ]
+    )
+    w, sink, sleeps, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert [c["rv"] for c in src.watch_calls] == ["10", "11", "11", "11", "12"]
+    assert sleeps == [] and sink.reach == []
+    assert [i[2] for i in sink.got] == [11, 12]
+    assert metrics.watch_restarts.labels("quiet")._value.get() == 3
+    assert metrics.watch_restarts.labels("error")._value.get() == 0
+    assert w.health.problems() == []
+
+
 async def test_bookmark_advances_rv_without_an_item():
     src = FakeSource(watches=[[bookmark(500)], []])
     w, sink, *_ = make(src, checkpoint=10)
