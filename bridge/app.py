@@ -102,6 +102,7 @@ class Bridge:
                 self.metrics,
                 ack_timeout=s.nats.ack_timeout,
                 max_inflight=s.nats.max_inflight,
+                max_inflight_bytes=s.nats.max_inflight_bytes,
                 on_no_stream=streams.recreating(js, s.nats),
             )
             publisher.set_connected(nc.is_connected)

@@ -99,6 +99,12 @@ def _require_positive(value: float) -> float:
     return value
 
 
+def _at_least_64kib(value: int) -> int:
+    if value < 64 * 1024:
+        raise ValueError("must be at least 64KiB")
+    return value
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
@@ -114,6 +120,7 @@ PositiveDuration = Annotated[
     float, AfterValidator(_require_positive), BeforeValidator(parse_duration)
 ]
 Size = Annotated[int, BeforeValidator(parse_size)]
+BufferSize = Annotated[int, AfterValidator(_at_least_64kib), BeforeValidator(parse_size)]
 ExistingFile = Annotated[str | None, AfterValidator(_file_exists)]
 
 
@@ -204,6 +211,7 @@ class NatsSettings(_Section):
     duplicate_window: PositiveDuration = 7200.0
     ack_timeout: PositiveDuration = 5.0
     max_inflight: int = Field(1024, ge=1, le=65536)
+    max_inflight_bytes: BufferSize = 16 * 2**20
     connect_timeout: Duration = 5.0
     name: str = "k8s-event-bridge"
     user: str | None = None
@@ -273,14 +281,7 @@ class CheckpointSettings(_Section):
 
 class QueueSettings(_Section):
     max_events: int = Field(4096, ge=1)
-    max_bytes: Size = 16 * 2**20
-
-    @field_validator("max_bytes")
-    @classmethod
-    def _min(cls, v: int) -> int:
-        if v < 64 * 1024:
-            raise ValueError("must be at least 64KiB")
-        return v
+    max_bytes: BufferSize = 16 * 2**20
 
 
 class HttpSettings(_Section):

@@ -73,24 +73,18 @@ class Message:
 
 
 class Outgoing:
-    """A message on its way: queued, then in flight until the first ack of any attempt."""
+    """A message on its way: queued, then in flight until the first ack of any attempt.
 
-    __slots__ = (
-        "attempts",
-        "deadline",
-        "entry",
-        "first_sent",
-        "msg",
-        "serial",
-        "settled",
-        "tokens",
-    )
+    Every attempt carries the same reply token, so a message costs the same whether JetStream
+    answers its first attempt or its hundredth: nothing per attempt outlives the attempt.
+    """
+
+    __slots__ = ("attempts", "deadline", "entry", "first_sent", "msg", "settled", "token")
 
     def __init__(self, msg: Message, entry: Entry | None) -> None:
         self.msg = msg
         self.entry = entry  # None for status events that move no checkpoint
-        self.serial = 0
-        self.tokens: list[str] = []  # every attempt's reply token
+        self.token = ""  # the reply token of all its attempts, given when it is first sent
         self.deadline = 0.0
         self.first_sent = 0.0
         self.attempts = 0

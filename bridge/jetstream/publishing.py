@@ -1,7 +1,9 @@
 """Pipelined JetStream publishing with a bounded window of outstanding acks.
 
-Each message is published with a reply inbox of ours; JetStream's ack comes back there.
-Up to ``nats.max_inflight`` messages wait for their ack at once; each has a deadline
+Each message is published with a reply inbox of ours and a token of its own, the same for all
+its attempts; JetStream's ack comes back there. Up to ``nats.max_inflight`` messages and
+``nats.max_inflight_bytes`` bytes wait for their ack at once (one message more than the
+bytes allow may go, so that one larger message is never stuck); each has a deadline
 (``nats.ack_timeout``). A message whose ack did not come in time, or whose send failed, or
 that JetStream refused for a passing reason, is sent again with the **same** ``Nats-Msg-Id``,
 so the stream's duplicate window drops it if an earlier attempt was stored after all. The
@@ -77,6 +79,7 @@ class Publisher:
         *,
         ack_timeout: float = 5.0,
         max_inflight: int = 1024,
+        max_inflight_bytes: int = 16 * 2**20,
         clock: Callable[[], float] = time.monotonic,
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
         fast_path: bool = True,
@@ -85,17 +88,17 @@ class Publisher:
         self._m = metrics
         self.ack_timeout = ack_timeout
         self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes
         self._clock = clock
         self._on_no_stream = on_no_stream
-        self._pending: dict[int, Outgoing] = {}  # by serial, in send order
-        self._tokens: dict[str, Outgoing] = {}  # every attempt's reply token
+        self._pending: dict[str, Outgoing] = {}  # by reply token, in send order
+        self._pending_bytes = 0
         self._room = asyncio.Event()
         self._room.set()
         self.connected = asyncio.Event()
         self.connected.set()
         self._prefix = ""
         self._next_token = 0
-        self._next_serial = 0
         self.held = 0  # taken from the queue, not yet sent
         self._no_stream_task: asyncio.Task[None] | None = None
         self._fast_path = fast_path
@@ -158,33 +161,47 @@ class Publisher:
         while True:
             out = await queue.get()
             self.held = 1
-            while len(self._pending) >= self.max_inflight:
+            while not self._has_room():
                 self._room.clear()
                 await self._room.wait()
             if not self.connected.is_set():
                 await self.connected.wait()
             batch = [out]
+            size = out.msg.wire_size
             room = min(self.max_inflight - len(self._pending), BATCH_MAX) - 1
-            while room > 0:
+            budget = self.max_inflight_bytes - self._pending_bytes
+            while room > 0 and size < budget:
                 more = queue.get_nowait()
                 if more is None:
                     break
                 batch.append(more)
+                size += more.msg.wire_size
                 room -= 1
             now = self._clock()
             pending = self._pending
-            serial = self._next_serial
+            token = self._next_token
             for out in batch:
-                serial += 1
-                out.serial = serial
+                token += 1
+                out.token = key = str(token)
                 out.first_sent = now
-                pending[serial] = out
-            self._next_serial = serial
+                pending[key] = out
+            self._next_token = token
+            self._pending_bytes += size
             self.held = 0
             await self._send(batch)
 
+    def _has_room(self) -> bool:
+        pending = self._pending
+        return len(pending) < self.max_inflight and (
+            not pending or self._pending_bytes < self.max_inflight_bytes
+        )
+
+    def sizes(self) -> dict[str, int]:
+        """How much the publisher holds: for tests and soak runs that watch it stay flat."""
+        return {"pending": len(self._pending), "pending_bytes": self._pending_bytes}
+
     async def _send(self, ps: list[Outgoing]) -> None:
-        """One attempt for each (a new reply token each; the same Nats-Msg-Id)."""
+        """One attempt for each (its own reply token, the same Nats-Msg-Id every time)."""
         limit = self._nc.max_payload
         deadline = self._clock() + self.ack_timeout
         batch: list[tuple[Message, str]] = []
@@ -195,13 +212,9 @@ class Publisher:
                 # The server would cut the connection for it, on every attempt.
                 self._give_up(p, "too_large", f"{msg.wire_size} bytes > max_payload")
                 continue
-            self._next_token += 1
-            token = str(self._next_token)
-            p.tokens.append(token)
-            self._tokens[token] = p
             p.attempts += 1
             p.deadline = deadline
-            batch.append((msg, prefix + token))
+            batch.append((msg, prefix + p.token))
         if not batch:
             return
         try:
@@ -248,10 +261,9 @@ class Publisher:
         if p.settled:
             return
         p.settled = True
-        self._pending.pop(p.serial, None)
-        for token in p.tokens:
-            self._tokens.pop(token, None)
-        if len(self._pending) < self.max_inflight:
+        if self._pending.pop(p.token, None) is not None:
+            self._pending_bytes -= p.msg.wire_size
+        if self._has_room():
             self._room.set()
         entry = p.entry
         if entry is not None:
@@ -267,7 +279,7 @@ class Publisher:
         )
 
     def _ack(self, token: str, data: bytes, no_responders: bool) -> None:
-        p = self._tokens.get(token)
+        p = self._pending.get(token)
         if p is None or p.settled:
             return
         if no_responders:

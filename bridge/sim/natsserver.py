@@ -34,16 +34,23 @@ def free_port() -> int:
 
 
 class NatsServer:
-    """A nats-server process with JetStream on a loopback port and its own store directory."""
+    """A nats-server process with JetStream (unless ``jetstream=False``) on a loopback port and
+    its own store directory."""
 
     def __init__(
-        self, store_dir: str | None = None, port: int | None = None, args: list[str] | None = None
+        self,
+        store_dir: str | None = None,
+        port: int | None = None,
+        args: list[str] | None = None,
+        *,
+        jetstream: bool = True,
     ) -> None:
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="bridge-nats-")
         os.makedirs(self.store_dir, exist_ok=True)
         self.port = port or free_port()
         self.args = args or []
+        self.jetstream = jetstream  # False: plain NATS, nothing answers a JetStream publish
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(self.store_dir, "nats-server.log")
 
@@ -54,7 +61,7 @@ class NatsServer:
     def start(self, timeout: float = 10.0) -> NatsServer:
         cmd = [
             binary(),
-            "-js",
+            *(["-js"] if self.jetstream else []),
             "-a",
             "127.0.0.1",
             "-p",

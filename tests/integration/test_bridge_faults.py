@@ -1,8 +1,10 @@
 """The bridge process through faults: NATS outage, compaction, API errors, bad lines,
 rotated credentials, and a narrow filter kept alive by bookmarks."""
 
+import asyncio
 import signal
 
+import nats as nats_client
 import pytest
 
 from tests.integration.harness import (
@@ -231,6 +233,54 @@ async def test_stalled_watch_is_noticed_by_the_read_timeout(sim, nats_server, ru
     ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
     assert sim.faults.injected["stall"] >= 1
+
+
+async def test_jetstream_silent_for_a_while_holds_memory_flat_and_loses_nothing(
+    sim, nats_server, run_bridge
+):
+    """NATS connected, JetStream answering nothing (an R3 stream without quorum): a plain
+    nats-server on the same port, where a subscriber takes the publishes and answers none.
+    Every message in the window goes again each ack_timeout, Events keep coming; the bridge's
+    memory stays flat, and once JetStream is back the stream is the truth."""
+    from bridge.sim.natsserver import NatsServer
+
+    w = Writer(sim)
+    # a small queue fills within the warm-up, so what is measured after it is the retrying
+    bridge = run_bridge(queue={"max_events": 200}, nats={"ack_timeout": "100ms"})
+    await bridge.wait_ready()
+    await w.write(100, rate=2000)
+    await all_of(nats_server.url, w.ids)
+    nats_server.kill()
+    plain = NatsServer(
+        store_dir=nats_server.store_dir + "-plain", port=nats_server.port, jetstream=False
+    ).start()
+    try:
+        nc = await nats_client.connect(plain.url)
+        taken = 0
+
+        async def take(msg):
+            nonlocal taken
+            taken += 1
+
+        await nc.subscribe("k8s.events.>", cb=take)
+        writing = asyncio.create_task(w.write(6000, rate=200, bump_ratio=0.3))
+        await eventually(lambda: metric_at_least(bridge, "nats_connected", 1), timeout=20)
+        await asyncio.sleep(5)  # warm-up: the queue and the window fill
+        rss = [rss_kib(bridge.proc.pid)]
+        for _ in range(4):
+            await asyncio.sleep(5)
+            rss.append(rss_kib(bridge.proc.pid))
+        retries = await bridge.metric("publish_retries")
+        assert taken > 10 * 1024 and retries > 10 * 1024  # the window was sent again and again
+        assert max(rss) - rss[0] < 3 * 1024, rss  # KiB: flat while it lasts
+        await nc.close()
+    finally:
+        plain.cleanup()
+    nats_server.start()  # JetStream again, same port, same store
+    await writing
+    ids = await all_of(nats_server.url, w.ids, timeout=90)
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(w.ids)
 
 
 async def test_sigterm_with_nats_down_and_a_full_queue_still_exits_in_time(

@@ -229,3 +229,84 @@ def test_wire_size_counts_headers():
 
     m = Message("s", b"12345", {"A": "bc"}, "id")
     assert m.wire_size == 5 + len("NATS/1.0\r\nA: bc\r\n\r\n")
+
+
+async def ignore(msg):
+    pass
+
+
+def silent_msg(i, size=10):
+    mid = f"uid-{i}/{i}"
+    return Message("quiet.c.ns.Pod.BackOff", b"x" * size, {"Nats-Msg-Id": mid}, mid)
+
+
+async def test_jetstream_that_never_answers_costs_nothing_per_attempt(nats_server):
+    """NATS connected, JetStream silent (as an R3 stream without quorum: nothing answers, no
+    503 either): each message goes again every ack_timeout for as long as it lasts, and what
+    the publisher holds does not grow with the attempts. Once a stream answers, every message
+    is stored once."""
+    import tracemalloc
+
+    nc = await nats.connect(nats_server.url)
+    silent = await nc.subscribe("quiet.>", cb=ignore)  # takes the publishes, answers none
+    pub = Publisher(nc, Metrics(), ack_timeout=0.02, max_inflight=64)
+    await pub.start()
+    q: BoundedQueue[Outgoing] = BoundedQueue(200, 1 << 20)
+    p = Progress(0)
+    for i in range(1, 101):
+        await q.put(Outgoing(silent_msg(i), p.pending(i)), 10)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.005))]
+    await asyncio.sleep(0.5)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sizes = []
+        for _ in range(25):
+            await asyncio.sleep(0.1)
+            sizes.append(pub.sizes())
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    retries = pub._m.retries._value.get()
+    assert retries > 64 * 20, retries  # every message in the window was sent again, often
+    assert {s["pending"] for s in sizes} == {64}  # the window, not the attempts
+    assert {s["pending_bytes"] for s in sizes} == {
+        sum(silent_msg(i).wire_size for i in range(1, 65))
+    }
+    # ~16 KB here; a token kept per attempt (as before) held ~600 KB more after as many
+    assert grown < 128 * 1024, f"{grown} bytes more after {retries} attempts"
+    assert p.safe_rv == 0 and len(q) == 100 - 64 - 1  # and one taken, waiting for room
+    await silent.unsubscribe()
+    js = nc.jetstream()
+    await js.add_stream(name="QUIET", subjects=["quiet.>"])  # JetStream answers again
+    for _ in range(200):
+        if p.safe_rv == 100:
+            break
+        await asyncio.sleep(0.05)
+    assert p.safe_rv == 100 and pub.sizes() == {"pending": 0, "pending_bytes": 0}
+    assert (await js.stream_info("QUIET")).state.messages == 100
+    for t in tasks:
+        t.cancel()
+    await nc.close()
+
+
+async def test_the_window_is_bounded_in_bytes_too(nats_server):
+    nc = await nats.connect(nats_server.url)
+    silent = await nc.subscribe("quiet.>", cb=ignore)
+    pub = Publisher(nc, Metrics(), ack_timeout=0.05, max_inflight=1000, max_inflight_bytes=65536)
+    await pub.start()
+    q: BoundedQueue[Outgoing] = BoundedQueue(200, 1 << 22)
+    p = Progress(0)
+    for i in range(1, 51):
+        await q.put(Outgoing(silent_msg(i, size=10_000), p.pending(i)), 10_000)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.01))]
+    await asyncio.sleep(0.5)
+    one = silent_msg(1, size=10_000).wire_size
+    held = pub.sizes()
+    # as many as fit in 64 KiB, plus the one that crossed the bound
+    assert held["pending"] == 65536 // one + 1 and held["pending_bytes"] < 65536 + one
+    assert len(q) == 50 - held["pending"] - 1  # and one taken, waiting for room
+    for t in tasks:
+        t.cancel()
+    await silent.unsubscribe()
+    await nc.close()
