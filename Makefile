@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration e2e bench clean
+.PHONY: demo test lint unit integration e2e bench model clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: lint
 bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[bench,test]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# the Spin model of the delivery protocol, with the code's defaults (model/README.md)
+model:
+	command -v spin >/dev/null || (apt-get update -qq && apt-get install -y -qq spin gcc)
+	cd model && ./run.sh S-base "" all && ./run.sh S-c2 "-DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
+	  && ./run.sh S-all "-DNV=4 -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -3,7 +3,8 @@
 ``Intake`` is the watcher's ``Sink`` for one watch scope. It records every item in that
 scope's ``Progress`` in stream order: filtered and bad items are done at once, published
 ones when JetStream acks them, so the checkpoint never passes an event that is not stored.
-Status events (gap, apiserver reachable or not, started, stopped) are queued here too.
+Status events (gap, apiserver reachable or not, started, stopped) are queued here too; only
+the gap holds the checkpoint.
 """
 
 from __future__ import annotations
@@ -101,7 +102,13 @@ class Intake:
             "missing: the API server compacted them before the bridge read them; "
             "the newest version of every Event that still exists follows",
         }
-        await self.status("gap", f"gap/{self.scope}/{from_rv}-{to_rv}", data)
+        msg = self.converter.status(
+            "gap", f"gap/{self.scope}/{from_rv}-{to_rv}", data, now_rfc3339()
+        )
+        # It reports on history, so it holds the checkpoint like an Event: the relist's end
+        # (``mark``) comes after it, and until it is stored a restart resumes from before the
+        # relist, meets the 410 again and finds the gap again (model/: GAPHELD).
+        await self.queue.put(Outgoing(msg, self.progress.pending(None)), len(msg.payload))
 
     async def reachability(self, reachable: bool, detail: str) -> None:
         what = "apiserver_reachable" if reachable else "apiserver_unreachable"

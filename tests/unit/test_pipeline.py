@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import msgspec
 
+from bridge import errors
 from bridge.core.checkpoints import Checkpoint, checkpoint_key
 from bridge.core.messages import Outgoing
 from bridge.core.queueing import BoundedQueue
@@ -39,7 +40,10 @@ def event(name: str, rv: int) -> dict:
 class MemorySource:
     """One list page, then one watch that sends its lines and stays open (a quiet watch)."""
 
-    def __init__(self, listed: list[dict], list_rv: int, watched: list[dict]) -> None:
+    def __init__(
+        self, listed: list[dict], list_rv: int, watched: list[dict], expired_below: int = 0
+    ) -> None:
+        self.expired_below = expired_below  # a watch from an older resourceVersion gets 410
         self.page = {
             "metadata": {"resourceVersion": str(list_rv)},
             "items": [msgspec.json.encode(e) for e in listed],
@@ -59,6 +63,8 @@ class MemorySource:
         self, namespace, *, resource_version, timeout_seconds, field_selector=""
     ):
         self.watched_from.append(resource_version)
+        if int(resource_version) < self.expired_below:
+            raise errors.ResourceExpired("410 Expired: too old resource version")
 
         async def chunks():
             yield list(self.lines)
@@ -122,6 +128,7 @@ class MemoryStore:
 def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
     settings = Settings(
         cluster={"name": "c"},
+        kubernetes={"backoff": {"initial": "10ms", "max": "50ms"}},
         checkpoint={"interval": 0.05},
         shutdown={"drain_timeout": drain_timeout},
     )
@@ -198,3 +205,25 @@ async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_ac
     code = await run_until(p, lambda: False, asyncio.Event())
     assert code == EXIT_FAILED
     assert store.saved == {KEY: 3}  # nothing was acked: the checkpoint did not move
+
+
+async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_a_restart():
+    """History compacted while away: the watch from the checkpoint gets 410, the relist
+    publishes what is newer and a gap. While the gap is not stored, the checkpoint stays
+    before the relist (the Events after it acked or not): a restart meets the 410 again and
+    reports the gap again, so it can not be lost."""
+    source = MemorySource([event("c", 25)], 30, [], expired_below=30)
+    first = MemoryPublisher(hold=frozenset({"gap/*/10-30"}))
+    store = MemoryStore({KEY: 10})
+    p = pipeline(source, first, store, drain_timeout=0.2)
+    code = await run_until(p, lambda: "gap gap/*/10-30" in first.sent, asyncio.Event())
+    assert code == EXIT_OK
+    assert source.watched_from[0] == "10" and source.lists == 1
+    assert "BackOff uid-c/25" in first.sent  # stored
+    assert store.saved == {KEY: 10}  # not past the gap that was not
+    again = MemoryPublisher()
+    p = pipeline(source, again, store)
+    code = await run_until(p, lambda: store.saved == {KEY: 30}, asyncio.Event())
+    assert code == EXIT_OK
+    assert "gap gap/*/10-30" in again.sent and store.saved == {KEY: 30}
+    assert source.watched_from[-1] == "30"
