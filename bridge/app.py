@@ -117,6 +117,7 @@ class Bridge:
                 health=self.health,
             )
             await until_stopped(stop, self.pipeline.open())
+            self.http.status = self.pipeline.status
             return await self.pipeline.run(stop)
         except Stopped:
             log.info("stopped_during_startup")

@@ -1,7 +1,12 @@
-"""``/healthz`` (alive), ``/readyz`` (watching and connected), ``/metrics`` (Prometheus)."""
+"""``/healthz`` (alive), ``/readyz`` (every scope synced, NATS taking publishes), ``/status``
+(JSON: per scope and for NATS, what a person asks first), ``/metrics`` (Prometheus)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
 from aiohttp import web
 
 from bridge.metrics import Metrics
@@ -14,6 +19,8 @@ class HttpServer:
         self.port = port
         self.health = health
         self.metrics = metrics
+        # what /status shows besides readiness; set by the app once the pipeline exists
+        self.status: Callable[[], dict[str, Any]] = dict
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -21,6 +28,7 @@ class HttpServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
@@ -41,6 +49,11 @@ class HttpServer:
         if problems:
             return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
         return web.Response(text="ready\n")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        problems = self.health.problems()
+        doc = {"ready": not problems, "problems": problems, **self.status()}
+        return web.Response(body=msgspec.json.encode(doc), content_type="application/json")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from typing import Any
 
 from bridge import logs
 from bridge.core.checkpoints import checkpoint_key
@@ -90,7 +91,7 @@ class Pipeline:
                 include_deleted=s.filter.include_deleted,
                 field_selector=selector,
                 metrics=self.metrics,
-                health=self.health,
+                health=self.health.scope(ns or "*"),
             )
             self.scopes.append(Scope(ns, key, progress, watcher))
             log.info(
@@ -103,6 +104,37 @@ class Pipeline:
                 else f"list (kubernetes.initial={s.kubernetes.initial})",
                 field_selector=selector,
             )
+
+    def status(self) -> dict[str, Any]:
+        """What ``/status`` shows of the running pipeline: each scope, and NATS."""
+        scopes: dict[str, Any] = {}
+        for sc in self.scopes:
+            name = sc.namespace or "*"
+            health = self.health.scope(name)
+            rv = sc.watcher.rv
+            failing = None if health.bad_since is None else time.monotonic() - health.bad_since
+            scopes[name] = {
+                "state": sc.watcher.state.value,
+                "synced": health.synced,
+                "resource_version": rv,
+                "checkpoint": sc.saved,
+                # resourceVersions read but not yet saved as the checkpoint
+                "checkpoint_lag": None if rv is None or sc.saved is None else rv - sc.saved,
+                "in_flight": sc.progress.in_flight,
+                "failing_for_seconds": None if failing is None else round(failing, 1),
+                "last_error": health.last_error,
+            }
+        return {
+            "cluster": self.cluster,
+            "role": "leader",  # one replica: no leader election yet
+            "nats": {
+                "connected": self.health.nats_connected,
+                "queued": len(self.queue),
+                "in_flight": self.publisher.in_flight,
+                "oldest_ack_wait_seconds": round(self.publisher.oldest_wait(), 3),
+            },
+            "scopes": scopes,
+        }
 
     async def run(self, stop: asyncio.Event) -> int:
         """Run until ``stop`` is set or a task fails; then drain and save. The exit code."""

@@ -24,7 +24,7 @@ from bridge.core.backoff import Backoff
 from bridge.core.events import parse_rv, rv_of
 from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
-from bridge.runtime.health import Health
+from bridge.runtime.health import ScopeHealth
 from bridge.runtime.ports import EventSource, Item, Sink
 from bridge.settings import KubernetesSettings
 
@@ -60,7 +60,7 @@ class Watcher:
         checkpoint_at: float | None = None,
         include_deleted: bool = False,
         metrics: Metrics,
-        health: Health,
+        health: ScopeHealth,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -135,7 +135,6 @@ class Watcher:
     async def _reached(self) -> None:
         """The API server answered a list or opened a watch."""
         self.health.watch_ok()
-        self.health.synced = True
         if not self._reachable:
             self._reachable = True
             self.m.apiserver_reachable.set(1)
@@ -154,7 +153,7 @@ class Watcher:
                 detail=str(exc),
             )
             return
-        self.health.watch_failed()
+        self.health.watch_failed(f"{type(exc).__name__}: {str(exc)[:300]}")
         self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
         if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
             self._retry_after = exc.retry_after

@@ -111,6 +111,7 @@ MALFORMED_LINES = (
 )
 
 _EVENTS_PATH = re.compile(r"^/api/v1/(namespaces/[^/]+/)?events(/[^/]*)?$")
+_NAMESPACE_IN_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go's strconv.ParseBool
 
 
@@ -119,7 +120,7 @@ class Faults:
     """Failures injected on the events endpoints; all off by default.
 
     ``injected`` counts what each fault did: ``status_<code>``, ``reset``, ``drop_watch``,
-    ``reset_watch``, ``malformed``, ``split_chunk``, ``stall``, ``refuse``.
+    ``reset_watch``, ``malformed``, ``split_chunk``, ``stall``, ``refuse``, ``forbidden``.
     """
 
     # end every watch stream (clean chunked end) once it has written N lines
@@ -138,6 +139,8 @@ class Faults:
     split_lines: bool = False
     # watches send nothing at all (no bookmarks either) while set
     stall_watches: bool = False
+    # namespaces whose Events this client may not list or watch (RBAC): 403, as the real one
+    forbidden_namespaces: set[str] = dataclasses.field(default_factory=set)
     injected: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
@@ -751,6 +754,15 @@ class SimApiServer:
                 if transport is not None:
                     transport.abort()
                 return web.Response(status=500)  # never sent: the connection is gone
+            in_ns = _NAMESPACE_IN_PATH.match(request.path)
+            if in_ns is not None and in_ns.group(1) in faults.forbidden_namespaces:
+                faults.injected["forbidden"] += 1
+                record.status = 403
+                return status_response(
+                    403,
+                    'events is forbidden: User "system:serviceaccount:bridge:bridge" cannot '
+                    f'list resource "events" in API group "" in the namespace "{in_ns.group(1)}"',
+                )
             if faults.status_next:
                 code, headers = faults.status_next.pop(0)
                 faults.injected[f"status_{code}"] += 1

@@ -232,6 +232,36 @@ async def test_namespaced_scopes_watch_each_namespace_with_its_own_checkpoint(
     assert paths == {"/api/v1/namespaces/shop/events", "/api/v1/namespaces/payments/events"}
 
 
+async def test_a_scope_without_permission_keeps_the_bridge_not_ready_by_name(
+    sim, nats_server, run_bridge
+):
+    """Two namespaces, RBAC for one: the allowed scope publishes, but the bridge is not ready
+    (one scope never synced), /readyz and /status say which and why; once the permission is
+    granted the scope syncs and the bridge is ready."""
+    sim.faults.forbidden_namespaces = {"payments"}
+    w = Writer(sim)
+    bridge = run_bridge(kubernetes={"namespaces": ["shop", "payments"]})
+    await eventually(lambda: logged(bridge, "kube_permission_denied"), timeout=20)
+    wanted = [w.create(namespace="shop") for _ in range(10)]
+    ids = [f"{o['metadata']['uid']}/{o['metadata']['resourceVersion']}" for o in wanted]
+    await all_of(nats_server.url, ids)
+    status, text = await bridge.get("/readyz")
+    assert status == 503 and "scope payments" in text and "forbidden" in text
+    assert "scope shop" not in text
+    _, body = await bridge.get("/status")
+    doc = msgspec.json.decode(body)
+    assert doc["ready"] is False
+    shop, payments = doc["scopes"]["shop"], doc["scopes"]["payments"]
+    assert shop["synced"] and shop["state"] == "watching" and shop["last_error"] == ""
+    assert not payments["synced"] and "Forbidden" in payments["last_error"]
+    assert doc["nats"]["connected"] is True
+    sim.faults.forbidden_namespaces.clear()  # the Role is granted
+    await bridge.wait_ready(timeout=30)
+    _, body = await bridge.get("/status")
+    doc = msgspec.json.decode(body)
+    assert doc["ready"] is True and doc["scopes"]["payments"]["synced"]
+
+
 async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bridge):
     from cloudevents.core.bindings.http import HTTPMessage, from_binary
 

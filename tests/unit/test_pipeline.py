@@ -227,3 +227,26 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
     assert code == EXIT_OK
     assert "gap gap/*/10-30" in again.sent and store.saved == {KEY: 30}
     assert source.watched_from[-1] == "30"
+
+
+def test_readiness_is_per_scope():
+    clock = [100.0]
+    health = Health(60.0, clock=lambda: clock[0])
+    assert health.problems() == ["no watch has started yet"]
+    health.nats_up(True)
+    shop, payments = health.scope("shop"), health.scope("payments")
+    shop.watch_ok()
+    payments.watch_failed("Forbidden: 403 Forbidden: events is forbidden")
+    assert health.problems() == [
+        "scope payments: the first list or watch has not finished: "
+        "Forbidden: 403 Forbidden: events is forbidden"
+    ]
+    payments.watch_ok()
+    assert health.ready
+    shop.watch_failed("KubeUnavailable: refused")
+    clock[0] += 59
+    assert health.ready  # a blip shorter than unready_after
+    clock[0] += 2
+    assert health.problems() == [
+        "scope shop: the watch has failed for 61s: KubeUnavailable: refused"
+    ]

@@ -145,7 +145,7 @@ def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, wal
         checkpoint=checkpoint,
         field_selector="",
         metrics=metrics,
-        health=Health(60, clock=clock),
+        health=Health(60, clock=clock).scope("*"),
         clock=clock,
         sleep=sleep,
         rand=lambda: 0.0,
@@ -233,7 +233,7 @@ async def test_a_quiet_watch_is_a_normal_close_not_an_outage():
     assert [i[2] for i in sink.got] == [11, 12]
     assert metrics.watch_restarts.labels("quiet")._value.get() == 3
     assert metrics.watch_restarts.labels("error")._value.get() == 0
-    assert w.health.problems() == []
+    assert w.health.synced and w.health.bad_since is None  # never marked failing
 
 
 async def test_bookmark_advances_rv_without_an_item():
