@@ -76,22 +76,16 @@ class Bridge:
             )
             clients.push_async_callback(connection.close, nc)
             js = nc.jetstream()
-            try:
-                await until_stopped(
-                    stop, jetstream_step("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
-                )
-                store = await until_stopped(
-                    stop,
-                    jetstream_step(
-                        "open_checkpoint_bucket",
-                        lambda: KvCheckpointStore.open(
-                            js, s.checkpoint.bucket, s.nats.num_replicas
-                        ),
-                    ),
-                )
-            except PublishError as exc:
-                log.error("stream_unusable", error=str(exc))
-                return EXIT_FAILED
+            await until_stopped(
+                stop, jetstream_step("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
+            )
+            store = await until_stopped(
+                stop,
+                jetstream_step(
+                    "open_checkpoint_bucket",
+                    lambda: KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas),
+                ),
+            )
             cluster = s.cluster.name
             if not cluster:
                 cluster = await until_stopped(
@@ -118,10 +112,14 @@ class Bridge:
             )
             await until_stopped(stop, self.pipeline.open())
             self.http.status = self.pipeline.status
-            return await self.pipeline.run(stop)
+        except PublishError as exc:
+            # the stream or the checkpoint bucket can not be used: asking again will not help
+            log.error("stream_unusable", error=str(exc))
+            return EXIT_FAILED
         except Stopped:
             log.info("stopped_during_startup")
             return EXIT_OK
+        return await self.pipeline.run(stop)
 
     def _nats_state(self, up: bool) -> None:
         self.health.nats_up(up)

@@ -16,7 +16,9 @@
     │                            connection lost): passing, the step is tried again
     └── PublishError             the stream can not be used (start-up: create, check)
         ├── NoStream             no stream exists and nats.create_stream is false
-        └── StreamConfigMismatch an existing stream does not take the bridge's subjects
+        ├── StreamConfigMismatch an existing stream does not take the bridge's subjects
+        └── JetStreamRefused     JetStream answered a start-up step with an error that asking
+                                 again will not change (a bucket config it refuses, ...)
 
 Publishing itself raises nothing: a timed-out or refused publish is sent again with the same
 Nats-Msg-Id by ``bridge.jetstream.publishing.Publisher`` (see there), so no error type exists
@@ -112,6 +114,10 @@ class NoStream(PublishError):
 
 class StreamConfigMismatch(PublishError):
     """An existing stream's configuration differs from what the settings ask for."""
+
+
+class JetStreamRefused(PublishError):
+    """JetStream refused a request for good (an API error other than 503)."""
 
 
 def from_status(

@@ -140,6 +140,13 @@ class Metrics:
             "Seconds since the checkpoint was last saved",
             registry=r,
         )
+        self.checkpoint_lag = Gauge(
+            f"{PREFIX}_checkpoint_lag_seconds",
+            "Seconds the oldest read but unsaved progress of a scope has waited for the "
+            "checkpoint; 0 when all that was read is saved (a quiet scope stays at 0)",
+            ["scope"],
+            registry=r,
+        )
         self.checkpoint_rv = Gauge(
             f"{PREFIX}_checkpoint_resource_version",
             "The saved resourceVersion, by scope",

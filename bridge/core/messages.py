@@ -79,7 +79,7 @@ class Outgoing:
     answers its first attempt or its hundredth: nothing per attempt outlives the attempt.
     """
 
-    __slots__ = ("attempts", "deadline", "entry", "first_sent", "msg", "settled", "token")
+    __slots__ = ("attempts", "deadline", "entry", "first_sent", "msg", "notice", "settled", "token")
 
     def __init__(self, msg: Message, entry: Entry | None) -> None:
         self.msg = msg
@@ -89,3 +89,4 @@ class Outgoing:
         self.first_sent = 0.0
         self.attempts = 0
         self.settled = False
+        self.notice = False  # a `dropped` status event: never itself the subject of one

@@ -18,6 +18,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 
 from bridge import errors, logs
@@ -35,11 +36,19 @@ def passing(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def unavailable(what: str) -> Iterator[None]:
-    """Map a passing nats-py failure of ``what`` to ``errors.JetStreamUnavailable``."""
+    """Map nats-py's failures of ``what``: JetStream's own refusal (an API error other than
+    503: a config it will not take, a feature it lacks) to ``errors.JetStreamRefused``, which
+    asking again will not change; a passing failure to ``errors.JetStreamUnavailable``."""
     try:
         yield
     except Exception as exc:
-        if isinstance(exc, errors.BridgeError) or not passing(exc):
+        if isinstance(exc, errors.BridgeError):
+            raise
+        if isinstance(exc, nats.js.errors.APIError) and not isinstance(
+            exc, nats.js.errors.ServiceUnavailableError
+        ):
+            raise errors.JetStreamRefused(f"{what}: {exc}") from exc
+        if not passing(exc):
             raise
         raise errors.JetStreamUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 

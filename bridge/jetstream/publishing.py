@@ -102,6 +102,8 @@ class Publisher:
         self.held = 0  # taken from the queue, not yet sent
         self._no_stream_task: asyncio.Task[None] | None = None
         self._fast_path = fast_path
+        # builds the `dropped` status event for a message no server can take (set by the runtime)
+        self.on_dropped: Callable[[Message, str, str], Message] | None = None
         self._writer: fastpath.RawWriter | PlainWriter = PlainWriter(nc)
         self._tap: fastpath.AckTap | None = None
 
@@ -255,7 +257,25 @@ class Publisher:
             subject=p.msg.subject,
             action="skipped: no attempt can succeed; raise the limit to keep such events",
         )
+        if self.on_dropped is None or p.notice:
+            self._settle(p)
+            return
+        # Subscribers are told, durably: the notice takes the message's place in the ledger,
+        # so the checkpoint passes the message only once the notice is stored.
+        notice = Outgoing(self.on_dropped(p.msg, reason, detail), p.entry)
+        notice.notice = True
+        p.entry = None
         self._settle(p)
+        self._adopt(notice)
+
+    def _adopt(self, out: Outgoing) -> None:
+        """Take a message in flight outside the queue; the reaper sends it at its next tick."""
+        self._next_token += 1
+        out.token = str(self._next_token)
+        out.first_sent = self._clock()
+        out.deadline = 0.0
+        self._pending[out.token] = out
+        self._pending_bytes += out.msg.wire_size
 
     def _settle(self, p: Outgoing) -> None:
         if p.settled:
@@ -337,7 +357,7 @@ class Publisher:
         now = self._clock()
         due = [p for p in self._pending.values() if p.deadline <= now and not p.settled]
         if due:
-            self._m.retries.inc(len(due))
+            self._m.retries.inc(sum(1 for p in due if p.attempts))
             await self._send(due)
 
     async def reap(self, interval: float | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from bridge import logs
 from bridge.core.progress import Progress
@@ -32,24 +33,49 @@ class Scope:
         self.progress = progress
         self.watcher = watcher
         self.saved: int | None = progress.safe_rv
+        self.saved_at = 0.0  # monotonic time of the last save
+        self.behind_since: float | None = None  # since when something read is not saved
+
+    def lag(self, now: float) -> float:
+        """Seconds the oldest read but unsaved progress has waited; 0 when all read is saved
+        (so a quiet scope stays at 0, however long since its last save)."""
+        rv = self.watcher.rv
+        if rv is None or (self.saved is not None and rv <= self.saved):
+            self.behind_since = None
+            return 0.0
+        if self.behind_since is None:
+            self.behind_since = now
+        return now - max(self.behind_since, self.saved_at)
 
 
 class Checkpointer:
     def __init__(
-        self, store: CheckpointStore, scopes: list[Scope], metrics: Metrics, interval: float
+        self,
+        store: CheckpointStore,
+        scopes: list[Scope],
+        metrics: Metrics,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.scopes = scopes
         self.metrics = metrics
         self.interval = interval
-        self._last_save = time.monotonic()
+        self._clock = clock
+        self._last_save = clock()
 
     async def run(self) -> None:
         """Save what moved, every interval, until cancelled."""
         while True:
             await asyncio.sleep(self.interval)
             await self.save_all()
-            self.metrics.checkpoint_age.set(time.monotonic() - self._last_save)
+            self.observe()
+
+    def observe(self) -> None:
+        now = self._clock()
+        self.metrics.checkpoint_age.set(now - self._last_save)
+        for sc in self.scopes:
+            self.metrics.checkpoint_lag.labels(sc.namespace or "*").set(sc.lag(now))
 
     async def save_all(self, final: bool = False) -> None:
         """Save every scope whose safe resourceVersion moved, together, within SAVE_TIMEOUT."""
@@ -76,6 +102,6 @@ class Checkpointer:
                 )
                 continue
             sc.saved = rv
-            self._last_save = time.monotonic()
+            sc.saved_at = self._last_save = self._clock()
             self.metrics.checkpoint_rv.labels(sc.namespace or "*").set(rv)
             log.debug("checkpoint_saved", key=sc.key, resource_version=rv)

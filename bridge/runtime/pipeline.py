@@ -18,14 +18,14 @@ from bridge import logs
 from bridge.core.checkpoints import checkpoint_key
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter, server_field_selector
-from bridge.core.messages import Outgoing
+from bridge.core.messages import Message, Outgoing
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError
 from bridge.metrics import Metrics
 from bridge.runtime.checkpointing import Checkpointer, Scope
 from bridge.runtime.health import Health
-from bridge.runtime.intake import Intake, enqueue_status, process_status
+from bridge.runtime.intake import Intake, enqueue_status, now_rfc3339, process_status
 from bridge.runtime.ports import CheckpointStore, EventSource, Publisher
 from bridge.runtime.starting import jetstream_step
 from bridge.runtime.watching import Watcher
@@ -66,6 +66,7 @@ class Pipeline:
         metrics.queue_bytes.set_function(lambda: self.queue.bytes)
         metrics.inflight.set_function(lambda: publisher.in_flight)
         health.publish_wait = publisher.oldest_wait
+        publisher.on_dropped = self._dropped
 
     async def open(self) -> None:
         """A scope per namespace (or one for all), each from its checkpoint."""
@@ -105,6 +106,19 @@ class Pipeline:
                 field_selector=selector,
             )
 
+    def _dropped(self, msg: Message, reason: str, detail: str) -> Message:
+        """The ``dropped`` status event for a message no server of the stream can take."""
+        data = {
+            "id": msg.msg_id,
+            "subject": msg.subject,
+            "size": msg.wire_size,
+            "reason": reason,
+            "detail": detail,
+            "meaning": "this message is not in the stream and never will be: no server of the "
+            "stream takes it (raise max_payload or the stream's max_msg_size to keep such Events)",
+        }
+        return self.converter.status("dropped", f"dropped/{msg.msg_id}", data, now_rfc3339())
+
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows of the running pipeline: each scope, and NATS."""
         scopes: dict[str, Any] = {}
@@ -120,6 +134,7 @@ class Pipeline:
                 "checkpoint": sc.saved,
                 # resourceVersions read but not yet saved as the checkpoint
                 "checkpoint_lag": None if rv is None or sc.saved is None else rv - sc.saved,
+                "checkpoint_lag_seconds": round(sc.lag(time.monotonic()), 1),
                 "in_flight": sc.progress.in_flight,
                 "failing_for_seconds": None if failing is None else round(failing, 1),
                 "last_error": health.last_error,

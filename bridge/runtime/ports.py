@@ -7,13 +7,13 @@ Failures cross a port as the bridge's own errors (``bridge.errors``), never a li
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from bridge.core.checkpoints import Checkpoint
 from bridge.core.events import Event
-from bridge.core.messages import Outgoing
+from bridge.core.messages import Message, Outgoing
 from bridge.core.queueing import BoundedQueue
 
 # (watch event type, the Event, its resourceVersion or None for a list item)
@@ -75,7 +75,11 @@ class Sink(Protocol):
 
 class Publisher(Protocol):
     """Takes messages from the queue to JetStream; settles each one's progress entry on its
-    ack. Retries by itself and raises nothing for a failed publish."""
+    ack. Retries by itself and raises nothing for a failed publish. A message no server can
+    ever take is replaced by the status event ``on_dropped`` makes of it (message, reason,
+    detail), which takes over its progress entry."""
+
+    on_dropped: Callable[[Message, str, str], Message] | None
 
     async def run(self, queue: BoundedQueue[Outgoing]) -> None:
         """Publish from the queue until cancelled."""

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import msgspec
 import nats
 import pytest
 
@@ -219,6 +220,61 @@ async def test_message_over_max_payload_with_headers_is_skipped_without_a_discon
         assert nc.is_connected and pub._m.failed.labels("too_large")._value.get() == 1
         assert await stream_ids(nc) == ["uid-2/2"]
         for t in tasks:
+            t.cancel()
+        await nc.close()
+    finally:
+        server.cleanup()
+
+
+async def test_a_message_no_server_can_take_is_replaced_by_a_durable_dropped_event(tmp_path):
+    """Subscribers learn exactly what they will not get: a `dropped` status event (id, size,
+    reason) takes the message's place in the ledger, so the checkpoint passes the message only
+    once the notice is stored."""
+    from bridge.core.converting import Converter
+    from bridge.sim.natsserver import NatsServer
+
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 2048\n")
+    server = NatsServer(store_dir=str(tmp_path / "n"), args=["-c", str(conf)]).start()
+    try:
+        nc, pub = await start(server.url, ack_timeout=1.0)
+        converter = Converter("c", "k8s.events", "structured")
+        made = []
+
+        def dropped(m, reason, detail):
+            made.append(m.msg_id)
+            data = {"id": m.msg_id, "size": m.wire_size, "reason": reason}
+            return converter.status("dropped", f"dropped/{m.msg_id}", data, "2026-11-30T00:00:00Z")
+
+        pub.on_dropped = dropped
+        q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
+        p = Progress(0)
+        reaper = asyncio.create_task(pub.reap(3600))  # the notice waits for the reaper's tick
+        runner = asyncio.create_task(pub.run(q))
+        big = Message(
+            "k8s.events.c.ns.Pod.BackOff", b"x" * 3000, {"Nats-Msg-Id": "uid-big/1"}, "uid-big/1"
+        )
+        await q.put(Outgoing(big, p.pending(1)), 3000)
+        await q.put(Outgoing(msg(2), p.pending(2)), 10)
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+        assert made == ["uid-big/1"] and p.safe_rv == 0  # the notice is not stored yet
+        reaper.cancel()
+        reaper = asyncio.create_task(pub.reap(0.05))
+        for _ in range(100):
+            if p.safe_rv == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert p.safe_rv == 2
+        js = nc.jetstream()
+        sub = await js.subscribe(
+            "k8s.events.c._bridge.dropped", stream="K8S_EVENTS", ordered_consumer=True
+        )
+        notice = msgspec.json.decode((await sub.next_msg(timeout=5)).data)
+        assert notice["id"] == "dropped/uid-big/1" and notice["type"] == "io.k8s.bridge.dropped"
+        assert notice["data"] == {"id": "uid-big/1", "size": big.wire_size, "reason": "too_large"}
+        assert sorted(await stream_ids(nc)) == ["dropped/uid-big/1", "uid-2/2"]
+        for t in (reaper, runner):
             t.cancel()
         await nc.close()
     finally:

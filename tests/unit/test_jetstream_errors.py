@@ -39,3 +39,18 @@ def test_other_failures_pass_through_unchanged(exc):
         with unavailable("stream K8S_EVENTS"):
             raise exc
     assert info.value is exc
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        nats.js.errors.APIError(code=500, err_code=10074, description="replicas > 1 not supported"),
+        nats.js.errors.BadRequestError(code=400, description="bad request"),
+    ],
+)
+def test_jetstream_refusing_for_good_is_final(exc):
+    with pytest.raises(errors.JetStreamRefused, match="checkpoint bucket b") as info:
+        with unavailable("checkpoint bucket b"):
+            raise exc
+    assert isinstance(info.value, errors.PublishError)  # the start-up treats it as final
+    assert info.value.__cause__ is exc

@@ -250,3 +250,50 @@ def test_readiness_is_per_scope():
     assert health.problems() == [
         "scope shop: the watch has failed for 61s: KubeUnavailable: refused"
     ]
+
+
+async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fail():
+    from bridge.core.progress import Progress
+    from bridge.runtime.checkpointing import Checkpointer, Scope
+
+    class Watching:
+        rv: int | None = 10
+
+    class FailingStore(MemoryStore):
+        failing = False
+
+        async def save(self, key, resource_version):
+            if self.failing:
+                raise errors.JetStreamUnavailable("no quorum")
+            await super().save(key, resource_version)
+
+    now = [1000.0]
+    progress, watcher, store, metrics = Progress(10), Watching(), FailingStore(), Metrics()
+    scope = Scope(None, KEY, progress, watcher)  # type: ignore[arg-type]
+    cp = Checkpointer(store, [scope], metrics, 1.0, clock=lambda: now[0])
+
+    def lag():
+        cp.observe()
+        return metrics.checkpoint_lag.labels("*")._value.get()
+
+    assert lag() == 0.0
+    now[0] += 3600  # an hour with nothing new: still nothing unsaved
+    assert lag() == 0.0 and metrics.checkpoint_age._value.get() == 3600
+    watcher.rv = 11  # read, then acked, then saved within the interval
+    e = progress.pending(11)
+    assert lag() == 0.0  # just now
+    now[0] += 0.5
+    progress.ack(e)
+    await cp.save_all()
+    assert lag() == 0.0 and store.saved == {KEY: 11}
+    store.failing = True  # read and acked, but the checkpoint can not be written
+    watcher.rv = 12
+    progress.ack(progress.pending(12))
+    lag()
+    for _ in range(5):
+        now[0] += 1
+        await cp.save_all()
+    assert lag() == 5.0
+    store.failing = False
+    await cp.save_all()
+    assert lag() == 0.0 and store.saved == {KEY: 12}
