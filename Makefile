@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration e2e bench model clean
+.PHONY: demo test lint unit integration e2e bench model fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,8 @@ demo: $(BIN)/.installed
 	$(BIN)/k8s-event-bridge demo
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge tests
-	$(BIN)/ruff check bridge tests
+	$(BIN)/ruff format --check bridge tests fuzz
+	$(BIN)/ruff check bridge tests fuzz
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -36,6 +36,12 @@ test: lint
 bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[bench,test]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# coverage-guided fuzzing of the decoders (fuzz/decoders.py); CI runs 15 s of it as a test
+FUZZ_SECONDS ?= 300
+fuzz: $(BIN)/.installed
+	mkdir -p .fuzz-corpus && cp -n fuzz/corpus/* .fuzz-corpus/
+	$(BIN)/python fuzz/decoders.py .fuzz-corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048
 
 # the Spin model of the delivery protocol, with the code's defaults (model/README.md)
 model:

@@ -162,7 +162,7 @@ class Converter:
         ce_type = self._types.get(v.type) if v.type.__class__ is str else None
         if ce_type is None:
             ce_type = event_type(v.type)
-            if len(self._types) < SUBJECT_CACHE_SIZE:
+            if v.type.__class__ is str and len(self._types) < SUBJECT_CACHE_SIZE:
                 self._types[v.type] = ce_type
         attrs = _Envelope(
             specversion="1.0",

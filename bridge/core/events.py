@@ -58,7 +58,10 @@ class View(msgspec.Struct):
     eventTime: Any = None
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, forbid_unknown_fields=True):
+    """A watch line has these two keys; any other goes the slow way (never from a real
+    server), so that the fast path below can take the object's bytes as a slice."""
+
     type: Any = None
     object: View | None = None
 
@@ -121,7 +124,8 @@ class Event:
         buf, start, end = self.buf, self.start, self.end
         parts: list[bytes] = []
         if self.list_item and (v.kind is None or v.apiVersion is None):
-            if v.kind is not None or v.apiVersion is not None or buf[start + 1 : start + 2] == b"}":
+            # the head is spliced in before the first key: it must follow the "{" at once
+            if v.kind is not None or v.apiVersion is not None or buf[start + 1 : start + 2] != b'"':
                 return [self._reencoded()]
             parts.append(_LIST_ITEM_HEAD)
             start += 1  # past the "{": the head opens the object
@@ -206,8 +210,19 @@ def _slow_event(obj: dict[str, Any], list_item: bool) -> Event:
     return Event(_lenient_view(obj), buf, 0, len(buf))
 
 
+def _check_utf8(buf: bytes) -> None:
+    """The bytes are spliced into CloudEvents as they are: they must be UTF-8 throughout, also
+    in the parts the typed decode skips (it does not check those). ASCII is, at C speed."""
+    if not buf.isascii():
+        try:
+            buf.decode()
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"not UTF-8: {exc}") from None
+
+
 def from_line(line: bytes) -> tuple[str, Event]:
     """A watch line → (type, Event). Raises ``BadLine``."""
+    _check_utf8(line)
     try:
         parsed = _decode_line(line)
     except msgspec.ValidationError:
@@ -218,12 +233,17 @@ def from_line(line: bytes) -> tuple[str, Event]:
     if kind.__class__ is not str or view is None:
         raise BadLine("no type or no object")
     # The API server writes {"type":"...","object":{...}}: the object's bytes are a slice.
+    # Exactly that: no other key (the decode refused them), the object right after the type,
+    # the line's end right after the object (a repeated "type" would end it with a quote),
+    # and no repeated "object" (an unescaped '"object":' can only be a key; a nested one
+    # just takes the exact way).
     prefix_len = 20 + len(kind)  # len('{"type":"') + len('","object":')
     if (
         line[prefix_len - 11 : prefix_len] == b'","object":'
         and line.startswith(b'{"type":"')
-        and line[-1:] == b"}"
+        and line[-2:] == b"}}"
         and line[9 : prefix_len - 11] == kind.encode()
+        and line.rfind(b'"object":') == prefix_len - 9
     ):
         return kind, Event(view, line, prefix_len, len(line) - 1)
     raw = bytes(_decode_raw_line(line).object)
@@ -250,6 +270,7 @@ def from_item(item: bytes | msgspec.Raw | dict[str, Any]) -> Event:
     if not isinstance(item, bytes | msgspec.Raw):
         raise BadLine("list item is not a JSON object")
     buf = item if isinstance(item, bytes) else bytes(item)
+    _check_utf8(buf)
     try:
         view = _decode_view(buf)
     except msgspec.ValidationError:

@@ -61,6 +61,18 @@ _decode_list = msgspec.json.Decoder(_EventList).decode
 _decode_any = msgspec.json.Decoder().decode
 
 
+def decode_list_page(body: bytes) -> dict[str, Any]:
+    """A list answer → ``{"metadata": {...}, "items": [raw item, ...] | None}``; the items stay
+    as listed (bytes): the watcher reads them like watch objects. Raises ``KubeUnavailable``."""
+    try:
+        page = _decode_list(body)
+    except msgspec.ValidationError as exc:
+        raise errors.KubeUnavailable(f"list answer has an unexpected shape: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
+    return {"metadata": page.metadata, "items": page.items}
+
+
 def _decode_object(body: bytes) -> dict[str, Any]:
     try:
         doc = _decode_any(body)
@@ -222,14 +234,7 @@ class KubeClient:
             body = await self._body("list_event_for_all_namespaces", **params)
         else:
             body = await self._body("list_namespaced_event", namespace, **params)
-        try:
-            page = _decode_list(body)
-        except msgspec.ValidationError as exc:
-            raise errors.KubeUnavailable(f"list answer has an unexpected shape: {exc}") from exc
-        except msgspec.DecodeError as exc:
-            raise errors.KubeUnavailable(f"unparsable response: {body[:100]!r}") from exc
-        # items stay as listed (bytes): the watcher reads them like watch objects
-        return {"metadata": page.metadata, "items": page.items}
+        return decode_list_page(body)
 
     @asynccontextmanager
     async def watch_events(

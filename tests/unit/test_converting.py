@@ -244,3 +244,16 @@ def test_fast_time_check_agrees_with_the_rfc3339_pattern(t):
     from bridge.core.converting import _RFC3339, is_rfc3339
 
     assert is_rfc3339(t) == (_RFC3339.match(t) is not None)
+
+
+def test_an_event_whose_type_is_not_a_string_converts_as_unknown():
+    """Found by the fuzzer: a dict as the Event's type went into the type cache as a key and
+    raised, so the Event was skipped instead of published."""
+    obj = {
+        "metadata": {"uid": "u", "resourceVersion": "5", "namespace": "ns"},
+        "type": {"odd": True},
+        "reason": "BackOff",
+        "involvedObject": {"kind": "Pod", "name": "p"},
+    }
+    msg = Converter("c", "k8s.events", "structured").convert(obj)
+    assert msgspec.json.decode(msg.payload)["type"] == "io.k8s.event.unknown"

@@ -187,3 +187,41 @@ def test_an_error_lines_status_is_read_only_when_asked():
     assert kind == "ERROR" and ev.status() == (410, "too old", "Expired")
     _, ev = events.from_line(line({"code": "410", "message": None}, "ERROR"))
     assert ev.status() == (500, "", "")  # a code that is not a number: a server error
+
+
+# Found by the fuzzer (fuzz/decoders.py): each would have spliced bytes that are not JSON into
+# a CloudEvent, or dropped an Event a converter should take.
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a key after the object: the object is not the rest of the line
+        b'{"type":"ERROR","object":{"kind":"Status","code":410},"code":1}',
+        # the object twice (the last one counts, as for any JSON decoder)
+        b'{"type":"ADDED","object":{"metadata":{"uid":"a","resourceVersion":"1"}},'
+        b'"object":{"metadata":{"uid":"b","resourceVersion":"2"}}}',
+        # the type twice, the same
+        b'{"type":"ADDED","object":{"metadata":{"uid":"a","resourceVersion":"1"}},"type":"ADDED"}',
+    ],
+)
+def test_a_line_that_is_not_exactly_type_and_object_gives_the_object_as_data(line):
+    _, ev = events.from_line(line)
+    data = msgspec.json.decode(b"".join(ev.data_parts()))
+    assert data == msgspec.json.decode(line)["object"]
+
+
+def test_bytes_that_are_not_utf8_are_a_bad_line():
+    line = b'{"type":"BOOKMARK","object":{"kind":"Event","Api\x96\x8cn":"v1"}}'
+    with pytest.raises(events.BadLine, match="UTF-8"):
+        events.from_line(line)
+    with pytest.raises(events.BadLine, match="UTF-8"):
+        events.from_item(b'{"metadata":{"name":"\xff"}}')
+
+
+def test_a_list_item_with_space_after_the_brace_gets_kind_and_api_version():
+    ev = events.from_item(b'{  "metadata":{"uid":"a","resourceVersion":"1"}}')
+    data = msgspec.json.decode(b"".join(ev.data_parts()))
+    assert data["kind"] == "Event" and data["apiVersion"] == "v1"
+    assert msgspec.json.decode(b"".join(events.from_item(b"{   }").data_parts())) == {
+        "apiVersion": "v1",
+        "kind": "Event",
+    }
