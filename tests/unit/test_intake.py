@@ -1,11 +1,18 @@
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from bridge.core import events
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
+from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake
-from bridge.settings import FilterSettings
+from bridge.runtime.watching import Watcher
+from bridge.settings import FilterSettings, KubernetesSettings
 
 
 def intake(**filter_settings):
@@ -62,3 +69,107 @@ async def test_item_that_breaks_the_converter_is_skipped_and_counted():
     assert m.skipped.labels("invalid_event")._value.get() == 1
     p.ack(q.get_nowait().entry)
     assert p.safe_rv == 7
+
+
+# Any JSON value, for the fields of Events and for whole lines that are not Events.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+FIELDS = st.dictionaries(
+    st.sampled_from(
+        [
+            "reason",
+            "type",
+            "count",
+            "series",
+            "involvedObject",
+            "lastTimestamp",
+            "eventTime",
+            "message",
+            "metadata",
+            "kind",
+            "apiVersion",
+            "object",
+            "note",
+        ]
+    ),
+    JSON,
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("event"), st.sampled_from(["ADDED", "MODIFIED"]), FIELDS),
+            st.tuples(st.just("junk"), JSON, st.booleans()),
+        ),
+        max_size=25,
+    )
+)
+async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event(script):
+    """Events with any odd fields among lines that are not Events at all, through the watcher
+    and the intake: nothing raises out of the loop, every Event is queued (the default filter
+    keeps all), and the checkpoint stays before the first one not acked."""
+    from tests.unit.test_watching import FakeSource, Stop
+
+    lines, wanted, rv = [], [], 10
+    for kind, a, b in script:
+        if kind == "event":
+            rv += 1
+            obj = {
+                **b,
+                "metadata": {"uid": f"u{rv}", "resourceVersion": str(rv), "namespace": "ns"},
+            }
+            if isinstance(b.get("metadata"), dict):  # odd metadata fields next to the real ones
+                obj["metadata"] = {**b["metadata"], **obj["metadata"]}
+            lines.append(msgspec.json.encode({"type": a, "object": obj}))
+            wanted.append(rv)
+        else:
+            lines.append(msgspec.json.encode(a) if b else msgspec.json.encode(a)[:-1])
+    m = Metrics()
+    progress = Progress(10)
+    queue = BoundedQueue(1000, 1 << 24)
+    sink = Intake(
+        "*",
+        progress,
+        Filter(FilterSettings()),
+        Converter("c", "k8s.events", "structured"),
+        queue,
+        m,
+    )
+    watcher = Watcher(
+        FakeSource(watches=[lines]),
+        sink,
+        KubernetesSettings(),
+        namespace=None,
+        checkpoint=10,
+        field_selector="",
+        metrics=m,
+        health=Health(60).scope("*"),
+        sleep=_no_sleep,
+    )
+    with pytest.raises(Stop):  # the script's end; anything else escaping fails the test
+        await watcher.run()
+    outs = []
+    while (out := queue.get_nowait()) is not None:
+        if out.entry is not None:
+            outs.append(out)
+    assert [int(o.msg.msg_id.rsplit("/", 1)[1]) for o in outs] == wanted
+    assert progress.safe_rv == 10  # nothing acked: the checkpoint has not moved
+    if outs:  # acks in any order: the checkpoint stops before the one not acked yet
+        k = len(outs) // 2
+        for o in outs[:k] + outs[k + 1 :]:
+            progress.ack(o.entry)
+        assert progress.safe_rv == (wanted[k - 1] if k else 10)
+        progress.ack(outs[k].entry)
+        assert progress.safe_rv == wanted[-1]
+
+
+async def _no_sleep(_):
+    return None
