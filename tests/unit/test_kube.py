@@ -30,6 +30,16 @@ def kubeconfig(tmp_path, server="http://127.0.0.1:1"):
     return str(path)
 
 
+async def serve_events(handler) -> tuple[web.AppRunner, int]:
+    """An aiohttp server on a free loopback port answering /api/v1/events with ``handler``."""
+    app = web.Application()
+    app.router.add_get("/api/v1/events", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
 async def test_reloads_by_several_scopes_at_once_build_one_client(tmp_path):
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path)))
     await kube.connect()
@@ -65,12 +75,7 @@ async def test_a_fast_watch_is_handed_over_in_bounded_chunks(tmp_path):
             await resp.write(line * 1000)  # 8 x ~1 MB, as fast as the socket takes it
         return resp
 
-    app = web.Application()
-    app.router.add_get("/api/v1/events", watch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_events(watch)
     kube = KubeClient(
         KubernetesSettings(kubeconfig=kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     )
@@ -101,12 +106,7 @@ async def test_a_quiet_watch_ends_as_quiet_on_a_socket_with_keepalive(tmp_path, 
         await done.wait()  # open and silent, as an Event watch with nothing new
         return resp
 
-    app = web.Application()
-    app.router.add_get("/api/v1/events", quiet_watch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_events(quiet_watch)
     settings = KubernetesSettings(
         kubeconfig=kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), read_timeout="1.2s"
     )
