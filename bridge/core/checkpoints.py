@@ -18,6 +18,12 @@ class Checkpoint:
     saved_at: float | None  # epoch seconds; the version was seen at most one interval before
 
 
+def scope_name(namespace: str | None) -> str:
+    """How a watch scope is named in logs, metrics, /readyz and /status: its namespace, or
+    ``*`` for all namespaces."""
+    return namespace or "*"
+
+
 def checkpoint_key(cluster: str, namespace: str | None) -> str:
     """``<cluster>.all`` or ``<cluster>.ns.<namespace>``; KV keys allow ``[-/_=.a-zA-Z0-9]``."""
     scope = "all" if namespace is None else f"ns.{subjects.token(namespace)}"

@@ -11,7 +11,9 @@ first ack for any attempt settles the message.
 
 Nothing is given up except a message no server of this stream can ever take (larger than
 the connection's max_payload, or than the stream's max_msg_size): that one is counted,
-logged and let go so that it can not stop the pipeline or hold the checkpoint for ever.
+logged and let go so that it can not stop the pipeline or hold the checkpoint for ever; when
+the runtime gives ``on_dropped``, a ``dropped`` status event takes its place (and its progress
+entry), so subscribers learn what they will not get.
 
 nats-py's own ``publish_async`` is not used: its futures never time out, and a failed send
 leaks a window slot. The publisher takes everything waiting in the queue (up to the window)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from bridge import logs
+from bridge.core.checkpoints import scope_name
 from bridge.core.progress import Progress
 from bridge.metrics import Metrics
 from bridge.runtime.ports import CheckpointStore
@@ -29,6 +30,7 @@ class Scope:
         self, namespace: str | None, key: str, progress: Progress, watcher: Watcher
     ) -> None:
         self.namespace = namespace
+        self.name = scope_name(namespace)
         self.key = key
         self.progress = progress
         self.watcher = watcher
@@ -75,7 +77,7 @@ class Checkpointer:
         now = self._clock()
         self.metrics.checkpoint_age.set(now - self._last_save)
         for sc in self.scopes:
-            self.metrics.checkpoint_lag.labels(sc.namespace or "*").set(sc.lag(now))
+            self.metrics.checkpoint_lag.labels(sc.name).set(sc.lag(now))
 
     async def save_all(self, final: bool = False) -> None:
         """Save every scope whose safe resourceVersion moved, together, within SAVE_TIMEOUT."""
@@ -103,5 +105,5 @@ class Checkpointer:
                 continue
             sc.saved = rv
             sc.saved_at = self._last_save = self._clock()
-            self.metrics.checkpoint_rv.labels(sc.namespace or "*").set(rv)
+            self.metrics.checkpoint_rv.labels(sc.name).set(rv)
             log.debug("checkpoint_saved", key=sc.key, resource_version=rv)

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from bridge import logs
-from bridge.core.checkpoints import checkpoint_key
+from bridge.core.checkpoints import checkpoint_key, scope_name
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter, server_field_selector
 from bridge.core.messages import Message, Outgoing
@@ -75,13 +75,12 @@ class Pipeline:
         selector = server_field_selector(s.kubernetes.field_selector, s.filter)
         namespaces: list[str | None] = [*s.kubernetes.namespaces] or [None]
         for ns in namespaces:
+            name = scope_name(ns)
             key = checkpoint_key(self.cluster, ns)
             cp = await jetstream_step("load_checkpoint", functools.partial(self.store.load, key))
             rv = cp.resource_version if cp else None
             progress = Progress(rv)
-            intake = Intake(
-                ns or "*", progress, event_filter, self.converter, self.queue, self.metrics
-            )
+            intake = Intake(name, progress, event_filter, self.converter, self.queue, self.metrics)
             watcher = Watcher(
                 self.source,
                 intake,
@@ -92,12 +91,12 @@ class Pipeline:
                 include_deleted=s.filter.include_deleted,
                 field_selector=selector,
                 metrics=self.metrics,
-                health=self.health.scope(ns or "*"),
+                health=self.health.scope(name),
             )
             self.scopes.append(Scope(ns, key, progress, watcher))
             log.info(
                 "scope_started",
-                scope=ns or "*",
+                scope=name,
                 checkpoint=key,
                 resource_version=rv,
                 start="watch from checkpoint"
@@ -121,20 +120,20 @@ class Pipeline:
 
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows of the running pipeline: each scope, and NATS."""
+        now = time.monotonic()
         scopes: dict[str, Any] = {}
         for sc in self.scopes:
-            name = sc.namespace or "*"
-            health = self.health.scope(name)
+            health = self.health.scope(sc.name)
             rv = sc.watcher.rv
-            failing = None if health.bad_since is None else time.monotonic() - health.bad_since
-            scopes[name] = {
+            failing = None if health.bad_since is None else now - health.bad_since
+            scopes[sc.name] = {
                 "state": sc.watcher.state.value,
                 "synced": health.synced,
                 "resource_version": rv,
                 "checkpoint": sc.saved,
                 # resourceVersions read but not yet saved as the checkpoint
                 "checkpoint_lag": None if rv is None or sc.saved is None else rv - sc.saved,
-                "checkpoint_lag_seconds": round(sc.lag(time.monotonic()), 1),
+                "checkpoint_lag_seconds": round(sc.lag(now), 1),
                 "in_flight": sc.progress.in_flight,
                 "failing_for_seconds": None if failing is None else round(failing, 1),
                 "last_error": health.last_error,
@@ -154,7 +153,7 @@ class Pipeline:
     async def run(self, stop: asyncio.Event) -> int:
         """Run until ``stop`` is set or a task fails; then drain and save. The exit code."""
         publisher = self.publisher
-        scopes = [sc.namespace or "*" for sc in self.scopes]
+        scopes = [sc.name for sc in self.scopes]
         await enqueue_status(self.queue, process_status(self.converter, "started", scopes=scopes))
         watchers = [
             asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}") for sc in self.scopes

@@ -21,6 +21,7 @@ from typing import Any
 from bridge import errors, logs
 from bridge.core import events
 from bridge.core.backoff import Backoff
+from bridge.core.checkpoints import scope_name
 from bridge.core.events import parse_rv, rv_of
 from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
@@ -70,7 +71,7 @@ class Watcher:
         self.sink = sink
         self.settings = settings
         self.namespace = namespace
-        self.scope = namespace or "*"
+        self.scope = scope_name(namespace)
         self.rv: int | None = checkpoint
         self._wallclock = wallclock
         # when self.rv was seen (epoch s): a relist can prove nothing was missed only while
