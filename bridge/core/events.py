@@ -145,6 +145,8 @@ class Event:
         k = buf.find(_MF_KEY, start, end)
         if k < 0 or buf.find(_MF_KEY, k + len(_MF_KEY), end) >= 0:
             return None
+        if buf[k + len(_MF_KEY) : k + len(_MF_KEY) + 1] in (b" ", b"\t", b"\r", b"\n"):
+            return None  # white space before the value: its length does not say where it ends
         j = k + len(_MF_KEY) + value_len
         after = buf[j : j + 1]
         if after == b",":

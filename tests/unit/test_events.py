@@ -225,3 +225,16 @@ def test_a_list_item_with_space_after_the_brace_gets_kind_and_api_version():
         "apiVersion": "v1",
         "kind": "Event",
     }
+
+
+def test_white_space_before_the_managed_fields_value_is_cut_exactly():
+    """Found by the fuzzer in CI: the value's length was counted from the colon, so white
+    space before it moved the cut into the next key."""
+    line = (
+        # counted from the colon, the value [1,2] ends at its own comma
+        b'{"type":"ADDED","object":{"metadata":{"managedFields":   [1,2],'
+        b'"uid":"u","resourceVersion":"1"},"reason":"BackOff"}}'
+    )
+    _, ev = events.from_line(line)
+    data = msgspec.json.decode(b"".join(ev.data_parts()))
+    assert data == {"metadata": {"uid": "u", "resourceVersion": "1"}, "reason": "BackOff"}
