@@ -133,6 +133,14 @@ class Converter:
         self._cached: dict[tuple[str, str, str], tuple[str, str]] = {}
         self._types: dict[str, str] = {}  # Event type -> CloudEvent type
 
+    def sizes(self) -> dict[str, int]:
+        """How many entries its caches hold (each bounded by ``SUBJECT_CACHE_SIZE``)."""
+        return {
+            "subject_cache": len(self._cached),
+            "type_cache": len(self._types),
+            "valid_time_cache": len(_valid_times),
+        }
+
     def convert(self, ev: Event | dict[str, Any]) -> Message:
         """The message for one Event (a dict is taken as a watch would give it)."""
         if not isinstance(ev, Event):

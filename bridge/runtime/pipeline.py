@@ -148,7 +148,22 @@ class Pipeline:
                 "oldest_ack_wait_seconds": round(self.publisher.oldest_wait(), 3),
             },
             "scopes": scopes,
+            "internals": self.internals(),
         }
+
+    def internals(self) -> dict[str, int]:
+        """The size of every structure that grows with what passes through: flat after
+        warm-up in a healthy bridge, whatever the faults (``make soak`` samples it)."""
+        out = {
+            "asyncio_tasks": len(asyncio.all_tasks()),
+            "queue": len(self.queue),
+            "queue_bytes": self.queue.bytes,
+            **{f"publisher_{k}": v for k, v in self.publisher.sizes().items()},
+            **self.converter.sizes(),
+        }
+        for sc in self.scopes:
+            out[f"progress_entries:{sc.name}"] = len(sc.progress)
+        return out
 
     async def run(self, stop: asyncio.Event) -> int:
         """Run until ``stop`` is set or a task fails; then drain and save. The exit code."""

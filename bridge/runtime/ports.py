@@ -101,6 +101,10 @@ class Publisher(Protocol):
         """Seconds the oldest unacked message has waited (0 when none)."""
         ...
 
+    def sizes(self) -> dict[str, int]:
+        """How much it holds (messages, bytes, ...): what a soak run watches stay flat."""
+        ...
+
 
 class CheckpointStore(Protocol):
     """Raises ``errors.JetStreamUnavailable`` (or another ``BridgeError``) when it fails."""

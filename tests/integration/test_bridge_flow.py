@@ -260,6 +260,9 @@ async def test_a_scope_without_permission_keeps_the_bridge_not_ready_by_name(
     _, body = await bridge.get("/status")
     doc = msgspec.json.decode(body)
     assert doc["ready"] is True and doc["scopes"]["payments"]["synced"]
+    inner = doc["internals"]  # what a soak run samples
+    assert inner["asyncio_tasks"] > 0 and inner["publisher_pending"] >= 0
+    assert {"progress_entries:shop", "progress_entries:payments", "subject_cache"} <= set(inner)
 
 
 async def test_a_checkpoint_bucket_jetstream_refuses_exits_1_with_the_reason(

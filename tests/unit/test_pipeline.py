@@ -110,6 +110,9 @@ class MemoryPublisher:
     def oldest_wait(self) -> float:
         return 0.0
 
+    def sizes(self) -> dict[str, int]:
+        return {"held": len(self.held)}
+
 
 class MemoryStore:
     def __init__(self, saved: dict[str, int] | None = None) -> None:
