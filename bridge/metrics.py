@@ -119,7 +119,12 @@ class Metrics:
         self.relists = Counter(
             f"{PREFIX}_relists", "Lists after the first, by cause", ["cause"], registry=r
         )
-        self.gaps = Counter(f"{PREFIX}_gaps", "History lost to compaction (gap events)", registry=r)
+        self.gaps = Counter(
+            f"{PREFIX}_gaps",
+            "Gap events: history that may be lost to compaction, by certainty (likely, possible)",
+            ["certainty"],
+            registry=r,
+        )
         self.auth_failures = Counter(
             f"{PREFIX}_kube_auth_failures",
             "401/403 answers from the API server",

@@ -92,12 +92,14 @@ class Intake:
     def mark(self, rv: int) -> None:
         self.progress.done(rv)
 
-    async def gap(self, from_rv: int, to_rv: int) -> None:
+    async def gap(self, from_rv: int, to_rv: int, *, certainty: str, why: str) -> None:
         data = {
             "scope": self.scope,
             "fromResourceVersion": str(from_rv),
             "toResourceVersion": str(to_rv),
             "detectedAt": now_rfc3339(),
+            "certainty": certainty,  # "likely" or "possible" (docs/delivery.md)
+            "why": why,
             "meaning": "versions of Events written between these resourceVersions may be "
             "missing: the API server compacted them before the bridge read them; "
             "the newest version of every Event that still exists follows",

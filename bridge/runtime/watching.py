@@ -91,6 +91,11 @@ class Watcher:
         self._retry_after: float | None = None
         self._gap_from: int | None = None  # set by a 410: the relist must report a gap from here
         self._gap_from_at = 0.0
+        # Whether this process has seen every change in scope after self.rv: true after a
+        # list or a watch that ended normally (a watch shows deletions too); false from a
+        # checkpoint (the bridge was away) and after any failure (an outage of unknown length).
+        self._covered = False
+        self._gap_covered = False  # _covered when the 410 came, and nothing failed since
         self.include_deleted = include_deleted
         self.lists = 0
 
@@ -113,6 +118,8 @@ class Watcher:
                     except errors.BridgeError as exc:
                         log.error("credentials_reload_failed", error=str(exc))
                 outcome = Outcome.RETRY
+            if outcome in (Outcome.CLOSED, Outcome.QUIET, Outcome.LISTED):
+                self._covered = True
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
             if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
                 self.m.watch_restarts.labels(outcome.value).inc()
@@ -146,6 +153,7 @@ class Watcher:
             if self._gap_from is None and self.rv is not None:
                 self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
                 self._gap_from_at = self._rv_at
+                self._gap_covered = self._covered
             self.m.watch_restarts.labels("expired").inc()
             log.info(
                 "resource_version_expired",
@@ -154,6 +162,7 @@ class Watcher:
                 detail=str(exc),
             )
             return
+        self._covered = self._gap_covered = False
         self.health.watch_failed(f"{type(exc).__name__}: {str(exc)[:300]}")
         self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
         if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
@@ -260,14 +269,48 @@ class Watcher:
 
         The API server serves Event watches from etcd (no watch cache, no bookmarks), so a
         quiet scope or a narrow selector lets the resourceVersion fall behind etcd's compaction
-        and the next watch gets 410 though nothing happened. Proof that nothing happened: no
-        listed Event is newer than ``from_rv`` (nothing was created or changed since, except
-        Events deleted since), and ``from_rv`` was seen less than an Event TTL ago (so nothing
-        written after it has expired yet). Deletions themselves are not listed: with
-        ``filter.include_deleted`` a gap is always reported.
+        and the next watch gets 410 though nothing happened. A list shows what exists, never
+        what was deleted, so the proof that nothing happened needs all of:
+
+        - no listed Event is newer than ``from_rv`` (nothing created or changed since and
+          still there);
+        - ``from_rv`` was seen less than ``kubernetes.event_ttl`` ago (nothing written after
+          it has expired yet: an Event's TTL starts at its last write);
+        - this process watched the scope without a break up to the 410 (a list or a watch
+          that ended normally, then the 410 at once): a watch shows deletions, so nothing can
+          have been created and deleted unseen (a namespace deleted, an explicit delete),
+          but for the instant between that watch's end and the relist;
+        - deletions are not published (``filter.include_deleted`` off): the list can not
+          show the expiries of older Events, which happen all the time.
+
+        Otherwise the gap is reported, with how sure: ``likely`` when the list shows changes
+        since, the TTL has passed or deletions are published; ``possible`` when only Events
+        created and deleted while the bridge was not watching could be missing.
         """
         age = self._wallclock() - self._gap_from_at
-        if newer == 0 and age < self.settings.event_ttl and not self.include_deleted:
+        likely = []
+        if newer:
+            likely.append(
+                f"{newer} Events were created or changed since: versions of them in between "
+                "may be gone"
+            )
+        if age >= self.settings.event_ttl:
+            likely.append(
+                f"the last resourceVersion was seen {age:.0f}s ago, longer than the event "
+                "TTL: Events written after it may have expired unseen"
+            )
+        if self.include_deleted:
+            likely.append("deletions are published, and a list shows none")
+        if likely:
+            certainty, why = "likely", "; ".join(likely)
+        elif not self._gap_covered:
+            certainty = "possible"
+            why = (
+                "nothing listed is newer, but the bridge was not watching in between (a "
+                "restart or a failed watch): Events created and deleted meanwhile (a namespace "
+                "deleted, an explicit delete) leave nothing in a list"
+            )
+        else:
             log.info(
                 "relisted_nothing_missed",
                 scope=self.scope,
@@ -278,15 +321,17 @@ class Watcher:
             return
         # Versions between the two may have been compacted away before we read them; the
         # list just passed on the newest version of every Event that still exists.
-        self.m.gaps.inc()
+        self.m.gaps.labels(certainty).inc()
         log.warning(
             "history_gap",
             scope=self.scope,
             from_resource_version=from_rv,
             to_resource_version=to_rv,
             newer_events=newer,
+            certainty=certainty,
+            why=why,
         )
-        await self.sink.gap(from_rv, to_rv)
+        await self.sink.gap(from_rv, to_rv, certainty=certainty, why=why)
 
     async def _watch(self) -> Outcome:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max

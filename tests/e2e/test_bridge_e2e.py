@@ -363,24 +363,55 @@ async def test_a_quiet_watch_without_bookmarks_is_not_an_outage(
     await assert_stream_is(nats_server.url, writer.ids)
 
 
-async def test_narrow_filter_without_bookmarks_relists_quietly_after_compaction(
+async def test_a_quiet_scope_compacted_while_watched_relists_without_a_gap(
     control_plane, writer, start_bridge, nats_server
 ):
     """The default apiserver serves Event watches from etcd: no bookmarks, so a filter that
-    matches nothing leaves the checkpoint behind, and etcd's compaction makes the resume a
-    410. The relist shows nothing newer that matches: nothing was missed, no gap event."""
+    matches nothing leaves the resourceVersion behind, and etcd's compaction makes the next
+    watch a 410. The bridge watched all along (a watch shows deletions too), and the relist
+    shows nothing newer that matches: nothing was missed, no gap event."""
     narrow = {"reasons": ["NeverHappens"]}
-    bridge = start_bridge(filter=dict(narrow))
+    bridge = start_bridge(filter=dict(narrow), kubernetes={"read_timeout": "2s"})
     await bridge.wait_ready(timeout=60)
     await writer.write(10, bump_ratio=0.3)  # none of it matches
-    await asyncio.sleep(1.0)
+    control_plane.compact()  # the bridge's resourceVersion is now history
+
+    await eventually(lambda: logged(bridge, "relisted_nothing_missed"), timeout=30)
+    assert await status_events(nats_server.url, "gap") == []
+    assert await event_ids(nats_server.url) == []
+    assert await readyz(bridge, 200)
+
+
+async def test_events_deleted_while_the_bridge_was_away_make_a_possible_gap(
+    control_plane, writer, start_bridge, nats_server
+):
+    """Events written and deleted while the bridge was stopped (a namespace deleted, a
+    person's kubectl delete), then compaction: the relist lists nothing newer, which proves
+    nothing, since a list never shows what was deleted. A gap event says so ("possible")
+    rather than the bridge claiming nothing was missed."""
+    bridge = start_bridge()
+    await bridge.wait_ready(timeout=60)
+    await writer.write(3, bump_ratio=0.0)
+    await assert_stream_is(nats_server.url, writer.ids)
+    kept = list(writer.ids)
     bridge.signal(signal.SIGTERM)
     assert await bridge.wait_exit() == 0
     cp_rv = await checkpoint(nats_server.url, _key(control_plane))
     assert cp_rv is not None
+    gone = [(await writer.create())["metadata"]["name"] for _ in range(5)]
+    for name in gone:
+        await writer.delete(name)
     control_plane.make_too_old(cp_rv)
-    again = start_bridge(filter=dict(narrow))
+    again = start_bridge()
     await again.wait_ready(timeout=90)
-    await eventually(lambda: logged(again, "relisted_nothing_missed"), timeout=30)
-    assert await status_events(nats_server.url, "gap") == []
-    assert await event_ids(nats_server.url) == []
+
+    async def gap_events() -> list[dict[str, Any]]:
+        return await status_events(nats_server.url, "gap")
+
+    await eventually(gap_events, timeout=30)
+    (gap,) = await gap_events()
+    assert gap["data"]["certainty"] == "possible", gap["data"]
+    assert "not watching" in gap["data"]["why"]
+    assert int(gap["data"]["fromResourceVersion"]) == cp_rv
+    assert await event_ids(nats_server.url) == kept  # the deleted ones are nowhere to be had
+    assert not await logged(again, "relisted_nothing_missed")

@@ -125,6 +125,13 @@ class ApiWriter:
             obj: dict[str, Any] = await r.json()
         return self._record(obj)
 
+    async def delete(self, name: str) -> None:
+        """Delete one Event, as namespace deletion or a person with kubectl does."""
+        assert self._session is not None
+        url = f"{self.url}/api/v1/namespaces/{self.namespace}/events/{name}"
+        async with self._session.delete(url) as r:
+            assert r.status == 200, await r.text()
+
     async def write(
         self,
         n: int,

@@ -91,6 +91,7 @@ async def test_compaction_while_stopped_relists_without_duplicates_and_reports_g
     assert len(gaps) == 1
     assert gaps[0]["data"]["fromResourceVersion"] == str(cp)
     assert int(gaps[0]["data"]["toResourceVersion"]) >= sim.compacted
+    assert gaps[0]["data"]["certainty"] == "likely"  # bumped Events listed: versions are gone
     assert await again.metric("relists") == 0  # the first list of this process
     assert any(e.get("event") == "resource_version_expired" for e in again.log_events())
 

@@ -56,6 +56,7 @@ class FakeSource:
         self.list_calls = []
         self.watch_calls = []
         self.reloads = 0
+        self.on_watch = lambda: None  # e.g. move the clock: the watch lasts
 
     async def list_events(
         self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
@@ -73,6 +74,7 @@ class FakeSource:
         self, namespace, *, resource_version, timeout_seconds, field_selector=""
     ):
         self.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
+        self.on_watch()
         if not self.watches:
             raise Stop
         script = self.watches.pop(0)
@@ -103,6 +105,8 @@ class RecordingSink:
         self.got = []
         self.marks = []
         self.gaps = []
+        self.certainty = []
+        self.why = []
         self.reach = []
 
     async def items(self, batch):
@@ -112,8 +116,10 @@ class RecordingSink:
     def mark(self, rv):
         self.marks.append(rv)
 
-    async def gap(self, from_rv, to_rv):
+    async def gap(self, from_rv, to_rv, *, certainty, why):
         self.gaps.append((from_rv, to_rv))
+        self.certainty.append(certainty)
+        self.why.append(why)
 
     async def reachability(self, reachable, detail):
         self.reach.append(reachable)
@@ -476,12 +482,38 @@ async def test_list_items_as_listed_bytes_get_kind_and_lose_managed_fields():
 
 async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
     """Event watches come from etcd without bookmarks: a quiet or narrow scope falls behind
-    compaction. If nothing listed is newer and the rv is younger than the TTL, nothing was
-    missed: no gap event."""
-    src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
-    w, sink, *_ = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
+    compaction. If this process watched the scope up to the 410 (a watch that ended
+    normally: it would have shown a deletion), nothing listed is newer and the rv is younger
+    than the TTL, nothing was missed: no gap event."""
+    src = FakeSource(watches=[[], [expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
+    w, sink, _, _, clock = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
+    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)  # a quiet watch that lasts
     await run_until_stop(w)
     assert sink.gaps == [] and sink.got == [] and sink.marks[0] == 300
+
+
+async def test_410_first_thing_after_a_restart_is_a_possible_gap():
+    """Back from a checkpoint, the first watch meets a 410: the bridge was not watching in
+    between, and a namespace deleted meanwhile takes its Events with it, leaving nothing in a
+    list. Nothing newer is listed, yet the gap is reported, as "possible"."""
+    src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
+    w, sink, _, metrics, _ = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 300)] and sink.certainty == ["possible"]
+    assert "not watching" in sink.why[0]
+    assert metrics.gaps.labels("possible")._value.get() == 1
+
+
+async def test_410_after_a_failed_watch_is_a_possible_gap():
+    """A watch that failed (a reset, an outage of unknown length) breaks the coverage too."""
+    src = FakeSource(
+        watches=[[], errors.KubeUnavailable("reset"), [expired()], [bookmark(300)]],
+        lists=[page(300, [])],
+    )
+    w, sink, _, _, clock = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
+    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)
+    await run_until_stop(w)
+    assert sink.gaps == [(10, 300)] and sink.certainty == ["possible"]
 
 
 @pytest.mark.parametrize(
@@ -490,8 +522,10 @@ async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
 )
 async def test_410_relist_reports_a_gap_when_nothing_proves_otherwise(age, include_deleted):
     src = FakeSource(watches=[[expired()], [bookmark(300)]], lists=[page(300, [])])
-    w, sink, *_ = make(
+    w, sink, _, _, clock = make(
         src, checkpoint=10, checkpoint_at=1_000_000.0 - age, include_deleted=include_deleted
     )
+    src.watches.insert(0, [])  # watched without a break: only the TTL or deletions speak
+    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)
     await run_until_stop(w)
-    assert sink.gaps == [(10, 300)]
+    assert sink.gaps == [(10, 300)] and sink.certainty == ["likely"]
