@@ -167,6 +167,19 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge(f"{PREFIX}_ready", "1 while /readyz answers 200", registry=r)
+        self.breaker_state = Gauge(
+            f"{PREFIX}_apiserver_breaker_state",
+            "The circuit breaker in front of the API server, per scope: 0 healthy, 1 open, "
+            "2 half-open (a probe is out)",
+            ["scope"],
+            registry=r,
+        )
+        self.breaker_opened = Counter(
+            f"{PREFIX}_apiserver_breaker_opened",
+            "Times the breaker opened, by scope and reason (failures, latency)",
+            ["scope", "reason"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -156,6 +156,12 @@ class BackoffSettings(_Section):
         return self
 
 
+class BreakerSettings(_Section):
+    failures: int = Field(3, ge=1)
+    latency_p95: PositiveDuration = 2.0
+    latency_samples: int = Field(20, ge=1, le=1000)
+
+
 class KubernetesSettings(_Section):
     kubeconfig: str | None = None
     context: str | None = None
@@ -169,6 +175,7 @@ class KubernetesSettings(_Section):
     watch_timeout_max: Duration = 600.0
     event_ttl: PositiveDuration = 3600.0
     backoff: BackoffSettings = BackoffSettings()
+    breaker: BreakerSettings = BreakerSettings()
 
     @model_validator(mode="after")
     def _watch_timeouts(self) -> KubernetesSettings:

@@ -121,6 +121,15 @@ class Intake:
             {"scope": self.scope, "detail": detail, "at": at},
         )
 
+    async def degradation(self, degraded: bool, data: dict[str, Any]) -> None:
+        what = "apiserver_degraded" if degraded else "apiserver_recovered"
+        at = now_rfc3339()
+        await self.status(
+            what,
+            f"{what}/{socket.gethostname()}/{self.scope}/{at}",
+            {"scope": self.scope, **data, "at": at},
+        )
+
     async def status(self, what: str, msg_id: str, data: dict[str, Any]) -> None:
         msg = self.converter.status(what, msg_id, data, now_rfc3339())
         await enqueue_status(self.queue, msg)

@@ -137,6 +137,7 @@ class Pipeline:
                 "in_flight": sc.progress.in_flight,
                 "failing_for_seconds": None if failing is None else round(failing, 1),
                 "last_error": health.last_error,
+                "breaker": sc.watcher.breaker.describe(),
             }
         return {
             "cluster": self.cluster,

@@ -72,6 +72,10 @@ class Sink(Protocol):
 
     async def reachability(self, reachable: bool, detail: str) -> None: ...
 
+    async def degradation(self, degraded: bool, data: dict[str, Any]) -> None:
+        """The API server's breaker opened (degraded) or closed (recovered)."""
+        ...
+
 
 class Publisher(Protocol):
     """Takes messages from the queue to JetStream; settles each one's progress entry on its

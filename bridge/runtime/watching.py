@@ -21,6 +21,7 @@ from typing import Any
 from bridge import errors, logs
 from bridge.core import events
 from bridge.core.backoff import Backoff
+from bridge.core.breaker import GAUGE, Breaker, Change
 from bridge.core.checkpoints import scope_name
 from bridge.core.events import parse_rv, rv_of
 from bridge.core.watchstate import Outcome, WatchState, next_state
@@ -86,6 +87,9 @@ class Watcher:
         self._sleep = sleep
         self._rand = rand
         self.backoff = Backoff.from_settings(settings.backoff, clock=clock, rand=rand)
+        # in front of the API server: probes on the same back-off steps (core/breaker.py)
+        self.breaker = Breaker(settings.breaker, self.backoff, clock=clock)
+        metrics.breaker_state.labels(self.scope).set(0)
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
         self._reachable = True
         self._retry_after: float | None = None
@@ -102,16 +106,29 @@ class Watcher:
     async def run(self) -> None:
         must_list = False
         reload_credentials = False
+        probe = False
         while self.state is not WatchState.STOPPED:
+            if self.state is not WatchState.BACKING_OFF:
+                wait = self.breaker.ready_in()
+                if wait > 0:  # open: nothing goes to the API server until the next probe
+                    log.info("breaker_open_waiting", scope=self.scope, seconds=round(wait, 3))
+                    await self._sleep(wait)
+                    continue
+                probe = self.breaker.begin()
+                self.m.breaker_state.labels(self.scope).set(GAUGE[self.breaker.state])
             if self.state is WatchState.LISTING:
-                outcome = await self._attempt(self._list())
+                # No relist (the costly call) while the API server is degraded: a cheap
+                # request probes it first, and the relist follows once it is healthy again.
+                outcome = await self._attempt(self._probe() if probe else self._list())
             elif self.state is WatchState.WATCHING:
-                outcome = await self._attempt(self._watch())
+                outcome = await self._attempt(self._watch())  # a watch is cheap: its own probe
             else:
-                delay = self.backoff.next_delay(self._retry_after)
+                # open: the breaker paces the next request, on the same back-off steps
+                if not self.breaker.is_open:
+                    delay = self.backoff.next_delay(self._retry_after)
+                    log.info("backing_off", scope=self.scope, seconds=round(delay, 3))
+                    await self._sleep(delay)
                 self._retry_after = None
-                log.info("backing_off", scope=self.scope, seconds=round(delay, 3))
-                await self._sleep(delay)
                 if reload_credentials:
                     try:
                         await self.source.reload_credentials()
@@ -140,9 +157,13 @@ class Watcher:
             await self._failed(exc, outcome)
             return outcome
 
-    async def _reached(self) -> None:
-        """The API server answered a list or opened a watch."""
+    async def _reached(self, latency: float) -> None:
+        """The API server answered a list or opened a watch, after ``latency`` seconds."""
         self.health.watch_ok()
+        await self._answered(latency)
+
+    async def _answered(self, latency: float) -> None:
+        await self._breaker_changed(self.breaker.success(latency))
         if not self._reachable:
             self._reachable = True
             self.m.apiserver_reachable.set(1)
@@ -167,6 +188,9 @@ class Watcher:
         self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
         if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
             self._retry_after = exc.retry_after
+        if outcome is Outcome.RETRIABLE:
+            detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+            await self._breaker_changed(self.breaker.failure(detail, self._retry_after))
         if outcome is Outcome.AUTH:
             status = "403" if isinstance(exc, errors.Forbidden) else "401"
             self.m.auth_failures.labels(status).inc()
@@ -210,13 +234,14 @@ class Watcher:
         list_rv: int | None = None
         passed = skipped = 0
         while True:
+            asked = self._clock()
             doc = await self.source.list_events(
                 self.namespace, limit=limit, cont=cont, field_selector=self.field_selector
             )
             meta = doc.get("metadata")
             if not isinstance(meta, dict):
                 raise errors.KubeUnavailable("list answer has no metadata")
-            await self._reached()
+            await self._reached(self._clock() - asked)
             if list_rv is None:
                 list_rv = parse_rv(meta.get("resourceVersion"))
                 if list_rv is None:
@@ -333,6 +358,42 @@ class Watcher:
         )
         await self.sink.gap(from_rv, to_rv, certainty=certainty, why=why)
 
+    async def _probe(self) -> Outcome:
+        """One cheap request instead of a relist while the breaker is not healthy: a list of
+        one Event, without the field selector (which the API server would apply by reading
+        on until it found a match)."""
+        asked = self._clock()
+        doc = await self.source.list_events(self.namespace, limit=1, field_selector="")
+        if not isinstance(doc.get("metadata"), dict):
+            raise errors.KubeUnavailable("probe answer has no metadata")
+        await self._answered(self._clock() - asked)
+        log.info("apiserver_probed", scope=self.scope, breaker=self.breaker.state.value)
+        return Outcome.RETRY  # list next, once the breaker lets it
+
+    async def _breaker_changed(self, change: Change | None) -> None:
+        self.m.breaker_state.labels(self.scope).set(GAUGE[self.breaker.state])
+        if change is None:
+            return
+        if change.opened:
+            self.m.breaker_opened.labels(self.scope, change.reason).inc()
+            log.warning(
+                "apiserver_degraded",
+                scope=self.scope,
+                reason=change.reason,
+                detail=change.detail,
+                note="no relists until a probe is answered in time",
+            )
+            data: dict[str, Any] = {"reason": change.reason, "detail": change.detail}
+        else:
+            log.info(
+                "apiserver_recovered",
+                scope=self.scope,
+                detail=change.detail,
+                degraded_for_seconds=round(change.open_for, 1),
+            )
+            data = {"detail": change.detail, "degradedForSeconds": round(change.open_for, 1)}
+        await self.sink.degradation(change.opened, data)
+
     async def _watch(self) -> Outcome:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
         timeout = int(lo + (hi - lo) * self._rand())
@@ -340,13 +401,14 @@ class Watcher:
         assert self.rv is not None
         start_rv = self.rv
         lines = 0
+        asked = self._clock()
         async with self.source.watch_events(
             self.namespace,
             resource_version=str(self.rv),
             timeout_seconds=max(1, timeout),
             field_selector=self.field_selector,
         ) as stream:
-            await self._reached()
+            await self._reached(self._clock() - asked)
             log.debug(
                 "watch_started", scope=self.scope, resource_version=self.rv, timeout_seconds=timeout
             )

@@ -57,11 +57,14 @@ class FakeSource:
         self.watch_calls = []
         self.reloads = 0
         self.on_watch = lambda: None  # e.g. move the clock: the watch lasts
+        self.probe_selectors = []
 
     async def list_events(
         self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
     ):
         self.list_calls.append({"limit": limit, "cont": cont})
+        if limit == 1:
+            self.probe_selectors.append(field_selector)
         if not self.lists:
             raise Stop
         page = self.lists.pop(0)
@@ -108,6 +111,7 @@ class RecordingSink:
         self.certainty = []
         self.why = []
         self.reach = []
+        self.degraded = []
 
     async def items(self, batch):
         for watch_type, obj, rv in batch:
@@ -123,6 +127,9 @@ class RecordingSink:
 
     async def reachability(self, reachable, detail):
         self.reach.append(reachable)
+
+    async def degradation(self, degraded, data):
+        self.degraded.append((degraded, data.get("reason")))
 
 
 class Clock:
@@ -529,3 +536,50 @@ async def test_410_relist_reports_a_gap_when_nothing_proves_otherwise(age, inclu
     src.on_watch = lambda: setattr(clock, "t", clock.t + 5)
     await run_until_stop(w)
     assert sink.gaps == [(10, 300)] and sink.certainty == ["likely"]
+
+
+async def test_breaker_open_holds_the_relist_until_a_cheap_probe_is_answered():
+    """Three failures in a row open the breaker (apiserver_degraded). The next watch, its
+    probe, gets an HTTP 410; no relist while the breaker is not healthy: a list of one Event
+    without the field selector probes, and fails; the next step's probe is answered
+    (apiserver_recovered); only then the relist."""
+    down = errors.KubeUnavailable("503", status=503)
+    src = FakeSource(
+        watches=[down, down, down, errors.ResourceExpired("410"), [line("ADDED", ev("z", 301))]],
+        lists=[down, page(250, []), page(300, [ev("new", 250)])],
+    )
+    w, sink, sleeps, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.degraded == [(True, "failures"), (False, None)]
+    assert [c["limit"] for c in src.list_calls] == [1, 1, 500]  # probe, probe, relist
+    assert src.probe_selectors == ["", ""]
+    # the same back-off steps as without a breaker: one request per step
+    assert sleeps == [0.8, 1.6, 3.2, 6.4, 12.8]
+    assert metrics.breaker_opened.labels("*", "failures")._value.get() == 1
+    assert metrics.breaker_state.labels("*")._value.get() == 0
+    assert [i[1] for i in sink.got] == ["new", "z"]
+
+
+async def test_slow_answers_open_the_breaker_and_a_fast_probe_closes_it():
+    """Response times count: watches that take 3 s to open push the p95 past 2 s; the
+    breaker opens (reason latency), the next watch waits a back-off step and goes as the
+    probe; answered at once, it closes the breaker."""
+    src = FakeSource(watches=[[bookmark(11 + i)] for i in range(6)])
+    w, sink, sleeps, metrics, clock = make(src, checkpoint=10, breaker={"latency_samples": 5})
+    slow = iter([3.0] * 5)
+    src.on_watch = lambda: setattr(clock, "t", clock.t + next(slow, 0.0))
+    await run_until_stop(w)
+    assert sink.degraded == [(True, "latency"), (False, None)]
+    assert sleeps == [pytest.approx(0.8)]  # one step before the probe
+    assert metrics.breaker_opened.labels("*", "latency")._value.get() == 1
+    assert sink.marks == [11, 12, 13, 14, 15, 16]  # the slow watches were used all the same
+
+
+async def test_auth_failures_and_410s_do_not_open_the_breaker():
+    src = FakeSource(
+        watches=[errors.Forbidden("403")] * 4 + [[expired()]] * 3 + [[bookmark(400)]],
+        lists=[page(100, []), page(200, []), page(300, [])],
+    )
+    w, sink, *_ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.degraded == [] and w.breaker.healthy
