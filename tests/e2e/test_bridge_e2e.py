@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from tests.e2e.controlplane import ControlPlane
+from tests.e2e.latency_proxy import LatencyProxy
 from tests.e2e.writer import ApiWriter
 from tests.integration.harness import (
     BridgeProcess,
@@ -415,3 +416,69 @@ async def test_events_deleted_while_the_bridge_was_away_make_a_possible_gap(
     assert int(gap["data"]["fromResourceVersion"]) == cp_rv
     assert await event_ids(nats_server.url) == kept  # the deleted ones are nowhere to be had
     assert not await logged(again, "relisted_nothing_missed")
+
+
+async def test_a_slow_api_server_opens_the_breaker_and_holds_relists_until_it_recovers(
+    control_plane, writer, start_bridge, nats_server, bridge_kubeconfig, tmp_path
+):
+    """The real kube-apiserver behind a TCP proxy that adds 2 s to everything it sends
+    (tests/e2e/latency_proxy.py). Watch opens get slow; the breaker opens on latency
+    (`apiserver_degraded`). The history is then compacted away: the 410 comes, but no relist
+    while the breaker is open, only cheap probes. The latency goes; a probe is answered in
+    time (`apiserver_recovered`), the relist follows and what was written meanwhile arrives."""
+    import yaml
+
+    proxy = await LatencyProxy("127.0.0.1", control_plane.apiserver.port).start()
+    try:
+        doc = yaml.safe_load(bridge_kubeconfig.read_text())
+        doc["clusters"][0]["cluster"]["server"] = proxy.url
+        proxied = tmp_path / "proxied.kubeconfig"
+        proxied.write_text(yaml.safe_dump(doc))
+        bridge = start_bridge(
+            kubeconfig=proxied,
+            kubernetes={
+                "read_timeout": "10s",
+                # the server ends each watch after 1-2 s: a request, and a sample, each time
+                "watch_timeout_min": "1s",
+                "watch_timeout_max": "2s",
+                "breaker": {"latency_p95": "1s", "latency_samples": 3},
+            },
+        )
+        await bridge.wait_ready(timeout=60)
+        await writer.write(3, bump_ratio=0.0)
+        await assert_stream_is(nats_server.url, writer.ids)
+        assert await bridge.metric("apiserver_breaker_state") == 0
+
+        proxy.delay = 2.0
+        degraded = await eventually(
+            lambda: status_events(nats_server.url, "apiserver_degraded"), timeout=60
+        )
+        assert degraded[0]["data"]["reason"] == "latency", degraded[0]["data"]
+        assert "p95" in degraded[0]["data"]["detail"]
+        _, body = await bridge.get("/status")
+        (scope,) = msgspec.json.decode(body)["scopes"].values()
+        assert scope["breaker"]["state"] in ("open", "half_open")
+
+        # the history after the bridge's resourceVersion goes; the next watch gets 410
+        control_plane.bump_revision()
+        control_plane.bump_revision()
+        control_plane.compact()
+        await eventually(lambda: logged(bridge, "resource_version_expired"), timeout=60)
+        await writer.write(4, bump_ratio=0.0)  # only a relist can bring these now
+        await asyncio.sleep(8)  # a few probe steps
+        assert await bridge.metric("relists") == 0, "a relist while the breaker was open"
+        assert await logged(bridge, "apiserver_probed")
+        assert await bridge.metric("apiserver_breaker_state") >= 1
+
+        proxy.delay = 0.0
+        recovered = await eventually(
+            lambda: status_events(nats_server.url, "apiserver_recovered"), timeout=90
+        )
+        assert recovered[0]["data"]["degradedForSeconds"] > 0
+        await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+        assert await bridge.metric("relists", 'cause="expired"') == 1
+        assert await bridge.metric("apiserver_breaker_state") == 0
+        (gap,) = await status_events(nats_server.url, "gap")
+        assert gap["data"]["certainty"] == "likely"  # the four were listed as new
+    finally:
+        await proxy.stop()
