@@ -4,6 +4,7 @@ rotated credentials, and a narrow filter kept alive by bookmarks."""
 import asyncio
 import signal
 
+import msgspec
 import nats as nats_client
 import pytest
 
@@ -345,3 +346,52 @@ async def test_publishes_that_get_no_ack_turn_readyz_503(sim, nats_server, run_b
     ids = await all_of(nats_server.url, w.ids, timeout=40)
     assert sorted(ids) == sorted(w.ids)
     await eventually(lambda: readyz(bridge, 200, "ready"), timeout=20)
+
+
+async def test_an_api_server_that_keeps_failing_opens_the_breaker_and_a_relist_waits_for_it(
+    sim, nats_server, run_bridge
+):
+    """Three failed requests in a row open the breaker (`apiserver_degraded`, /status, the
+    metric). The history is compacted meanwhile, so a relist is due; while the breaker is not
+    healthy the bridge sends cheap probes (one Event, no field selector) instead, and the
+    relist (a full page, with the selector) comes only once a probe was answered; nothing
+    written meanwhile is lost."""
+    w = Writer(sim)
+    bridge = run_bridge(
+        filter={"types": ["Warning"]},  # pushed to the server as a field selector
+        kubernetes={"backoff": {"initial": "100ms"}},
+    )
+    await bridge.wait_ready()
+    await w.write(20, bump_ratio=0.0, type="Warning")
+    await all_of(nats_server.url, w.ids)
+    await w.write(30, rate=5000, bump_ratio=0.5, type="Warning")  # versions the 410 loses
+    sim.compact()
+    seen = len(sim.requests)
+    # three watches fail, the fourth (the breaker's probe) gets an HTTP 410, the first
+    # probe of the list fails too
+    sim.faults.status_next = [(503, {})] * 3 + [(410, {})] + [(503, {})]
+    sim.close_watches()
+    degraded = await eventually(
+        lambda: status_events(nats_server.url, "apiserver_degraded"), timeout=60
+    )
+    assert degraded[0]["data"]["reason"] == "failures"
+    assert "3 requests in a row" in degraded[0]["data"]["detail"]
+    await eventually(lambda: status_events(nats_server.url, "apiserver_recovered"), timeout=60)
+    newest = set(w.latest.values())
+
+    async def caught_up() -> bool:
+        return newest <= set(await event_ids(nats_server.url))
+
+    await eventually(caught_up, timeout=60)
+    lists = [r.query for r in sim.requests[seen:] if "watch" not in r.query]
+    full = [i for i, q in enumerate(lists) if q.get("limit") != "1"]
+    assert full, f"no relist after the breaker closed: {lists}"
+    probes = lists[: full[0]]
+    assert len(probes) == 2 and all("fieldSelector" not in q for q in probes), lists
+    assert lists[full[0]].get("fieldSelector") == "type=Warning", lists
+    assert not sim.faults.status_next
+    _, body = await bridge.get("/status")
+    (scope,) = msgspec.json.decode(body)["scopes"].values()
+    assert scope["breaker"]["state"] == "healthy"
+    assert await bridge.metric("apiserver_breaker_state") == 0
+    assert await bridge.metric("apiserver_breaker_opened", 'reason="failures"') == 1
