@@ -47,7 +47,9 @@ fuzz: $(BIN)/.installed
 model:
 	command -v spin >/dev/null || (apt-get update -qq && apt-get install -y -qq spin gcc)
 	cd model && ./run.sh S-base "" all && ./run.sh S-c2 "-DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
-	  && ./run.sh S-all "-DNV=4 -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all
+	  && ./run.sh S-all "-DNV=4 -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
+	  && ./run.sh D-base "-DDEL" all && ./run.sh D-c2 "-DDEL -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
+	  && ! ./run.sh D-old "-DDEL -DGAPRULE=0" -  # the rule before deletions counted: must fail
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

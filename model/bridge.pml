@@ -2,9 +2,9 @@
  * k8s Event bridge -> JetStream delivery protocol, abstract model.
  *
  * Knobs (pass to spin with -D..., e.g. spin -DNR=2 -DCKPT=1 -a bridge.pml):
- *   NV        number of Event versions written (RV of version i is i+1)       default 3
+ *   NV        number of Event versions written (write slot i has RV i+1)      default 3
  *   SAMEOBJ   all versions belong to one object (default: objects A,A,B)
- *   FILT1     version index 1 (RV 2) is filtered out (must not be delivered)
+ *   FILT1     the second version written (RV 2 unless the deletion came first) is filtered out
  *   NR        replicas running the full algorithm concurrently (1 or 2)       default 1
  *   MAXCRASH  crashes (any replica, any point) in one run                      default 1
  *   MAXCOMP   compactions in one run                                            default 1
@@ -16,6 +16,36 @@
  *   NODEDUP   the stream stores a publish even if it holds the id already
  *   LITERAL   also assert the literal "not compacted away => in stream" form
  *   FINALC    at quiescence assert the checkpoint reached the newest RV
+ *   DEL       Kubernetes may delete one object (any object that has a written version) once,
+ *             at any moment before calm. The deletion is a write of that object with its own RV
+ *             (so NV versions + 1 deletion = NW write slots), filtered like FILT1 (the bridge drops
+ *             DELETED by default): the watch steps over it, never published. A deleted object is
+ *             not listed by a relist, and its versions are superseded (compactable: compUnstored).
+ *             A later version of the same object re-creates it.
+ *   GAPRULE   the "nothing missed" rule of a 410 relist (bridge.runtime.watching.Watcher._gap_or_not):
+ *             1: gap unless (no listed item newer than the 410's RV AND watched-at-410) -- the code
+ *             0: gap unless no listed item newer (the code before; unsound with DEL)      default 1
+ *             watched[r] = the code's _covered: 0 at (re)start (from the checkpoint) and after a
+ *             failed watch/list (WFAIL), 1 after a relist and on every watch step (and on a watch
+ *             that opens/ends normally at wrv >= K); gapWatched[r] = _gap_covered, taken at the 410.
+ *   WFAIL     a watch (or the relist's list) may fail without a crash: watched := 0 (the code:
+ *             Watcher._failed sets _covered = _gap_covered = False)                   default 1
+ *   WATCHSEES the code's timing ASSUMPTION (docs/delivery.md: "a continuously open watch sees every
+ *             change in scope before etcd compacts it, except in the instant between one watch's
+ *             end and the next request"). In the model a watch can lag arbitrarily, so the
+ *             assumption is put on the environment, for replicas with watched=1:
+ *             bit 1 (a) "an open watch delivers before compaction": etcd compacts past the RV of an
+ *                 open watch (ph 1, wrv >= K) only when that watch has seen every change in scope
+ *                 written so far (versions to deliver and the deletion; FILT1's version counts as
+ *                 out of scope: it is how the model's one scope gets the quiet-scope 410);
+ *             bit 2 (b) "the instant between a watch's end and the list": a version written after
+ *                 the position of a replica whose watch is ending (its RV compacted, the 410 due)
+ *                 or that is between that 410 and its relist is not deleted before that relist.
+ *             default 3 (both) with DEL, 0 without (without deletions the rule needs neither, so
+ *             compaction stays unrestricted there). -DWATCHSEES=1 / =2 show each is needed.
+ *   LN        ledger capacity per replica (default 8, 10 with DEL)
+ *   REACHNM   sanity: assert the relist's "nothing missed" branch (after a real gap range) is
+ *             never taken; a trail shows it is reachable
  */
 #ifndef NV
 #define NV 3
@@ -35,31 +65,68 @@
 #ifndef GAPHELD
 #define GAPHELD 1
 #endif
+#ifndef GAPRULE
+#define GAPRULE 1
+#endif
+#ifndef WFAIL
+#define WFAIL 1
+#endif
+#ifdef DEL
+#define NW (NV+1)         /* write slots: NV versions + one deletion */
+#ifndef WATCHSEES
+#define WATCHSEES 3
+#endif
+#else
+#define NW NV
+#ifndef WATCHSEES
+#define WATCHSEES 0
+#endif
+#endif
 
 #define NOBJ 2
 #ifndef NG
 #define NG 4              /* distinct gap ids (from,to) in one run */
 #endif
-#define NID (NV+NG)       /* message ids: 0..NV-1 versions, NV.. gaps */
-#define LN 8              /* ledger capacity per replica */
+#define NID (NW+NG)       /* message ids: 0..NW-1 write slots, NW.. gaps */
+#ifndef LN
+#ifdef DEL
+#define LN 10             /* ledger capacity per replica */
+#else
+#define LN 8
+#endif
+#endif
 #define NONE 255
 #define DONEK 254         /* ledger kind: a done marker (filtered item, list end) */
 #define RV(i) ((i)+1)
 
-byte objOf[NV];
-bit  must[NV];
+/* write slot i (RV i+1): set when written. Versions come in a fixed order (content index c):
+   A@c0, A@c1, B@c2, A@c3 (SAMEOBJ: all A; FILT1: c1 filtered); a deletion takes the next slot. */
+byte objOf[NW];
+bit  must[NW];
+bit  isDel[NW];
+#ifdef SAMEOBJ
+#define COBJ(c) 0
+#else
+#define COBJ(c) ((c) == 2 -> 1 : 0)
+#endif
+#ifdef FILT1
+#define CMUST(c) ((c) != 1)
+#else
+#define CMUST(c) 1
+#endif
 
 /* ---- Kubernetes side ---- */
-byte nw = 0;              /* versions written so far == current RV */
+byte nw = 0;              /* writes so far (versions + deletion) == current RV */
+bit  ndel = 0;            /* the deletion happened (DEL) */
 byte K = 0;               /* compaction point: superseded versions with RV <= K are gone */
 byte ncomp = 0;
 byte ncrash = 0;
 bit  calm = 0;            /* no more crashes, compactions, stops */
-bit  compUnstored[NV];    /* ghost: compacted away while not in the stream */
+bit  compUnstored[NW];    /* ghost: compacted away while not in the stream */
 
 /* ---- JetStream stream ---- */
 byte stored[NID];         /* copies of each id in the stream */
-bit  cov[NV];             /* ghost: a stored gap message covers this version */
+bit  cov[NW];             /* ghost: a stored gap message covers this version */
 byte gF[NG]; byte gT[NG]; byte gN = 0;   /* gap id table: (from, to] */
 
 /* ---- KV checkpoint ---- */
@@ -79,6 +146,8 @@ bit statq[NR*NID];        /* status message queued without ledger entry (GAPHELD
 byte ph[NR];              /* 0 down (will start), 1 watching, 2 must relist, 3 stopped */
 byte wrv[NR];             /* watcher's resourceVersion: last passed on */
 byte gapFrom[NR];         /* set by a 410 */
+bit  watched[NR];         /* the code's Watcher._covered (GAPRULE) */
+bit  gapWatched[NR];      /* the code's Watcher._gap_covered: watched[] when the 410 came */
 byte safe[NR];            /* progress.safe_rv */
 byte saved[NR];           /* what this replica last saved */
 byte wst[NR];             /* checkpoint write in progress (CAS-max, LWW) */
@@ -89,12 +158,13 @@ Ledger led[NR];
 #define RUNNING(r) (ph[r] == 1 || ph[r] == 2)
 
 /* properties */
-#if NV == 3
 #define SV(i) (!must[i] || RV(i) > kvC || stored[i] > 0 || cov[i])
+#if NW == 3
 #define SOUND (SV(0) && SV(1) && SV(2))
-#elif NV == 4
-#define SV(i) (!must[i] || RV(i) > kvC || stored[i] > 0 || cov[i])
+#elif NW == 4
 #define SOUND (SV(0) && SV(1) && SV(2) && SV(3))
+#elif NW == 5
+#define SOUND (SV(0) && SV(1) && SV(2) && SV(3) && SV(4))
 #endif
 ltl sound { [] SOUND }        /* P3 checkpoint soundness, every state */
 ltl nodup { [] !dup }         /* P2 no duplicate id, every state */
@@ -170,7 +240,7 @@ inline reset(r) {
   od;
   j = 0;
   led[r].h = 0; led[r].t = 0;
-  wrv[r] = 0; gapFrom[r] = 0; safe[r] = 0; saved[r] = 0;
+  wrv[r] = 0; gapFrom[r] = 0; safe[r] = 0; saved[r] = 0; watched[r] = 0; gapWatched[r] = 0;
   wst[r] = 0; cv[r] = 0; crev[r] = 0; cs[r] = 0
 }
 
@@ -189,10 +259,10 @@ inline store(id) {
   :: stored[id] == 0 ->
      stored[id] = 1;
      if
-     :: id >= NV ->            /* a gap message: it covers (from, to] */
+     :: id >= NW ->            /* a gap message: it covers (from, to] */
         j = 0;
         do
-        :: j < NV -> if :: gF[id-NV] < RV(j) && RV(j) <= gT[id-NV] -> cov[j] = 1 :: else -> skip fi; j++
+        :: j < NW -> if :: gF[id-NW] < RV(j) && RV(j) <= gT[id-NW] -> cov[j] = 1 :: else -> skip fi; j++
         :: else -> break
         od;
         j = 0
@@ -259,7 +329,8 @@ inline relist(r) {
      :: else -> break
      od;
      if
-     :: n != NONE && RV(n) > wrv[r] ->       /* older ones: passed on before, skipped */
+     :: n != NONE && isDel[n] -> skip        /* deleted: not in the list */
+     :: n != NONE && !isDel[n] && RV(n) > wrv[r] ->  /* older ones: passed on before, skipped */
         passed++;
         printf("MSC: R%d relist item RV %d (obj %d): publishes it\n", r, RV(n), o);
         if :: must[n] -> pend(r, n, NONE) :: else -> mark(r, NONE) fi
@@ -269,18 +340,27 @@ inline relist(r) {
   :: else -> break
   od;
   if
-  :: gapFrom[r] != NONE && L0 > gapFrom[r] && passed > 0 ->
-     gapid(gapFrom[r], L0);
-     printf("MSC: R%d relist at L=%d: publishes gap (%d,%d] as id %d, ledger entry=%d\n", r, L0, gapFrom[r], L0, NV + g, GAPHELD);
-#if GAPHELD
-     pend(r, NV + g, NONE)
+#if GAPRULE
+  :: gapFrom[r] != NONE && L0 > gapFrom[r] && (passed > 0 || !gapWatched[r]) ->
 #else
-     statq[r*NID + NV + g] = 1; setnet(r*NID + NV + g)
+  :: gapFrom[r] != NONE && L0 > gapFrom[r] && passed > 0 ->
 #endif
-  :: else -> skip
+     gapid(gapFrom[r], L0);
+     printf("MSC: R%d relist at L=%d: %d items newer than %d, watched up to the 410=%d: publishes gap (%d,%d] as id %d, ledger entry=%d\n", r, L0, passed, gapFrom[r], gapWatched[r], gapFrom[r], L0, NW + g, GAPHELD);
+#if GAPHELD
+     pend(r, NW + g, NONE)
+#else
+     statq[r*NID + NW + g] = 1; setnet(r*NID + NW + g)
+#endif
+  :: else ->
+     printf("MSC: R%d relist at L=%d: %d items newer than %d, watched up to the 410=%d: nothing missed, no gap\n", r, L0, passed, gapFrom[r], gapWatched[r]);
+#ifdef REACHNM
+     assert(!(gapFrom[r] != NONE && L0 > gapFrom[r]))  /* sanity: a trail = the branch is reachable */
+#endif
+     skip
   fi;
   printf("MSC: R%d relist done, continues watching from L=%d\n", r, L0);
-  gapFrom[r] = NONE; wrv[r] = L0; mark(r, L0); ph[r] = 1;
+  gapFrom[r] = NONE; wrv[r] = L0; mark(r, L0); ph[r] = 1; watched[r] = 1; gapWatched[r] = 0;
   L0 = 0; passed = 0; o = 0; n = 0; i = 0; g = 0
 }
 
@@ -290,18 +370,27 @@ end:
   do
   /* (re)start: read the checkpoint, watch from it */
   :: atomic { ph[r] == 0 ->
-       wrv[r] = kvC; safe[r] = kvC; saved[r] = kvC; gapFrom[r] = NONE; ph[r] = 1;
+       wrv[r] = kvC; safe[r] = kvC; saved[r] = kvC; gapFrom[r] = NONE; ph[r] = 1; watched[r] = 0;
        printf("MSC: R%d starts: reads checkpoint C=%d, watches from RV %d\n", r, kvC, kvC) }
   /* the watch: 410 when the history after wrv is compacted */
   :: atomic { ph[r] == 1 && wrv[r] < K ->
-       if :: gapFrom[r] == NONE -> gapFrom[r] = wrv[r] :: else -> skip fi;
-       ph[r] = 2; printf("MSC: R%d watch from RV %d: 410 expired (history compacted to %d)\n", r, wrv[r], K) }
+       if :: gapFrom[r] == NONE -> gapFrom[r] = wrv[r]; gapWatched[r] = watched[r] :: else -> skip fi;
+       ph[r] = 2; printf("MSC: R%d watch from RV %d: 410 expired (history compacted to %d), watched without a break=%d\n", r, wrv[r], K, watched[r]) }
   /* the watch: next version */
   :: atomic { ph[r] == 1 && wrv[r] >= K && wrv[r] < nw ->
        i = wrv[r];
-       printf("MSC: R%d watch delivers version RV %d (obj %d), publishes it=%d (0: filtered out)\n", r, RV(i), objOf[i], must[i]);
+       printf("MSC: R%d watch delivers RV %d (obj %d, deletion=%d), publishes it=%d (0: filtered out)\n", r, RV(i), objOf[i], isDel[i], must[i]);
        if :: must[i] -> pend(r, i, RV(i)) :: else -> mark(r, RV(i)) fi;
-       wrv[r] = RV(i); i = 0 }
+       wrv[r] = RV(i); watched[r] = 1; i = 0 }
+  /* the watch opens (or ends normally: closed, quiet) with its history there: from now on it sees
+     every change (the code: _covered after CLOSED/QUIET; the model says so already when it is open) */
+  :: atomic { ph[r] == 1 && wrv[r] >= K && !watched[r] -> watched[r] = 1;
+       printf("MSC: R%d watch from RV %d is open: watched without a break from here\n", r, wrv[r]) }
+#if WFAIL
+  /* a watch or list fails (reset, 5xx, timeout) without a crash: retried from the same RV */
+  :: atomic { RUNNING(r) && !calm && (watched[r] || gapWatched[r]) -> watched[r] = 0; gapWatched[r] = 0;
+       printf("MSC: R%d watch/list fails and is retried: not watched without a break any more\n", r) }
+#endif
   :: atomic { ph[r] == 2 -> relist(r) }
   /* checkpoint write */
 #if CKPT == 0
@@ -334,14 +423,84 @@ end:
 }
 
 active proctype Env() {
-  byte i, j, v;
+  byte i, j, v, lim, o; bit ok;
 end:
   do
-  :: atomic { nw < NV -> nw++; printf("MSC: Kubernetes writes version RV %d (obj %d)\n", nw, objOf[nw-1]) }
+  :: atomic { nw - ndel < NV ->
+       objOf[nw] = COBJ(nw - ndel); must[nw] = CMUST(nw - ndel); nw++;
+       printf("MSC: Kubernetes writes version RV %d (obj %d, deliver=%d)\n", nw, objOf[nw-1], must[nw-1]) }
+#ifdef DEL
+  :: atomic { !calm && !ndel && nw > 0 ->    /* delete an object that has a written version */
+       v = 0; i = 0;
+       do
+       :: i < nw -> if :: objOf[i] == 0 -> v = v | 1 :: else -> v = v | 2 fi; i++
+       :: else -> break
+       od;
+       if
+       :: v & 1 -> o = 0
+       :: v & 2 -> o = 1
+       fi;
+       ok = 1;
+#if WATCHSEES & 2
+       /* ASSUMPTION (b) "the instant between a watch's end and the list": no Event written after the
+          position of a replica with watched=1 whose watch is ending (its RV compacted: the 410 is
+          due) or that is between that 410 and its relist is deleted before the relist */
+       j = 0;
+       do
+       :: j < NR ->
+          if
+          :: (ph[j] == 1 && watched[j] && wrv[j] < K) || (ph[j] == 2 && gapWatched[j]) ->
+             i = wrv[j];
+             do
+             :: i < nw -> if :: objOf[i] == o && must[i] -> ok = 0 :: else -> skip fi; i++
+             :: else -> break
+             od
+          :: else -> skip
+          fi;
+          j++
+       :: else -> break
+       od;
+       j = 0;
+#endif
+       if
+       :: ok ->
+          objOf[nw] = o; must[nw] = 0; isDel[nw] = 1; ndel = 1; nw++;
+          printf("MSC: Kubernetes DELETES obj %d (the deletion is RV %d)\n", objOf[nw-1], nw)
+       :: else -> skip                        /* not now (assumption b) */
+       fi;
+       i = 0; v = 0; o = 0; ok = 0 }
+#endif
   :: atomic { !calm && ncomp < MAXCOMP && K < nw ->
+#if WATCHSEES & 1
+       /* ASSUMPTION (a) "an open watch delivers before compaction": etcd compacts past the RV of
+          an open watch with watched=1 only when that watch has seen every change in scope written
+          so far (versions to deliver and deletions; FILT1's version counts as out of scope, e.g.
+          dropped by a selector pushed to the server: the quiet-scope 410 the rule is for) */
+       lim = nw; j = 0;
+       do
+       :: j < NR ->
+          if
+          :: ph[j] == 1 && watched[j] && wrv[j] >= K ->
+             i = wrv[j];                          /* slot i has RV i+1 > wrv[j] */
+             do
+             :: i < nw && !must[i] && !isDel[i] -> i++
+             :: else -> break
+             od;
+             if :: i < nw && wrv[j] < lim -> lim = wrv[j] :: else -> skip fi  /* K stays <= wrv[j] */
+          :: else -> skip
+          fi;
+          j++
+       :: else -> break
+       od;
+       j = 0;
+#else
+       lim = nw;
+#endif
+       if
+       :: K < lim ->
        ncomp++;
        v = K + 1;
-       do :: v < nw -> v++ :: break od;        /* any new compaction point in (K, nw] */
+       do :: v < lim -> v++ :: break od;       /* any new compaction point in (K, lim] */
        K = v; printf("MSC: etcd compacts history up to RV %d\n", K);
        i = 0;
        do
@@ -358,21 +517,23 @@ end:
           fi;
           i++
        :: else -> break
-       od;
-       i = 0; j = 0; v = 0 }
-  :: atomic { !calm -> calm = 1; printf("MSC: (no more crashes/compactions)\n") }
+       od
+       :: else -> skip                        /* no compaction allowed now */
+       fi;
+       i = 0; j = 0; v = 0; lim = 0 }
+  :: atomic { !calm -> calm = 1; printf("MSC: (no more crashes/compactions/deletions/failures)\n") }
   od
 }
 
 /* P1: when everything is quiet (all written, no more crashes, all acked, nothing runs) */
 active proctype Quiescent() {
-  byte i;
+  byte i, g;
   timeout ->
   atomic {
-    assert(calm && nw == NV);
+    assert(calm && nw - ndel == NV);
     i = 0;
     do
-    :: i < NV ->
+    :: i < NW ->
        assert(!must[i] || stored[i] > 0 || cov[i]);          /* P1: in stream or covered by a gap */
 #ifdef LITERAL
        assert(!must[i] || stored[i] > 0 || compUnstored[i]); /* P1 literal */
@@ -381,20 +542,23 @@ active proctype Quiescent() {
     :: else -> break
     od;
 #ifdef FINALC
-    assert(kvC == NV);
+    assert(kvC == nw);
 #endif
 #ifdef NOFALSEGAP
-    i = 0;
+    g = 0;
     do
-    :: i < gN ->                 /* every stored gap covers a version really compacted away unstored */
+    :: g < gN ->                 /* every stored gap covers a version really compacted away unstored */
        if
-       :: stored[NV + i] > 0 ->
-          assert((gF[i] < 1 && 1 <= gT[i] && compUnstored[0]) || (gF[i] < 2 && 2 <= gT[i] && compUnstored[1])
-              || (NV > 2 && gF[i] < 3 && 3 <= gT[i] && compUnstored[(NV > 2 -> 2 : 0)])
-              || (NV > 3 && gF[i] < 4 && 4 <= gT[i] && compUnstored[(NV > 3 -> 3 : 0)]))
+       :: stored[NW + g] > 0 ->
+          i = 0;
+          do
+          :: i < NW && !(gF[g] < RV(i) && RV(i) <= gT[g] && compUnstored[i]) -> i++
+          :: else -> break
+          od;
+          assert(i < NW)
        :: else -> skip
        fi;
-       i++
+       g++
     :: else -> break
     od;
 #endif
@@ -405,21 +569,6 @@ active proctype Quiescent() {
 init {
   byte i;
   atomic {
-    i = 0;
-    do
-    :: i < NV ->
-#ifdef SAMEOBJ
-       objOf[i] = 0;
-#else
-       objOf[i] = (i == 2 -> 1 : 0);     /* A@1, A@2, B@3, (A@4) */
-#endif
-       must[i] = 1;
-       i++
-    :: else -> break
-    od;
-#ifdef FILT1
-    must[1] = 0;
-#endif
     i = 0;
     do
     :: i < NR -> run Replica(i); i++
