@@ -288,8 +288,11 @@ class Soak:
 
     async def quiet(self, rec: FaultRecord) -> None:
         before = (await self.metrics()).get('watch_restarts_total{cause="quiet"}', 0.0)
+        # nothing changes: no writes, and no Event expires (a deletion is a change too)
         self.writer.paused = True
+        ttl, self.sim.event_ttl = self.sim.event_ttl, float("inf")
         await asyncio.sleep(2.5 * self.s.read_timeout)
+        self.sim.event_ttl = ttl
         self.writer.paused = False
         after = (await self.metrics()).get('watch_restarts_total{cause="quiet"}', 0.0)
         rec.detail = {"seconds": 2.5 * self.s.read_timeout, "quiet_rewatches": after - before}
