@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration e2e bench model fuzz clean
+.PHONY: demo test lint unit integration e2e bench soak model fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,8 @@ demo: $(BIN)/.installed
 	$(BIN)/k8s-event-bridge demo
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge tests fuzz
-	$(BIN)/ruff check bridge tests fuzz
+	$(BIN)/ruff format --check bridge tests fuzz soak
+	$(BIN)/ruff check bridge tests fuzz soak
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -36,6 +36,14 @@ test: lint
 bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[bench,test]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# the soak test (docs/soak.md): steady Events through a fault schedule, memory and every internal
+# structure flat after warm-up, stream = truth; exits 1 on a failed check. CI runs 120 s of it
+# (tests/integration/test_soak.py). make soak [SOAK_SECONDS=600] [SOAK_RATE=300]
+SOAK_SECONDS ?= 600
+SOAK_RATE    ?= 300
+soak: $(BIN)/.installed
+	$(BIN)/python -m soak.run --seconds $(SOAK_SECONDS) --rate $(SOAK_RATE)
 
 # coverage-guided fuzzing of the decoders (fuzz/decoders.py); CI runs 15 s of it as a test
 FUZZ_SECONDS ?= 300
