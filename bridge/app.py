@@ -11,18 +11,22 @@ import contextlib
 import gc
 import os
 import signal
+import socket
+from typing import Any
 
 from bridge import logs
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError, PublishError
 from bridge.jetstream import connection, streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
 from bridge.jetstream.publishing import Publisher
-from bridge.kube.client import KubeClient
+from bridge.kube.client import KubeClient, pod_namespace
 from bridge.metrics import Metrics
 from bridge.runtime import starting
 from bridge.runtime.checkpointing import Scope
 from bridge.runtime.health import Health
 from bridge.runtime.http import HttpServer
+from bridge.runtime.intake import now_rfc3339
+from bridge.runtime.leading import Elector
 from bridge.runtime.pipeline import Pipeline
 from bridge.runtime.starting import Stopped, jetstream_step, until_stopped
 from bridge.settings import Settings
@@ -41,6 +45,7 @@ class Bridge:
         self.stop_requested = asyncio.Event()
         self.pipeline: Pipeline | None = None
         self._publisher: Publisher | None = None
+        self.elector: Elector | None = None
 
     @property
     def scopes(self) -> list[Scope]:
@@ -101,6 +106,9 @@ class Bridge:
             )
             publisher.set_connected(nc.is_connected)
             await publisher.start()
+            if s.leader_election.enabled:
+                # a warm standby until it holds the Lease: NATS, stream and bucket checked
+                await until_stopped(stop, self._lead(kube, cluster))
             self.pipeline = Pipeline(
                 s,
                 cluster=cluster,
@@ -110,6 +118,19 @@ class Bridge:
                 metrics=self.metrics,
                 health=self.health,
             )
+            hold: asyncio.Task[None] | None = None
+            if self.elector is not None:
+                hold = asyncio.create_task(self.elector.hold(), name="lease")
+                clients.push_async_callback(self._let_go, hold)
+                self.pipeline.role = "leader"
+                e = self.elector
+                self.pipeline.leadership = {
+                    "identity": e.identity,
+                    "previousHolder": e.previous_holder,
+                    "lease": f"{e.namespace}/{e.name}",
+                    "transitions": e.transitions,
+                    "at": now_rfc3339(),
+                }
             await until_stopped(stop, self.pipeline.open())
             self.http.status = self.pipeline.status
         except PublishError as exc:
@@ -119,7 +140,41 @@ class Bridge:
         except Stopped:
             log.info("stopped_during_startup")
             return EXIT_OK
-        return await self.pipeline.run(stop)
+        return await self.pipeline.run(stop, fence=hold)
+
+    async def _lead(self, kube: KubeClient, cluster: str) -> None:
+        """Stand by, warm and ready, until this process holds the Lease."""
+        le = self.settings.leader_election
+        identity = le.identity or os.environ.get("POD_NAME") or socket.gethostname()
+        namespace = le.namespace or os.environ.get("POD_NAMESPACE") or pod_namespace() or "default"
+        elector = self.elector = Elector(kube, le, identity=identity, namespace=namespace)
+        self.health.standby = True
+        self.http.status = lambda: self._standby_status(cluster)
+        log.info("standing_by", identity=identity, lease=f"{namespace}/{le.lease_name}")
+        try:
+            await elector.acquire()
+        finally:
+            self.health.standby = False
+
+    def _standby_status(self, cluster: str) -> dict[str, Any]:
+        e = self.elector
+        assert e is not None
+        return {
+            "cluster": cluster,
+            "role": "standby",
+            "identity": e.identity,
+            "leader": e.holder or None,
+            "lease": f"{e.namespace}/{e.name}",
+            "nats": {"connected": self.health.nats_connected},
+        }
+
+    async def _let_go(self, hold: asyncio.Task[None]) -> None:
+        """After the pipeline stopped: a clean stop hands the Lease back; a lost one is gone."""
+        lost = hold.done() and not hold.cancelled() and hold.exception() is not None
+        hold.cancel()
+        await asyncio.gather(hold, return_exceptions=True)
+        if not lost and self.elector is not None:
+            await self.elector.release()
 
     def _nats_state(self, up: bool) -> None:
         self.health.nats_up(up)

@@ -10,6 +10,8 @@
     │   ├── KubeUnavailable      5xx, refused, reset, timed out: the server is not there now
     │   ├── QuietWatch           an open watch sent nothing for kubernetes.read_timeout: not a
     │   │                        failure (Event watches carry no bookmarks), watch again
+    │   ├── NotFound             404: the object is not there (a Lease not made yet)
+    │   ├── Conflict             409: someone else wrote the object first (a Lease)
     │   └── KubeBadRequest       other 4xx: our request is wrong (bad field selector, ...)
     ├── ConversionError          an Event that can not be turned into a CloudEvent
     ├── JetStreamUnavailable     NATS or JetStream did not answer (timeout, no quorum, 503,
@@ -92,6 +94,14 @@ class QuietWatch(KubeError):
     not an outage. A dead connection is found by TCP keepalive first (``KubeUnavailable``)."""
 
 
+class NotFound(KubeError):
+    status = 404
+
+
+class Conflict(KubeError):
+    status = 409
+
+
 class KubeBadRequest(KubeError):
     status = 400
 
@@ -133,6 +143,10 @@ def from_status(
         return Unauthorized(text)
     if status == 403:
         return Forbidden(text)
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return Conflict(text)
     if status >= 500 or status in (0, 408):
         return KubeUnavailable(text, status=status, retry_after=retry_after)
     return KubeBadRequest(text, status=status)

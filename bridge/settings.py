@@ -302,6 +302,30 @@ class LogSettings(_Section):
     format: Literal["json", "text"] = "json"
 
 
+class LeaderElectionSettings(_Section):
+    enabled: bool = False
+    lease_name: str = Field("k8s-event-bridge", min_length=1, max_length=253)
+    # default: $POD_NAMESPACE, else the service account's namespace in a Pod, else "default"
+    namespace: str | None = None
+    # default: $POD_NAME, else the host name
+    identity: str | None = None
+    lease_duration: PositiveDuration = 15.0
+    renew_deadline: PositiveDuration = 10.0
+    retry_period: PositiveDuration = 2.0
+
+    @model_validator(mode="after")
+    def _order(self) -> LeaderElectionSettings:
+        # client-go's checks: the leader gives up before anyone may take over, and has room
+        # for more than one attempt to renew before it does
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError("lease_duration must be longer than renew_deadline")
+        if self.renew_deadline <= 1.2 * self.retry_period:
+            raise ValueError("renew_deadline must be longer than 1.2 x retry_period")
+        if self.lease_duration < 1:
+            raise ValueError("lease_duration must be at least 1s (the Lease counts whole seconds)")
+        return self
+
+
 class ShutdownSettings(_Section):
     drain_timeout: Duration = 10.0
 
@@ -324,6 +348,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     log: LogSettings = LogSettings()
     shutdown: ShutdownSettings = ShutdownSettings()
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -2,6 +2,11 @@
 scope, so the checkpoint lives as long as the stream it describes. It is the runtime's
 ``CheckpointStore`` port (``bridge.runtime.ports``); what a checkpoint is lives in
 ``bridge.core.checkpoints``.
+
+Writes are compare-and-set on the key's KV revision and never move the checkpoint backwards
+(CAS-max, ``model/``: ``CKPT=0``): with two replicas, a deposed leader that is still running
+can not rewind what the new leader saved. A write that finds a newer checkpoint stored leaves
+it; one that finds an older one (written meanwhile by the other) tries again on top of it.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from bridge import logs
+from bridge import errors, logs
 from bridge.core.checkpoints import Checkpoint
 from bridge.jetstream.connection import unavailable
 
 log = logs.get("checkpoints")
+
+CAS_ATTEMPTS = 5
 
 
 class KvCheckpointStore:
@@ -26,6 +33,8 @@ class KvCheckpointStore:
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
+        # key -> (KV revision, resourceVersion) last read or written here
+        self._seen: dict[str, tuple[int, int | None]] = {}
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> KvCheckpointStore:
@@ -42,11 +51,17 @@ class KvCheckpointStore:
             try:
                 entry = await self._kv.get(key)
             except nats.js.errors.KeyNotFoundError:
+                self._seen.pop(key, None)
                 return None
-        if entry.value is None:
+        cp = self._decode(key, entry.value)
+        self._seen[key] = (entry.revision or 0, cp.resource_version if cp else None)
+        return cp
+
+    def _decode(self, key: str, value: bytes | None) -> Checkpoint | None:
+        if value is None:
             return None
         try:
-            doc = msgspec.json.decode(entry.value)
+            doc = msgspec.json.decode(value)
             rv = int(doc["resourceVersion"])
             try:
                 saved_at: float | None = calendar.timegm(
@@ -60,7 +75,7 @@ class KvCheckpointStore:
             log.error(
                 "checkpoint_unreadable",
                 key=key,
-                value=entry.value[:200].decode("utf-8", "replace"),
+                value=value[:200].decode("utf-8", "replace"),
                 action="starting from a fresh list",
             )
             return None
@@ -73,4 +88,34 @@ class KvCheckpointStore:
             }
         )
         with unavailable(f"checkpoint {key}"):
-            await self._kv.put(key, value)
+            for _ in range(CAS_ATTEMPTS):
+                seen = self._seen.get(key)
+                if seen is None:
+                    await self.load(key)
+                    seen = self._seen.get(key, (0, None))
+                revision, stored = seen
+                if stored is not None and stored >= resource_version:
+                    if stored > resource_version:
+                        log.warn_sampled(
+                            f"ahead:{key}",
+                            "checkpoint_not_moved_back",
+                            interval=60,
+                            key=key,
+                            stored=stored,
+                            ours=resource_version,
+                            note="another replica saved a newer checkpoint: it stays",
+                        )
+                    return
+                try:
+                    if revision:
+                        new = await self._kv.update(key, value, last=revision)
+                    else:
+                        new = await self._kv.create(key, value)
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    self._seen.pop(key, None)  # written meanwhile: read it, decide again
+                    continue
+                self._seen[key] = (new, resource_version)
+                return
+            raise errors.JetStreamUnavailable(
+                f"checkpoint {key}: written by someone else {CAS_ATTEMPTS} times in a row"
+            )

@@ -114,12 +114,23 @@ def in_cluster() -> bool:
     )
 
 
+def pod_namespace() -> str | None:
+    """The namespace of this Pod's service account (in a Pod), else None."""
+    path = os.path.join(os.path.dirname(incluster_config.SERVICE_TOKEN_FILENAME), "namespace")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 class KubeClient:
     """Lists and watches core/v1 Events; ``reload_credentials()`` after a 401/403."""
 
     def __init__(self, settings: KubernetesSettings) -> None:
         self.settings = settings
         self._api: Any = None
+        self._leases: Any = None
         self._client: Any = None
         self._timeout = aiohttp.ClientTimeout(
             connect=settings.connect_timeout,  # includes waiting for a pooled connection
@@ -150,6 +161,7 @@ class KubeClient:
         self._client = k8s_client.ApiClient(configuration=cfg)
         _limit_read_buffer(self._client)
         self._api = k8s_client.CoreV1Api(self._client)
+        self._leases = k8s_client.CoordinationV1Api(self._client)
         now = asyncio.get_running_loop().time()
         self._loaded_at = now
         if old is not None:
@@ -172,9 +184,11 @@ class KubeClient:
             await self._client.close()
             self._client = None
 
-    async def _call(self, method: str, *args: Any, **params: Any) -> aiohttp.ClientResponse:
+    async def _call(
+        self, method: str, *args: Any, _api: Any = None, **params: Any
+    ) -> aiohttp.ClientResponse:
         try:
-            resp: aiohttp.ClientResponse = await getattr(self._api, method)(
+            resp: aiohttp.ClientResponse = await getattr(_api or self._api, method)(
                 *args, _preload_content=False, _request_timeout=self._timeout, **params
             )
         except k8s_config.ConfigException as exc:
@@ -182,7 +196,7 @@ class KubeClient:
             raise errors.Unauthorized(f"credentials: {exc}") from exc
         except _FOREIGN as exc:
             raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.status != 200:
+        if resp.status not in (200, 201):
             try:
                 body = await resp.read()
             except _FOREIGN:
@@ -191,6 +205,25 @@ class KubeClient:
                 resp.release()
             raise error_for_status(resp.status, resp.headers, body)
         return resp
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ``coordination.k8s.io/v1`` Lease as the API server has it; None when there is
+        none. The leader election's ``LeaseStore`` port (``bridge.runtime.leading``)."""
+        try:
+            return await self._json("read_namespaced_lease", name, namespace, _api=self._leases)
+        except errors.NotFound:
+            return None
+
+    async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Raises ``Conflict`` when someone made it first."""
+        return await self._json("create_namespaced_lease", namespace, lease, _api=self._leases)
+
+    async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Raises ``Conflict`` when it changed since it was read (its resourceVersion)."""
+        name = lease["metadata"]["name"]
+        return await self._json(
+            "replace_namespaced_lease", name, namespace, lease, _api=self._leases
+        )
 
     async def _json(self, method: str, *args: Any, **params: Any) -> dict[str, Any]:
         return _decode_object(await self._body(method, *args, **params))

@@ -1,7 +1,8 @@
 """Liveness and readiness, per watch scope and for NATS, on an injected clock.
 
 Ready once every scope has finished its first list (or its first watch from a checkpoint), and
-as long as no scope's watch and not NATS has been unhealthy for longer than ``unready_after``:
+as long as no scope's watch and not NATS has been unhealthy for longer than ``unready_after``
+(a warm standby, which watches nothing, is ready while NATS is):
 short blips (a watch reconnect, a NATS failover) do not flap the Pod out of its Service. One
 scope that never syncs (no RBAC in its namespace, say) keeps the bridge not ready, by name.
 """
@@ -41,6 +42,8 @@ class Health:
         self._nats_bad_since: float | None = clock()
         # seconds the oldest publish has waited for its ack (set once the publisher exists)
         self.publish_wait: Callable[[], float] = lambda: 0.0
+        # a warm standby (leader election): healthy with no scope, as long as NATS is
+        self.standby = False
 
     def scope(self, name: str) -> ScopeHealth:
         """The health of the scope ``name`` (``*`` for all namespaces), made on first use."""
@@ -63,7 +66,7 @@ class Health:
         """Why the bridge is not ready; empty when it is."""
         now = self._clock()
         out = []
-        if not self.scopes:
+        if not self.scopes and not self.standby:
             out.append("no watch has started yet")
         for sc in self.scopes.values():
             if not sc.synced:

@@ -60,6 +60,10 @@ class Pipeline:
             settings.queue.max_events, settings.queue.max_bytes
         )
         self.scopes: list[Scope] = []
+        # "single" without leader election; "leader" with it, and the status event to publish
+        # first (``leader_changed``), set by the app
+        self.role = "single"
+        self.leadership: dict[str, Any] | None = None
         self.checkpointer = Checkpointer(store, self.scopes, metrics, settings.checkpoint.interval)
         # read at scrape time: exact even while the pipeline is blocked
         metrics.queue_depth.set_function(lambda: len(self.queue))
@@ -141,7 +145,7 @@ class Pipeline:
             }
         return {
             "cluster": self.cluster,
-            "role": "leader",  # one replica: no leader election yet
+            "role": self.role,
             "nats": {
                 "connected": self.health.nats_connected,
                 "queued": len(self.queue),
@@ -166,11 +170,26 @@ class Pipeline:
             out[f"progress_entries:{sc.name}"] = len(sc.progress)
         return out
 
-    async def run(self, stop: asyncio.Event) -> int:
-        """Run until ``stop`` is set or a task fails; then drain and save. The exit code."""
+    async def run(self, stop: asyncio.Event, fence: asyncio.Future[Any] | None = None) -> int:
+        """Run until ``stop`` is set or a task fails; then drain and save. The exit code.
+
+        ``fence`` (the leader election's hold on the Lease) ending means this process may no
+        longer write: everything stops at once, nothing more is published and the checkpoint
+        is not written again; the next leader resumes from the last one saved."""
         publisher = self.publisher
+        if fence is not None and fence.done():
+            log.error("stopped_fenced", reason="the Lease was lost before the watches started")
+            return EXIT_FAILED
         scopes = [sc.name for sc in self.scopes]
         await enqueue_status(self.queue, process_status(self.converter, "started", scopes=scopes))
+        if self.leadership is not None:
+            data = {
+                **self.leadership,
+                "checkpoints": {sc.name: sc.saved for sc in self.scopes},
+            }
+            msg_id = f"leader_changed/{data['identity']}/{data['at']}"
+            msg = self.converter.status("leader_changed", msg_id, data, data["at"])
+            await enqueue_status(self.queue, msg)
         watchers = [
             asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}") for sc in self.scopes
         ]
@@ -180,14 +199,28 @@ class Pipeline:
             asyncio.create_task(self.checkpointer.run(), name="checkpoint"),
         ]
         stopping = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait(
-            [stopping, *watchers, *workers], return_when=asyncio.FIRST_COMPLETED
-        )
+        waits: list[asyncio.Future[Any]] = [stopping, *watchers, *workers]
+        if fence is not None:
+            waits.append(fence)
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if fence is not None and fence in done:
+            for w in [*watchers, *workers, stopping]:
+                w.cancel()
+            await asyncio.gather(*watchers, *workers, stopping, return_exceptions=True)
+            log.error(
+                "stopped_fenced",
+                reason=repr(fence.exception()) if not fence.cancelled() else "cancelled",
+                queued=len(self.queue),
+                in_flight=publisher.in_flight,
+                note="no longer the leader: nothing more published, the checkpoint not written",
+            )
+            return EXIT_FAILED
         code = EXIT_OK
-        for t in done:
-            if t is not stopping and not t.cancelled() and t.exception() is not None:
-                exc = t.exception()
-                log.error("task_failed", task=t.get_name(), error=repr(exc))
+        for f in done:
+            if f is not stopping and not f.cancelled() and f.exception() is not None:
+                exc = f.exception()
+                name = f.get_name() if isinstance(f, asyncio.Task) else "?"
+                log.error("task_failed", task=name, error=repr(exc))
                 code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
         # 1. stop reading the API server.
         for t in watchers:
@@ -196,8 +229,8 @@ class Pipeline:
         # 2. wait, bounded, for what was read to be acked.
         drained = await self.drain(self.settings.shutdown.drain_timeout)
         # 3. save how far we got, then let go.
-        for t in [*workers, stopping]:
-            t.cancel()
+        for w in [*workers, stopping]:
+            w.cancel()
         await asyncio.gather(*workers, stopping, return_exceptions=True)
         await self.checkpointer.save_all(final=True)
         log.info(
