@@ -4,7 +4,8 @@ It forwards bytes both ways unchanged (TLS passes through: the client still talk
 real kube-apiserver and checks its certificate) and holds every chunk from the server for
 ``delay`` seconds before passing it on, in order, as a congested network or an overloaded
 API server looks to the client. ``delay`` may be changed at any time; it applies to what
-arrives from then on.
+arrives from then on. ``cut()`` stops forwarding anything, both ways, on open connections and
+new ones (a network partition: no reset, no answer); ``heal()`` lets it all through again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class LatencyProxy:
         self.delay = delay
         self.port = 0
         self.connections = 0
+        self._open = asyncio.Event()
+        self._open.set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -31,6 +34,12 @@ class LatencyProxy:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
+    def cut(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -42,6 +51,7 @@ class LatencyProxy:
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.connections += 1
+        await self._open.wait()  # a partition: the connection is accepted, then silence
         try:
             server_r, server_w = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -74,6 +84,7 @@ class LatencyProxy:
                 wait = due - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                await self._open.wait()
                 writer.write(data)
                 await writer.drain()
 

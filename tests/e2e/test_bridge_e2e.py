@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -481,4 +482,149 @@ async def test_a_slow_api_server_opens_the_breaker_and_holds_relists_until_it_re
         (gap,) = await status_events(nats_server.url, "gap")
         assert gap["data"]["certainty"] == "likely"  # the four were listed as new
     finally:
+        await proxy.stop()
+
+
+# -- two replicas, one Lease -------------------------------------------------------------------
+
+ELECTION = {"enabled": True, "namespace": SA_NAMESPACE}  # client-go's 15 s / 10 s / 2 s
+
+
+async def _role(bridge: BridgeProcess) -> str:
+    _, body = await bridge.get("/status")
+    return str(msgspec.json.decode(body)["role"])
+
+
+def _logged_at(bridge: BridgeProcess, event: str) -> float | None:
+    """When the bridge first logged ``event`` (epoch seconds), or None."""
+    from datetime import datetime
+
+    for e in bridge.log_events():
+        if e.get("event") == event:
+            return datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() + 0.0
+    return None
+
+
+async def _pair(start_bridge, **sections: Any) -> tuple[BridgeProcess, BridgeProcess]:
+    """Two replicas under deploy/'s identity; returns (leader, standby), both ready."""
+    a = start_bridge(leader_election={**ELECTION, "identity": "bridge-a"}, **sections)
+    await a.wait_ready(timeout=60)
+    await eventually(lambda: logged(a, "leading"), timeout=60)
+    b = start_bridge(leader_election={**ELECTION, "identity": "bridge-b"}, **sections)
+    await b.wait_ready(timeout=60)  # a warm standby is ready
+    assert (await _role(a), await _role(b)) == ("leader", "standby")
+    return a, b
+
+
+async def _under_load(writer, during) -> None:
+    """Steady writes (20/s, a third of them count bumps) around ``during``."""
+    stop = asyncio.Event()
+
+    async def load() -> None:
+        while not stop.is_set():
+            await writer.write(5, rate=20, bump_ratio=0.3)
+
+    task = asyncio.create_task(load())
+    try:
+        await asyncio.sleep(2)
+        await during()
+        await asyncio.sleep(2)
+    finally:
+        stop.set()
+        await task
+
+
+async def test_sigkill_of_the_leader_the_standby_takes_over_after_the_lease_expires(
+    control_plane, writer, start_bridge, nats_server
+):
+    """The leader dies without a word: the standby waits out the Lease (15 s unrenewed, as it
+    saw it), resumes from the checkpoint and the stream is the truth: every version once."""
+    leader, standby = await _pair(start_bridge)
+    killed_at = 0.0
+
+    async def kill() -> None:
+        nonlocal killed_at
+        leader.proc.kill()  # type: ignore[union-attr]
+        killed_at = time.time()
+        await eventually(lambda: logged(standby, "leading"), timeout=60)
+
+    await _under_load(writer, kill)
+    await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+    took = _logged_at(standby, "leading")
+    assert took is not None
+    print(f"takeover after SIGKILL: {took - killed_at:.1f}s")
+    assert took - killed_at > 10  # it waited for the Lease, not for nothing
+    (changed,) = [
+        e
+        for e in await status_events(nats_server.url, "leader_changed")
+        if e["data"]["identity"] == "bridge-b"
+    ]
+    assert changed["data"]["previousHolder"] == "bridge-a"
+    assert await _role(standby) == "leader"
+
+
+async def test_sigterm_of_the_leader_hands_the_lease_over_at_once(
+    control_plane, writer, start_bridge, nats_server
+):
+    """A clean stop drains, saves and releases the Lease: the standby takes it at its next
+    attempt (a retry period, not a lease duration); nothing lost or duplicated."""
+    leader, standby = await _pair(start_bridge)
+    stopped_at = 0.0
+
+    async def stop() -> None:
+        nonlocal stopped_at
+        leader.signal(signal.SIGTERM)
+        assert await leader.wait_exit() == 0
+        stopped_at = time.time()
+        assert await logged(leader, "lease_released")
+        await eventually(lambda: logged(standby, "leading"), timeout=30)
+
+    await _under_load(writer, stop)
+    await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+    took = _logged_at(standby, "leading")
+    assert took is not None
+    print(f"takeover after SIGTERM (from the old leader's exit): {took - stopped_at:.1f}s")
+    changes = await status_events(nats_server.url, "leader_changed")
+    (changed,) = [e for e in changes if e["data"]["identity"] == "bridge-b"]
+    assert changed["data"]["previousHolder"] == ""  # released, not expired
+
+
+async def test_a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_passes(
+    control_plane, writer, start_bridge, nats_server, bridge_kubeconfig, tmp_path
+):
+    """The leader reaches the API server through a proxy that stops forwarding (a
+    partition: no reset, no answer). Its renewals hang; after renew_deadline it stops at once
+    (exit 1, nothing more published, no checkpoint written) — before the standby may take
+    the Lease; the standby takes over, and the stream is the truth."""
+    import yaml
+
+    proxy = await LatencyProxy("127.0.0.1", control_plane.apiserver.port).start()
+    try:
+        doc = yaml.safe_load(bridge_kubeconfig.read_text())
+        doc["clusters"][0]["cluster"]["server"] = proxy.url
+        proxied = tmp_path / "proxied.kubeconfig"
+        proxied.write_text(yaml.safe_dump(doc))
+        leader = start_bridge(
+            kubeconfig=proxied, leader_election={**ELECTION, "identity": "bridge-a"}
+        )
+        await leader.wait_ready(timeout=60)
+        await eventually(lambda: logged(leader, "leading"), timeout=60)
+        standby = start_bridge(leader_election={**ELECTION, "identity": "bridge-b"})
+        await standby.wait_ready(timeout=60)
+
+        async def partition() -> None:
+            proxy.cut()
+            assert await leader.wait_exit(timeout=40) == 1
+            await eventually(lambda: logged(standby, "leading"), timeout=60)
+
+        await _under_load(writer, partition)
+        await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+        lost, fenced = _logged_at(leader, "leadership_lost"), _logged_at(leader, "stopped_fenced")
+        took = _logged_at(standby, "leading")
+        assert lost is not None and fenced is not None and took is not None
+        print(f"cut off: stepped down {took - lost:.1f}s before the standby took over")
+        assert fenced < took  # the old leader had stopped before the new one started
+        assert not await logged(leader, "stopped")  # no drain, no final checkpoint
+    finally:
+        proxy.heal()
         await proxy.stop()
