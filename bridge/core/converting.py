@@ -202,7 +202,12 @@ class Converter:
         return value
 
     def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:
-        """A status event of the bridge itself (gap, started, stopped, apiserver ...)."""
+        """A status event of the bridge itself (gap, started, stopped, apiserver ...).
+
+        Its id is ``<cluster>/<msg_id>``: unique per cluster, so that one stream (a hub that
+        sources many clusters' streams) never drops one cluster's status event as a duplicate
+        of another's."""
+        msg_id = f"{self.cluster}/{msg_id}"
         attrs: dict[str, Any] = {
             "specversion": "1.0",
             "id": msg_id,

@@ -271,9 +271,9 @@ async def test_a_message_no_server_can_take_is_replaced_by_a_durable_dropped_eve
             "k8s.events.c._bridge.dropped", stream="K8S_EVENTS", ordered_consumer=True
         )
         notice = msgspec.json.decode((await sub.next_msg(timeout=5)).data)
-        assert notice["id"] == "dropped/uid-big/1" and notice["type"] == "io.k8s.bridge.dropped"
+        assert notice["id"] == "c/dropped/uid-big/1" and notice["type"] == "io.k8s.bridge.dropped"
         assert notice["data"] == {"id": "uid-big/1", "size": big.wire_size, "reason": "too_large"}
-        assert sorted(await stream_ids(nc)) == ["dropped/uid-big/1", "uid-2/2"]
+        assert sorted(await stream_ids(nc)) == ["c/dropped/uid-big/1", "uid-2/2"]
         for t in (reaper, runner):
             t.cancel()
         await nc.close()

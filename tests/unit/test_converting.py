@@ -135,6 +135,7 @@ def test_status_event_is_a_valid_cloudevent():
     ce = sdk_structured(msg.payload)
     assert ce.get_type() == "io.k8s.bridge.gap"
     assert msg.subject == "k8s.events.c1._bridge.gap"
+    assert ce.get_id() == msg.msg_id == "c1/gap/*/1-9"  # unique per cluster
 
 
 text = st.text(max_size=30)

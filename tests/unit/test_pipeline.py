@@ -216,10 +216,10 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
     before the relist (the Events after it acked or not): a restart meets the 410 again and
     reports the gap again, so it can not be lost."""
     source = MemorySource([event("c", 25)], 30, [], expired_below=30)
-    first = MemoryPublisher(hold=frozenset({"gap/*/10-30"}))
+    first = MemoryPublisher(hold=frozenset({"c/gap/*/10-30"}))
     store = MemoryStore({KEY: 10})
     p = pipeline(source, first, store, drain_timeout=0.2)
-    code = await run_until(p, lambda: "gap gap/*/10-30" in first.sent, asyncio.Event())
+    code = await run_until(p, lambda: "gap c/gap/*/10-30" in first.sent, asyncio.Event())
     assert code == EXIT_OK
     assert source.watched_from[0] == "10" and source.lists == 1
     assert "BackOff uid-c/25" in first.sent  # stored
@@ -228,7 +228,7 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
     p = pipeline(source, again, store)
     code = await run_until(p, lambda: store.saved == {KEY: 30}, asyncio.Event())
     assert code == EXIT_OK
-    assert "gap gap/*/10-30" in again.sent and store.saved == {KEY: 30}
+    assert "gap c/gap/*/10-30" in again.sent and store.saved == {KEY: 30}
     assert source.watched_from[-1] == "30"
 
 
