@@ -80,7 +80,7 @@ class Bridge:
                 ),
             )
             clients.push_async_callback(connection.close, nc)
-            js = nc.jetstream()
+            js = nc.jetstream(domain=s.nats.domain)
             await until_stopped(
                 stop, jetstream_step("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
             )

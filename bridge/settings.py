@@ -210,6 +210,9 @@ class TLSSettings(_Section):
 class NatsSettings(_Section):
     servers: list[str] = ["nats://127.0.0.1:4222"]
     stream: str = "K8S_EVENTS"
+    # the JetStream domain of the server the bridge talks to (a leaf node's own JetStream):
+    # its API is $JS.<domain>.API; None: the account's default JetStream
+    domain: str | None = None
     subject_prefix: str = "k8s.events"
     create_stream: bool = True
     max_age: PositiveDuration = 7 * 86400.0
@@ -243,6 +246,13 @@ class NatsSettings(_Section):
     def _stream(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
             raise ValueError("a stream name may hold only A-Z a-z 0-9 _ -")
+        return v
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", v):
+            raise ValueError("a JetStream domain may hold only A-Z a-z 0-9 _ -")
         return v
 
     @field_validator("subject_prefix")

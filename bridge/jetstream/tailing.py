@@ -57,9 +57,10 @@ class Received(NamedTuple):
 class Tail:
     """The stream read in order by an ordered consumer: from its start, or from now on."""
 
-    def __init__(self, nc: NATS, sub: Any) -> None:
+    def __init__(self, nc: NATS, sub: Any, domain: str | None = None) -> None:
         self._nc = nc
         self._sub = sub
+        self._domain = domain
 
     @classmethod
     async def open(cls, settings: NatsSettings, subject: str | None, *, from_start: bool) -> Tail:
@@ -67,7 +68,7 @@ class Tail:
         nc = await connection.connect(settings)
         policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
         try:
-            sub = await nc.jetstream().subscribe(
+            sub = await nc.jetstream(domain=settings.domain).subscribe(
                 subject or f"{settings.subject_prefix}.>",
                 stream=settings.stream,
                 ordered_consumer=True,
@@ -76,7 +77,7 @@ class Tail:
         except nats.js.errors.NotFoundError:
             await nc.close()
             raise NoStream(f"no stream {settings.stream} on {settings.servers}") from None
-        return cls(nc, sub)
+        return cls(nc, sub, settings.domain)
 
     def __aiter__(self) -> AsyncIterator[Received]:
         return self._messages()
@@ -91,7 +92,7 @@ class Tail:
 
     async def stored(self, stream: str) -> int:
         """How many messages the stream holds now."""
-        info = await self._nc.jetstream().stream_info(stream)
+        info = await self._nc.jetstream(domain=self._domain).stream_info(stream)
         return int(info.state.messages)
 
     async def close(self) -> None:
