@@ -155,3 +155,21 @@ def test_example_config_documents_every_key():
 def test_log_level_is_case_insensitive(monkeypatch):
     monkeypatch.setenv("BRIDGE_LOG__LEVEL", "INFO")
     assert settings.load().log.level == "info"
+
+
+REPO = Path(__file__).parents[2]
+
+
+def _configmap_config() -> str:
+    doc = yaml.safe_load(REPO.joinpath("deploy/configmap.yaml").read_text())
+    return doc["data"]["bridge.yaml"]
+
+
+@pytest.mark.parametrize("shipped", [_configmap_config])
+def test_shipped_deploy_config_passes_check_config_with_leader_election(tmp_path, shipped):
+    """deploy/ runs two replicas: its config must turn leader election on."""
+    path = tmp_path / "bridge.yaml"
+    path.write_text(shipped())
+    proc = run_cli("check-config", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["leader_election"]["enabled"] is True
