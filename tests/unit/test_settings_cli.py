@@ -165,9 +165,28 @@ def _configmap_config() -> str:
     return doc["data"]["bridge.yaml"]
 
 
-@pytest.mark.parametrize("shipped", [_configmap_config])
+def _helm_values_config() -> str:
+    # what templates/configmap.yaml renders: .Values.config plus leader_election written from
+    # .Values.leaderElection (lease name "" is the release's full name)
+    values = yaml.safe_load(REPO.joinpath("deploy/helm/k8s-event-bridge/values.yaml").read_text())
+    le = values["leaderElection"]
+    assert "leader_election" not in values["config"]
+    config = {
+        **values["config"],
+        "leader_election": {
+            "enabled": le["enabled"],
+            "lease_name": le["leaseName"] or "k8s-event-bridge",
+            "lease_duration": le["leaseDuration"],
+            "renew_deadline": le["renewDeadline"],
+            "retry_period": le["retryPeriod"],
+        },
+    }
+    return yaml.safe_dump(config)
+
+
+@pytest.mark.parametrize("shipped", [_configmap_config, _helm_values_config])
 def test_shipped_deploy_config_passes_check_config_with_leader_election(tmp_path, shipped):
-    """deploy/ runs two replicas: its config must turn leader election on."""
+    """deploy/ and the chart run two replicas: their config must turn leader election on."""
     path = tmp_path / "bridge.yaml"
     path.write_text(shipped())
     proc = run_cli("check-config", "--config", str(path))
