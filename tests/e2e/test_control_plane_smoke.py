@@ -1,4 +1,5 @@
-"""The e2e control plane itself works: real Events, lists, watches, bookmarks, 410, deploy/ RBAC."""
+"""The e2e control plane itself works: real Events, lists, watches, bookmarks, 410, deploy/ RBAC
+(the Lease included)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client, config
 
+from bridge import errors
+from bridge.core.leases import claimed, lease_object
+from bridge.kube.client import KubeClient
+from bridge.runtime.leading import Elector
+from bridge.settings import KubernetesSettings, LeaderElectionSettings
 from tests.e2e.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
@@ -263,22 +269,34 @@ def test_short_event_ttl_on_a_second_apiserver(control_plane: ControlPlane) -> N
         short.stop()
 
 
+def can_i(cp: ControlPlane, *args: str) -> bool:
+    """``kubectl auth can-i`` as the bridge's ServiceAccount."""
+    p = cp.kubectl("auth", "can-i", f"--as={BRIDGE_SA}", *args, check=False)
+    assert p.stdout.strip() in ("yes", "no"), p
+    return p.stdout.strip() == "yes"
+
+
 def test_deploy_manifests_pass_server_side_dry_run(control_plane: ControlPlane) -> None:
     # Namespaced objects need their namespace to exist for the server to admit them.
     control_plane.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
     out = control_plane.kubectl("apply", "--dry-run=server", "-k", str(DEPLOY))
-    for kind in (
-        "namespace",
-        "serviceaccount",
-        "clusterrole",
-        "clusterrolebinding",
-        "configmap",
-        "deployment",
-        "service",
-    ):
-        assert f"{kind}/k8s-event-bridge" in out.stdout.replace(
-            ".rbac.authorization.k8s.io", ""
-        ).replace(".apps", ""), out.stdout
+    # "poddisruptionbudget.policy/k8s-event-bridge created (server dry run)": kind/name
+    admitted = set()
+    for line in out.stdout.splitlines():
+        kind, name = line.split()[0].split("/", 1)
+        admitted.add(f"{kind.split('.')[0]}/{name}")
+    assert admitted == {
+        "namespace/k8s-event-bridge",
+        "serviceaccount/k8s-event-bridge",
+        "clusterrole/k8s-event-bridge",
+        "clusterrolebinding/k8s-event-bridge",
+        "role/k8s-event-bridge-leader-election",
+        "rolebinding/k8s-event-bridge-leader-election",
+        "configmap/k8s-event-bridge",
+        "deployment/k8s-event-bridge",
+        "poddisruptionbudget/k8s-event-bridge",
+        "service/k8s-event-bridge",
+    }, out.stdout
     for manifest in sorted(DEPLOY.glob("*.yaml")):
         if manifest.name == "kustomization.yaml":
             continue
@@ -291,9 +309,7 @@ async def test_deploy_rbac_allows_exactly_what_the_bridge_needs(
     control_plane.kubectl("apply", "-k", str(DEPLOY))
 
     def can(*args: str) -> bool:
-        p = control_plane.kubectl("auth", "can-i", f"--as={BRIDGE_SA}", *args, check=False)
-        assert p.stdout.strip() in ("yes", "no"), p
-        return p.stdout.strip() == "yes"
+        return can_i(control_plane, *args)
 
     assert can("list", "events", "--all-namespaces")
     assert can("watch", "events", "--all-namespaces")
@@ -316,3 +332,63 @@ async def test_deploy_rbac_allows_exactly_what_the_bridge_needs(
         with pytest.raises(client.ApiException) as denied:
             await v1.list_secret_for_all_namespaces()
         assert denied.value.status == 403
+
+
+async def test_deploy_rbac_allows_the_lease_only_in_its_own_namespace(
+    control_plane: ControlPlane,
+) -> None:
+    control_plane.kubectl("apply", "-k", str(DEPLOY))
+
+    def can(*args: str) -> bool:
+        return can_i(control_plane, *args)
+
+    own = ("-n", "k8s-event-bridge")
+    assert can("get", "leases.coordination.k8s.io/k8s-event-bridge", *own)
+    assert can("update", "leases.coordination.k8s.io/k8s-event-bridge", *own)
+    assert can("create", "leases.coordination.k8s.io", *own)
+    # not another Lease by name, not another namespace, nothing the election does not use
+    assert not can("get", "leases.coordination.k8s.io/kube-controller-manager", *own)
+    assert not can("update", "leases.coordination.k8s.io/kube-controller-manager", *own)
+    assert not can("delete", "leases.coordination.k8s.io/k8s-event-bridge", *own)
+    assert not can("patch", "leases.coordination.k8s.io/k8s-event-bridge", *own)
+    assert not can("list", "leases.coordination.k8s.io", *own)
+    assert not can("watch", "leases.coordination.k8s.io", *own)
+    for other in ("default", "kube-system"):
+        assert not can("create", "leases.coordination.k8s.io", "-n", other)
+        assert not can("get", "leases.coordination.k8s.io/k8s-event-bridge", "-n", other)
+        assert not can("update", "leases.coordination.k8s.io/k8s-event-bridge", "-n", other)
+
+    # The bridge's own elector, for real, with a TokenRequest token of that ServiceAccount:
+    # it creates the Lease, renews it (get + update) and releases it (get + update).
+    kubeconfig = control_plane.service_account_kubeconfig("k8s-event-bridge", "k8s-event-bridge")
+    kube = KubeClient(KubernetesSettings(kubeconfig=str(kubeconfig)))
+    await kube.connect()
+    try:
+        settings = LeaderElectionSettings(enabled=True)
+        elector = Elector(kube, settings, identity="e2e-rbac", namespace="k8s-event-bridge")
+        async with asyncio.timeout(30):
+            await elector.acquire()
+            taken_at = elector.renewed_at
+            hold = asyncio.create_task(elector.hold())
+            while elector.renewed_at == taken_at and not hold.done():
+                await asyncio.sleep(0.1)
+            hold.cancel()
+            await asyncio.gather(hold, return_exceptions=True)
+            assert elector.leading and elector.renewed_at != taken_at  # renewed
+            await elector.release()
+        lease = json.loads(
+            control_plane.kubectl(
+                "get", "lease", "k8s-event-bridge", "-n", "k8s-event-bridge", "-o", "json"
+            ).stdout
+        )
+        assert lease["spec"].get("holderIdentity", "") == ""  # released
+        with pytest.raises(errors.Forbidden):
+            record = claimed(None, "e2e-rbac", 15, time.time())
+            await kube.create_lease(
+                "default", lease_object("k8s-event-bridge", "default", record, None)
+            )
+    finally:
+        await kube.close()
+        control_plane.kubectl(
+            "delete", "lease", "k8s-event-bridge", "-n", "k8s-event-bridge", "--ignore-not-found"
+        )

@@ -155,3 +155,40 @@ def test_example_config_documents_every_key():
 def test_log_level_is_case_insensitive(monkeypatch):
     monkeypatch.setenv("BRIDGE_LOG__LEVEL", "INFO")
     assert settings.load().log.level == "info"
+
+
+REPO = Path(__file__).parents[2]
+
+
+def _configmap_config() -> str:
+    doc = yaml.safe_load(REPO.joinpath("deploy/configmap.yaml").read_text())
+    return doc["data"]["bridge.yaml"]
+
+
+def _helm_values_config() -> str:
+    # what templates/configmap.yaml renders: .Values.config plus leader_election written from
+    # .Values.leaderElection (lease name "" is the release's full name)
+    values = yaml.safe_load(REPO.joinpath("deploy/helm/k8s-event-bridge/values.yaml").read_text())
+    le = values["leaderElection"]
+    assert "leader_election" not in values["config"]
+    config = {
+        **values["config"],
+        "leader_election": {
+            "enabled": le["enabled"],
+            "lease_name": le["leaseName"] or "k8s-event-bridge",
+            "lease_duration": le["leaseDuration"],
+            "renew_deadline": le["renewDeadline"],
+            "retry_period": le["retryPeriod"],
+        },
+    }
+    return yaml.safe_dump(config)
+
+
+@pytest.mark.parametrize("shipped", [_configmap_config, _helm_values_config])
+def test_shipped_deploy_config_passes_check_config_with_leader_election(tmp_path, shipped):
+    """deploy/ and the chart run two replicas: their config must turn leader election on."""
+    path = tmp_path / "bridge.yaml"
+    path.write_text(shipped())
+    proc = run_cli("check-config", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["leader_election"]["enabled"] is True

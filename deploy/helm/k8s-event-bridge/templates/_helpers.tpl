@@ -45,3 +45,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "k8s-event-bridge.httpPort" -}}
 {{- dig "http" "port" 8080 .Values.config | int }}
 {{- end }}
+
+{{/* The Lease's name: leaderElection.leaseName, else the release's full name. */}}
+{{- define "k8s-event-bridge.leaseName" -}}
+{{- default (include "k8s-event-bridge.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
