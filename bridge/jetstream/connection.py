@@ -34,6 +34,18 @@ def passing(exc: BaseException) -> bool:
     return isinstance(exc, nats.errors.Error | TimeoutError | OSError)
 
 
+# JetStream API errors that a cluster stops giving by itself: 10005 "no suitable peers for
+# placement" (a replicated stream or bucket while a node is down or has not joined yet; also
+# for good when nats.num_replicas exceeds the cluster, which the warning then names).
+PASSING_API_ERRORS = frozenset({10005})
+
+
+def passing_api_error(exc: BaseException) -> bool:
+    return isinstance(exc, nats.js.errors.ServiceUnavailableError) or (
+        isinstance(exc, nats.js.errors.APIError) and exc.err_code in PASSING_API_ERRORS
+    )
+
+
 @contextlib.contextmanager
 def unavailable(what: str) -> Iterator[None]:
     """Map nats-py's failures of ``what``: JetStream's own refusal (an API error other than
@@ -44,10 +56,13 @@ def unavailable(what: str) -> Iterator[None]:
     except Exception as exc:
         if isinstance(exc, errors.BridgeError):
             raise
-        if isinstance(exc, nats.js.errors.APIError) and not isinstance(
-            exc, nats.js.errors.ServiceUnavailableError
-        ):
+        if isinstance(exc, nats.js.errors.APIError) and not passing_api_error(exc):
             raise errors.JetStreamRefused(f"{what}: {exc}") from exc
+        if isinstance(exc, nats.js.errors.APIError) and exc.err_code in PASSING_API_ERRORS:
+            raise errors.JetStreamUnavailable(
+                f"{what}: {exc} (a node of the cluster down or not joined yet, or fewer nodes "
+                "than nats.num_replicas)"
+            ) from exc
         if not passing(exc):
             raise
         raise errors.JetStreamUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc

@@ -334,7 +334,9 @@ class Publisher:
 
     def _retry_later(self, p: Outgoing, reason: str, detail: str) -> None:
         self._m.failed.labels(reason).inc()
-        delay = min(_RETRY_CAP, 0.5 * 2 ** min(p.attempts, 5))
+        # never longer than an ack wait: a stream without a leader answers at once ("no
+        # responders") while it elects one, and the window must not sleep past the election
+        delay = min(_RETRY_CAP, self.ack_timeout, 0.5 * 2 ** min(p.attempts, 5))
         p.deadline = self._clock() + delay
         log.warn_sampled(
             reason,

@@ -18,7 +18,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from bridge import logs
 from bridge.errors import BridgeError, NoStream, PublishError, StreamConfigMismatch
-from bridge.jetstream.connection import unavailable
+from bridge.jetstream.connection import passing_api_error, unavailable
 from bridge.settings import NatsSettings
 
 log = logs.get("streams")
@@ -88,6 +88,8 @@ async def _ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
         try:
             await js.add_stream(want)
         except nats.js.errors.APIError as exc:
+            if passing_api_error(exc):
+                raise  # passing: ``unavailable`` makes it JetStreamUnavailable, asked again
             raise PublishError(f"creating stream {settings.stream}: {exc}") from exc
         log.info(
             "stream_created",

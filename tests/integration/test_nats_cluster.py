@@ -458,14 +458,6 @@ async def test_a_bridge_started_before_a_fresh_cluster_creates_the_r3_stream_and
         await ask(fresh.cleanup)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bridge bug: streams._ensure_stream maps add_stream's 400 err_code 10005 ('no "
-    "suitable peers for placement', R3 with 2 of 3 nodes up) to PublishError, and "
-    "KvCheckpointStore.open maps it to JetStreamRefused: the bridge exits 1 instead of "
-    "waiting for the third node (docs/nats-cluster.md)",
-)
 async def test_a_bridge_started_while_a_node_of_a_fresh_cluster_is_down_waits_for_it(
     tmp_path, sim, bridge_on
 ):
