@@ -6,6 +6,8 @@ real kube-apiserver and checks its certificate) and holds every chunk from the s
 API server looks to the client. ``delay`` may be changed at any time; it applies to what
 arrives from then on. ``cut()`` stops forwarding anything, both ways, on open connections and
 new ones (a network partition: no reset, no answer); ``heal()`` lets it all through again.
+``stop()`` closes every connection and the port (a link that breaks); ``start()`` again
+listens on the same port.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import contextlib
 
 
 class LatencyProxy:
-    def __init__(self, upstream_host: str, upstream_port: int, delay: float = 0.0) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, delay: float = 0.0, port: int = 0
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.delay = delay
-        self.port = 0
+        self.port = port
         self.connections = 0
         self._open = asyncio.Event()
         self._open.set()
@@ -30,7 +34,7 @@ class LatencyProxy:
         return f"https://127.0.0.1:{self.port}"
 
     async def start(self) -> LatencyProxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
