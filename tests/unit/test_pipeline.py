@@ -300,3 +300,35 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     store.failing = False
     await cp.save_all()
     assert lag() == 0.0 and store.saved == {KEY: 12}
+
+
+async def test_a_lost_lease_stops_everything_at_once_and_writes_no_checkpoint():
+    """The leader election's hold ends (renew deadline passed): the pipeline stops without a
+    drain, publishes nothing more (no `stopped`), and does not write the checkpoint again."""
+    source = MemorySource([event("a", 5)], 10, [event("c", 11)])
+    publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore({KEY: 3})
+    p = pipeline(source, publisher, store)
+    p.checkpointer.interval = 3600  # only the final save would write
+    fence: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    await p.open()
+    task = asyncio.create_task(p.run(asyncio.Event(), fence=fence))
+    for _ in range(200):
+        if "BackOff uid-c/11" in publisher.sent:
+            break
+        await asyncio.sleep(0.01)
+    writes = list(store.writes)
+    fence.set_exception(RuntimeError("no renewal of the Lease for 10s"))
+    assert await asyncio.wait_for(task, 5) == EXIT_FAILED
+    assert not any(s.startswith("stopped ") for s in publisher.sent)
+    assert store.writes == writes  # the checkpoint was not written again
+
+
+def test_a_standby_is_ready_with_no_scope_while_nats_is():
+    clock = [100.0]
+    health = Health(60.0, clock=lambda: clock[0])
+    health.standby = True
+    health.nats_up(True)
+    assert health.ready
+    health.nats_up(False)
+    clock[0] += 61
+    assert health.problems() == ["NATS has been unreachable for 61s"]
