@@ -6,10 +6,15 @@
  *   SAMEOBJ   all versions belong to one object (default: objects A,A,B)
  *   FILT1     the second version written (RV 2 unless the deletion came first) is filtered out
  *   NR        replicas running the full algorithm concurrently (1 or 2)       default 1
+ *             (2: leader election on a Lease; a deposed leader may still run until renew_deadline,
+ *             then stops at once without another checkpoint write: replica 0, which may stop for
+ *             good at any moment; both running everything all the time over-approximates this)
  *   MAXCRASH  crashes (any replica, any point) in one run                      default 1
  *   MAXCOMP   compactions in one run                                            default 1
- *   CKPT      checkpoint write: 0 CAS-max, 1 plain put (the code: KvCheckpointStore.save),
- *             2 last writer wins (read, max, put without CAS)                    default 1
+ *   CKPT      checkpoint write: 0 CAS-max (the code: KvCheckpointStore.save: revision+value read or
+ *             cached, leave it if stored >= ours, else update(last=revision), re-read on a
+ *             wrong-last-sequence error), 1 plain put (the code before), 2 last writer wins
+ *             (read, max, put without CAS)                                       default 0
  *   GAPHELD   1: the gap message is a ledger entry (holds the checkpoint; the code:
  *                Intake.gap queues it with progress.pending(None))
  *             0: queued without a ledger entry (the code before issue 9)         default 1
@@ -60,7 +65,7 @@
 #define MAXCOMP 1
 #endif
 #ifndef CKPT
-#define CKPT 1
+#define CKPT 0
 #endif
 #ifndef GAPHELD
 #define GAPHELD 1

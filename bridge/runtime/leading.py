@@ -11,6 +11,14 @@ informer-with-LeaderElection pattern): ``LeaseDuration`` 15 s, ``RenewDeadline``
 
 The decisions are ``bridge.core.leases``'; the requests go through the ``LeaseStore`` port.
 Expiry is judged on the local monotonic clock (``core.leases.held_by_other``).
+
+Why not ``kubernetes_asyncio.leaderelection`` (read at 36.1.0): it has no release (and its
+``LeaseLock`` refuses an empty holder), no deadline on a request in flight (a hung API server
+keeps a deposed leader leading), the wall clock for expiry, an exception from the client
+(a refused connection) escapes ``run()`` and leaves the leader's work running, float
+durations crash (``int("15.0")``), timestamps are naive local time suffixed "Z", and
+``leaseTransitions`` never moves. client-go's algorithm is small; it is here, tested on an
+injected clock (tests/unit/test_leading.py) and against the real API server (tests/e2e).
 """
 
 from __future__ import annotations
