@@ -127,7 +127,7 @@ class Bridge:
                 self.pipeline.leadership = {
                     "identity": e.identity,
                     "previousHolder": e.previous_holder,
-                    "lease": f"{e.namespace}/{e.name}",
+                    "lease": e.lease,
                     "transitions": e.transitions,
                     "at": now_rfc3339(),
                 }
@@ -150,7 +150,7 @@ class Bridge:
         elector = self.elector = Elector(kube, le, identity=identity, namespace=namespace)
         self.health.standby = True
         self.http.status = lambda: self._standby_status(cluster)
-        log.info("standing_by", identity=identity, lease=f"{namespace}/{le.lease_name}")
+        log.info("standing_by", identity=identity, lease=elector.lease)
         try:
             await elector.acquire()
         finally:
@@ -164,7 +164,7 @@ class Bridge:
             "role": "standby",
             "identity": e.identity,
             "leader": e.holder or None,
-            "lease": f"{e.namespace}/{e.name}",
+            "lease": e.lease,
             "nats": {"connected": self.health.nats_connected},
         }
 

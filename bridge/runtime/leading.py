@@ -71,6 +71,7 @@ class Elector:
         self.identity = identity
         self.namespace = namespace
         self.name = settings.lease_name
+        self.lease = f"{namespace}/{self.name}"  # for people: logs, /status, leader_changed
         self.duration = max(1, round(settings.lease_duration))
         self._clock = clock
         self._wallclock = wallclock
@@ -103,7 +104,7 @@ class Elector:
         log.info(
             "leading",
             identity=self.identity,
-            lease=f"{self.namespace}/{self.name}",
+            lease=self.lease,
             previous_holder=self.previous_holder or None,
             transitions=self.transitions,
         )
@@ -121,7 +122,7 @@ class Elector:
                     log.error(
                         "leadership_lost",
                         identity=self.identity,
-                        lease=f"{self.namespace}/{self.name}",
+                        lease=self.lease,
                         holder=self.holder or None,
                         note=f"no renewal for {s.renew_deadline:g}s: stopping at once",
                     )
@@ -174,7 +175,7 @@ class Elector:
                 "lease_request_failed",
                 interval=30,
                 identity=self.identity,
-                lease=f"{self.namespace}/{self.name}",
+                lease=self.lease,
                 error=type(exc).__name__,
                 detail=str(exc)[:300],
                 needs="get, create and update on leases (coordination.k8s.io) in " + self.namespace

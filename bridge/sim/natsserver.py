@@ -38,6 +38,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_listening(
+    proc: subprocess.Popen[bytes], port: int, log_path: str, what: str, timeout: float
+) -> None:
+    """Until ``proc`` listens on ``port``; its log's tail in the error when it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {Path(log_path).read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{what} did not listen on {port} in {timeout}s")
+
+
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class NatsServer:
     """A nats-server process with JetStream (unless ``jetstream=False``) on a loopback port and
     its own store directory."""
@@ -77,31 +109,15 @@ class NatsServer:
         ]
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {Path(self.log_path).read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"nats-server did not listen on {self.port} in {timeout}s")
+        _wait_listening(self.proc, self.port, self.log_path, "nats-server", timeout)
+        return self
 
     def kill(self) -> None:
         """SIGKILL: an outage, the store stays for a restart on the same port."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        _kill(self.proc)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _stop(self.proc, 5)
 
     def cleanup(self) -> None:
         self.stop()
@@ -312,32 +328,13 @@ class _Node:
             self.proc = subprocess.Popen(
                 [binary(), "-c", self.config_path], stdout=logf, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server {self.name} exited: {Path(self.log_path).read_text()[-2000:]}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"nats-server {self.name} did not listen on {self.port} in {timeout}s")
+        _wait_listening(self.proc, self.port, self.log_path, f"nats-server {self.name}", timeout)
 
     def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        _kill(self.proc)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _stop(self.proc, 10)
 
     def monitor(self, path: str) -> dict[str, Any] | None:
         """GET ``path`` on the monitoring port: the JSON body of a 200, else None."""

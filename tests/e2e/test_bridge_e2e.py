@@ -516,6 +516,14 @@ async def _pair(start_bridge, **sections: Any) -> tuple[BridgeProcess, BridgePro
     return a, b
 
 
+async def _leader_changed(url: str, identity: str) -> dict[str, Any]:
+    """The one ``leader_changed`` status event ``identity`` published."""
+    (changed,) = [
+        e for e in await status_events(url, "leader_changed") if e["data"]["identity"] == identity
+    ]
+    return changed
+
+
 async def _under_load(writer, during) -> None:
     """Steady writes (20/s, a third of them count bumps) around ``during``."""
     stop = asyncio.Event()
@@ -554,11 +562,7 @@ async def test_sigkill_of_the_leader_the_standby_takes_over_after_the_lease_expi
     assert took is not None
     print(f"takeover after SIGKILL: {took - killed_at:.1f}s")
     assert took - killed_at > 10  # it waited for the Lease, not for nothing
-    (changed,) = [
-        e
-        for e in await status_events(nats_server.url, "leader_changed")
-        if e["data"]["identity"] == "bridge-b"
-    ]
+    changed = await _leader_changed(nats_server.url, "bridge-b")
     assert changed["data"]["previousHolder"] == "bridge-a"
     assert await _role(standby) == "leader"
 
@@ -584,8 +588,7 @@ async def test_sigterm_of_the_leader_hands_the_lease_over_at_once(
     took = _logged_at(standby, "leading")
     assert took is not None
     print(f"takeover after SIGTERM (from the old leader's exit): {took - stopped_at:.1f}s")
-    changes = await status_events(nats_server.url, "leader_changed")
-    (changed,) = [e for e in changes if e["data"]["identity"] == "bridge-b"]
+    changed = await _leader_changed(nats_server.url, "bridge-b")
     assert changed["data"]["previousHolder"] == ""  # released, not expired
 
 
