@@ -57,7 +57,9 @@ model:
 	cd model && ./run.sh S-base "" all && ./run.sh S-c2 "-DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
 	  && ./run.sh S-all "-DNV=4 -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
 	  && ./run.sh D-base "-DDEL" all && ./run.sh D-c2 "-DDEL -DMAXCRASH=2 -DMAXCOMP=2 -DFILT1 -DFINALC" all \
-	  && ! ./run.sh D-old "-DDEL -DGAPRULE=0" -  # the rule before deletions counted: must fail
+	  && ! ./run.sh D-old "-DDEL -DGAPRULE=0" - \
+	  && ./run.sh H2-del "-DNR=2 -DDEL -DNV=2 -DFILT1 -DFINALC" all \
+	  && ! ./run.sh H2-plain-mono "-DNR=2 -DCKPT=1" mono  # D-old, H2-plain-mono: must fail
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
