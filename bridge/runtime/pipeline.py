@@ -232,6 +232,10 @@ class Pipeline:
         for w in [*workers, stopping]:
             w.cancel()
         await asyncio.gather(*workers, stopping, return_exceptions=True)
+        if fence is not None and fence.done():
+            # the Lease was lost while draining: what was acked stays for the next leader
+            log.error("stopped_fenced", reason="the Lease was lost while draining")
+            return EXIT_FAILED
         await self.checkpointer.save_all(final=True)
         log.info(
             "stopped",

@@ -332,3 +332,24 @@ def test_a_standby_is_ready_with_no_scope_while_nats_is():
     health.nats_up(False)
     clock[0] += 61
     assert health.problems() == ["NATS has been unreachable for 61s"]
+
+
+async def test_a_lease_lost_while_draining_writes_no_final_checkpoint():
+    source = MemorySource([event("a", 5)], 10, [event("c", 11)])
+    publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore({KEY: 3})
+    p = pipeline(source, publisher, store, drain_timeout=0.5)
+    p.checkpointer.interval = 3600
+    fence: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    await p.open()
+    task = asyncio.create_task(p.run(stop, fence=fence))
+    for _ in range(200):
+        if "BackOff uid-c/11" in publisher.sent:
+            break
+        await asyncio.sleep(0.01)
+    writes = list(store.writes)
+    stop.set()  # SIGTERM: the drain waits for uid-c/11, which never comes
+    await asyncio.sleep(0.1)
+    fence.set_exception(RuntimeError("no renewal of the Lease for 10s"))
+    assert await asyncio.wait_for(task, 5) == EXIT_FAILED
+    assert store.writes == writes
