@@ -13,9 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PREFIX = "k8s_event_bridge_"
+
+
+def sim_kubeconfig(path: Path, server: str, user: dict[str, Any] | None = None) -> Path:
+    """A kubeconfig for the simulated API server at ``server`` (what the benchmark and the
+    soak hand the bridge)."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sim",
+        "clusters": [{"name": "sim", "cluster": {"server": server}}],
+        "users": [{"name": "bridge", "user": user or {}}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def cpu_seconds(pid: int) -> float:

@@ -57,9 +57,10 @@ from bench.procs import (
     histogram,
     histogram_quantile,
     machine_busy_seconds,
+    sim_kubeconfig,
 )
-from bridge.sim.natsserver import NatsServer, binary, free_port
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.natsserver import NatsServer, binary, free_port
 from bridge.sim.workload import make_event
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,19 +219,7 @@ class Bench:
                 duplicate_window=7200,
             )
         )
-        kubeconfig = self.tmp / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "sim",
-                    "clusters": [{"name": "sim", "cluster": {"server": self.sim.url}}],
-                    "users": [{"name": "bridge", "user": {"token": "bench"}}],
-                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
-                }
-            )
-        )
+        kubeconfig = sim_kubeconfig(self.tmp / "kubeconfig", self.sim.url, {"token": "bench"})
         self.port = free_port()
         # tests/integration/harness.py's bridge_config, with the benchmark's changes
         cfg: dict[str, Any] = {

@@ -47,7 +47,7 @@ import msgspec
 import nats
 import yaml
 
-from bench.procs import BridgeProc, memory_kb
+from bench.procs import BridgeProc, memory_kb, sim_kubeconfig
 from bridge.sim.apiserver import SimApiServer
 from bridge.sim.natsserver import NatsServer, free_port
 from bridge.sim.workload import make_event
@@ -167,19 +167,7 @@ class Soak:
 
     def config(self, port: int) -> Path:
         s = self.s
-        kubeconfig = self.work / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "sim",
-                    "clusters": [{"name": "sim", "cluster": {"server": self.sim.url}}],
-                    "users": [{"name": "bridge", "user": {}}],
-                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
-                }
-            )
-        )
+        kubeconfig = sim_kubeconfig(self.work / "kubeconfig", self.sim.url)
         cfg = {
             "cluster": {"name": CLUSTER},
             "kubernetes": {

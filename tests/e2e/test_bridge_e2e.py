@@ -81,6 +81,17 @@ def start_bridge(tmp_path, nats_server, bridge_kubeconfig, namespace):
         p.kill()
 
 
+def through(proxy: LatencyProxy, kubeconfig: Path, tmp_path: Path) -> Path:
+    """A copy of ``kubeconfig`` that reaches the API server through ``proxy``."""
+    import yaml
+
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["clusters"][0]["cluster"]["server"] = proxy.url
+    proxied = tmp_path / "proxied.kubeconfig"
+    proxied.write_text(yaml.safe_dump(doc))
+    return proxied
+
+
 async def stream_has(url: str, ids: list[str]) -> bool:
     return set(ids) <= set(await event_ids(url))
 
@@ -427,14 +438,9 @@ async def test_a_slow_api_server_opens_the_breaker_and_holds_relists_until_it_re
     (`apiserver_degraded`). The history is then compacted away: the 410 comes, but no relist
     while the breaker is open, only cheap probes. The latency goes; a probe is answered in
     time (`apiserver_recovered`), the relist follows and what was written meanwhile arrives."""
-    import yaml
-
     proxy = await LatencyProxy("127.0.0.1", control_plane.apiserver.port).start()
     try:
-        doc = yaml.safe_load(bridge_kubeconfig.read_text())
-        doc["clusters"][0]["cluster"]["server"] = proxy.url
-        proxied = tmp_path / "proxied.kubeconfig"
-        proxied.write_text(yaml.safe_dump(doc))
+        proxied = through(proxy, bridge_kubeconfig, tmp_path)
         bridge = start_bridge(
             kubeconfig=proxied,
             kubernetes={
@@ -599,14 +605,9 @@ async def test_a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_
     partition: no reset, no answer). Its renewals hang; after renew_deadline it stops at once
     (exit 1, nothing more published, no checkpoint written) — before the standby may take
     the Lease; the standby takes over, and the stream is the truth."""
-    import yaml
-
     proxy = await LatencyProxy("127.0.0.1", control_plane.apiserver.port).start()
     try:
-        doc = yaml.safe_load(bridge_kubeconfig.read_text())
-        doc["clusters"][0]["cluster"]["server"] = proxy.url
-        proxied = tmp_path / "proxied.kubeconfig"
-        proxied.write_text(yaml.safe_dump(doc))
+        proxied = through(proxy, bridge_kubeconfig, tmp_path)
         leader = start_bridge(
             kubeconfig=proxied, leader_election={**ELECTION, "identity": "bridge-a"}
         )
