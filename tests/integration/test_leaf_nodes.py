@@ -207,3 +207,36 @@ async def test_two_clusters_through_leaf_nodes_into_one_hub_stream_through_a_lin
         for leaf in leaves.values():
             leaf.stop()
         hub.stop()
+
+
+async def test_nats_domain_is_the_jetstream_the_bridge_uses(tmp_path, sim, kubeconfig):
+    """A server whose JetStream is domain "east": with `nats.domain: east` the bridge makes
+    its stream and bucket there and is ready; with a domain nobody serves it gets no answer
+    from that JetStream and waits, not ready, saying so (it never falls back to another)."""
+    conf = tmp_path / "east.conf"
+    conf.write_text("jetstream { domain: east }\n")
+    server = NatsServer(store_dir=str(tmp_path / "east"), args=["-c", str(conf)]).start()
+    started = []
+    try:
+        for domain in ("west", "east"):
+            cfg = bridge_config(tmp_path, server.url, kubeconfig, nats={"domain": domain})
+            started.append(BridgeProcess(cfg, tmp_path / f"bridge-{domain}.log").start())
+        wrong, right = started
+        await right.wait_ready(timeout=30)
+        nc = await nats.connect(server.url)
+        try:
+            info = await nc.jetstream(domain="east").stream_info("K8S_EVENTS")
+            assert info.config.name == "K8S_EVENTS"
+        finally:
+            await nc.close()
+
+        async def waiting() -> bool:
+            return any(e.get("event") == "ensure_stream_failed" for e in wrong.log_events())
+
+        await eventually(waiting, timeout=30)
+        status, _ = await wrong.get("/readyz")
+        assert status == 503
+    finally:
+        for b in started:
+            b.kill()
+        server.stop()
