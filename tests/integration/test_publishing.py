@@ -366,3 +366,28 @@ async def test_the_window_is_bounded_in_bytes_too(nats_server):
         t.cancel()
     await silent.unsubscribe()
     await nc.close()
+
+
+async def test_a_publish_nobody_takes_is_tried_again_within_an_ack_timeout(nats_server):
+    """No stream takes the subject (a clustered stream electing its leader answers exactly
+    so: no responders, at once). The next attempt comes within nats.ack_timeout, not after a
+    back-off of its own (1, 2, 4 ... 10 s), so publishing resumes when the leader is back."""
+    nc = await nats.connect(nats_server.url)
+    now = [1000.0]
+    pub = Publisher(nc, Metrics(), ack_timeout=0.3, max_inflight=4, clock=lambda: now[0])
+    await pub.start()
+    q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
+    p = Progress(0)
+    await q.put(Outgoing(silent_msg(1), p.pending(1)), 10)
+    task = asyncio.create_task(pub.run(q))
+    try:
+        for _ in range(500):  # the no-responders answer comes at once
+            if pub._m.failed.labels("no_responders")._value.get() >= 1:
+                break
+            await asyncio.sleep(0.01)
+        (out,) = pub._pending.values()
+        assert 0 < out.deadline - now[0] <= 0.3
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await nc.close()
