@@ -1,125 +1,175 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kubectl and etcd for the e2e tier from the Go module proxy, cached
-# outside the repo and keyed by version:
+# Build the real parts of the e2e tier from the Go module proxy, cached outside the repo and keyed
+# by version:
 #
-#   ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}/controlplane/<k8s>-<etcd>/bin
+#   e2e/build-control-plane.sh [newest|oldest|all|vX.Y.Z ...]      (default: newest)
 #
-# kube-apiserver and kubectl come from k8s.io/kubernetes at KUBERNETES_VERSION through a
-# generated wrapper module that replaces every staging module (k8s.io/api, k8s.io/client-go, ...)
-# listed in kubernetes' own go.mod with the published k8s.io/<name> v0.<minor>.<patch>.
-# etcd comes from a five-line wrapper main calling go.etcd.io/etcd/server/v3/etcdmain.Main.
+#   $cache/controlplane/kubernetes-<k8s>/bin   kube-apiserver kubectl kube-scheduler
+#                                              kube-controller-manager, and symlinks to:
+#   $cache/controlplane/etcd-<etcd>/bin/etcd
+#   $cache/controlplane/kwok-<kwok>/bin/kwok
+#   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
 #
-# If all three binaries exist and answer --version it exits 0 at once. Any failure exits non-zero
-# with a message. The last line printed on stdout is the bin directory.
-# Needs: go (>= the go directive of kubernetes' go.mod), network access to the Go module proxy.
+# The four Kubernetes commands come from k8s.io/kubernetes through a generated wrapper module that
+# replaces every staging module (k8s.io/api, k8s.io/client-go, ...) listed in kubernetes' own
+# go.mod with the published k8s.io/<name> v0.<minor>.<patch>; one `go build` compiles the four,
+# sharing every package. etcd comes from a five-line wrapper main calling etcdmain.Main; kwok is
+# `go install`ed (its go.mod has no replaces). Versions: e2e/versions.env.
+#
+# What is cached and answers --version is not built again. Any failure exits non-zero with a
+# message. stdout: one bin directory per version asked for, in order (the last line is the last).
+# Needs: go (>= the go directive of kubernetes' go.mod), access to the Go module proxy.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
-: "${KUBERNETES_VERSION:?not set in e2e/versions.env}"
+: "${KUBERNETES_NEWEST:?not set in e2e/versions.env}"
+: "${KUBERNETES_OLDEST:?not set in e2e/versions.env}"
 : "${ETCD_VERSION:?not set in e2e/versions.env}"
+: "${KWOK_VERSION:?not set in e2e/versions.env}"
 
-cache_root="${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}"
-dest="$cache_root/controlplane/${KUBERNETES_VERSION}-${ETCD_VERSION}"
-bin="$dest/bin"
-work="$dest/work"
+cache_root="${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}/controlplane"
 
 log() { echo "build-control-plane: $*" >&2; }
 die() { echo "build-control-plane: ERROR: $*" >&2; exit 1; }
-trap 'rc=$?; [ $rc -eq 0 ] || echo "build-control-plane: FAILED (exit $rc) building control plane ${KUBERNETES_VERSION}/etcd ${ETCD_VERSION}; work dir: $work" >&2' EXIT
+current="setup"
+trap 'rc=$?; [ $rc -eq 0 ] || echo "build-control-plane: FAILED (exit $rc) building $current" >&2' EXIT
 
-binaries_ok() {
-  [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ -x "$bin/etcd" ] || return 1
+wanted=()
+[ $# -gt 0 ] || set -- newest
+for a in "$@"; do
+  case "$a" in
+    newest) wanted+=("$KUBERNETES_NEWEST") ;;
+    oldest) wanted+=("$KUBERNETES_OLDEST") ;;
+    all) wanted+=("$KUBERNETES_NEWEST" "$KUBERNETES_OLDEST") ;;
+    v1.*) wanted+=("$a") ;;
+    *) die "unknown version '$a' (newest, oldest, all or vX.Y.Z)" ;;
+  esac
+done
+
+k8s_ok() {
+  local bin="$1"
+  [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ -x "$bin/kube-scheduler" ] \
+    && [ -x "$bin/kube-controller-manager" ] || return 1
   "$bin/kube-apiserver" --version >/dev/null 2>&1 || return 1
   "$bin/kubectl" version --client >/dev/null 2>&1 || return 1
-  "$bin/etcd" --version >/dev/null 2>&1 || return 1
+  "$bin/kube-scheduler" --version >/dev/null 2>&1 || return 1
+  "$bin/kube-controller-manager" --version >/dev/null 2>&1 || return 1
+}
+etcd_bin="$cache_root/etcd-${ETCD_VERSION}/bin"
+kwok_bin="$cache_root/kwok-${KWOK_VERSION}/bin"
+etcd_ok() { [ -x "$etcd_bin/etcd" ] && "$etcd_bin/etcd" --version >/dev/null 2>&1; }
+kwok_ok() { [ -x "$kwok_bin/kwok" ] && "$kwok_bin/kwok" --version >/dev/null 2>&1; }
+
+go_ready=""
+need_go() {
+  [ -z "$go_ready" ] || return 0
+  # The toolchain's usual place, for an environment whose PATH does not name it.
+  command -v go >/dev/null 2>&1 || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
+  command -v go >/dev/null 2>&1 || die "go is not installed (needed to build the control plane)"
+  export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+  go_ready=1
 }
 
-if binaries_ok; then
-  echo "$bin"
-  exit 0
-fi
+build_kubernetes() {
+  local version="$1" dest="$cache_root/kubernetes-$1"
+  local bin="$dest/bin" kw="$dest/work"
+  current="kubernetes ${version} (work dir: $kw)"
+  need_go
+  mkdir -p "$bin"
+  local mod_json gomod go_directive ver major rest minor staging_version commit ldflags pkg
+  mod_json="$(go mod download -json "k8s.io/kubernetes@${version}")" \
+    || die "go mod download k8s.io/kubernetes@${version} failed"
+  gomod="$(printf '%s\n' "$mod_json" | sed -n 's/^[[:space:]]*"GoMod":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p')"
+  [ -f "$gomod" ] || die "could not locate kubernetes' go.mod (download said: $mod_json)"
+  # Staging modules: every `k8s.io/<name> => ./staging/src/k8s.io/<name>` replace in its go.mod.
+  local staging
+  mapfile -t staging < <(go mod edit -json "$gomod" \
+    | tr -d ' \t\n' \
+    | grep -o '"Old":{"Path":"[^"]*"[^}]*},"New":{"Path":"\./staging/[^"]*"' \
+    | sed 's/^"Old":{"Path":"\([^"]*\)".*/\1/' | sort -u)
+  [ "${#staging[@]}" -gt 10 ] || die "found only ${#staging[@]} staging replaces in $gomod"
+  go_directive="$(go mod edit -json "$gomod" | sed -n 's/^[[:space:]]*"Go":[[:space:]]*"\([^"]*\)".*/\1/p' | head -1)"
+  [ -n "$go_directive" ] || die "no go directive in $gomod"
+  ver="${version#v}"; major="${ver%%.*}"; rest="${ver#*.}"; minor="${rest%%.*}"
+  staging_version="v0.${rest}"   # v1.37.2 -> v0.37.2
+  log "kubernetes ${version}: ${#staging[@]} staging modules -> ${staging_version} (go ${go_directive})"
 
-# The toolchain's usual place, for an environment whose PATH does not name it.
-command -v go >/dev/null 2>&1 || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
-command -v go >/dev/null 2>&1 || die "go is not installed (needed to build the control plane)"
-start=$(date +%s)
-mkdir -p "$bin" "$work"
-export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+  rm -rf "$kw"; mkdir -p "$kw"
+  {
+    echo "module k8s-event-bridge.local/controlplane/kubernetes"
+    echo
+    echo "go ${go_directive}"
+    echo
+    echo "require k8s.io/kubernetes ${version}"
+    echo
+    echo "replace ("
+    for m in "${staging[@]}"; do echo "	$m => $m ${staging_version}"; done
+    echo ")"
+  } > "$kw/go.mod"
+  local cmds=(kube-apiserver kubectl kube-scheduler kube-controller-manager) pkgs=() c
+  for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  log "resolving ${cmds[*]} ${version}"
+  (cd "$kw" && go get "${pkgs[@]/%/@${version}}") || die "go get of k8s.io/kubernetes ${version} commands failed"
 
-# ---------------------------------------------------------------- kube-apiserver + kubectl
-k8s_mod_json="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}")" \
-  || die "go mod download k8s.io/kubernetes@${KUBERNETES_VERSION} failed"
-k8s_gomod="$(printf '%s\n' "$k8s_mod_json" | sed -n 's/^[[:space:]]*"GoMod":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p')"
-[ -f "$k8s_gomod" ] || die "could not locate kubernetes' go.mod (download said: $k8s_mod_json)"
+  commit="$(printf '%s\n' "$mod_json" | sed -n 's/^[[:space:]]*"Hash":[[:space:]]*"\([0-9a-f]*\)".*/\1/p' | head -1)"
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X ${pkg}.gitVersion=${version} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+    ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+    [ -z "$commit" ] || ldflags+=" -X ${pkg}.gitCommit=${commit}"
+  done
+  log "compiling ${cmds[*]} ${version}"
+  rm -rf "$kw/out"; mkdir -p "$kw/out"
+  (cd "$kw" && go build -trimpath -ldflags "$ldflags" -o "$kw/out/" "${pkgs[@]}") \
+    || die "go build of k8s.io/kubernetes ${version} commands failed"
+  for c in "${cmds[@]}"; do mv -f "$kw/out/$c" "$bin/$c"; done
+  rm -rf "$kw"
+}
 
-# Staging modules: every `k8s.io/<name> => ./staging/src/k8s.io/<name>` replace in kubernetes' go.mod.
-mapfile -t staging < <(go mod edit -json "$k8s_gomod" \
-  | tr -d ' \t\n' \
-  | grep -o '"Old":{"Path":"[^"]*"[^}]*},"New":{"Path":"\./staging/[^"]*"' \
-  | sed 's/^"Old":{"Path":"\([^"]*\)".*/\1/' | sort -u)
-[ "${#staging[@]}" -gt 10 ] || die "found only ${#staging[@]} staging replaces in $k8s_gomod"
-go_directive="$(go mod edit -json "$k8s_gomod" | sed -n 's/^[[:space:]]*"Go":[[:space:]]*"\([^"]*\)".*/\1/p' | head -1)"
-[ -n "$go_directive" ] || die "no go directive in $k8s_gomod"
-
-ver="${KUBERNETES_VERSION#v}"
-major="${ver%%.*}"; rest="${ver#*.}"; minor="${rest%%.*}"
-staging_version="v0.${rest}"   # v1.36.3 -> v0.36.3
-log "kubernetes ${KUBERNETES_VERSION}: ${#staging[@]} staging modules -> ${staging_version} (go ${go_directive})"
-
-kw="$work/kubernetes"
-rm -rf "$kw"; mkdir -p "$kw"
-{
-  echo "module k8s-event-bridge.local/controlplane/kubernetes"
-  echo
-  echo "go ${go_directive}"
-  echo
-  echo "require k8s.io/kubernetes ${KUBERNETES_VERSION}"
-  echo
-  echo "replace ("
-  for m in "${staging[@]}"; do echo "	$m => $m ${staging_version}"; done
-  echo ")"
-} > "$kw/go.mod"
-
-log "resolving kube-apiserver and kubectl dependencies"
-(cd "$kw" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}") \
-  || die "go get of k8s.io/kubernetes ${KUBERNETES_VERSION} commands failed"
-
-commit="$(printf '%s\n' "$k8s_mod_json" | sed -n 's/^[[:space:]]*"Hash":[[:space:]]*"\([0-9a-f]*\)".*/\1/p' | head -1)"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X ${pkg}.gitVersion=${KUBERNETES_VERSION} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
-  ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
-  [ -z "$commit" ] || ldflags+=" -X ${pkg}.gitCommit=${commit}"
-done
-
-for cmd in kube-apiserver kubectl; do
-  log "compiling $cmd"
-  (cd "$kw" && go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") \
-    || die "go build k8s.io/kubernetes/cmd/$cmd failed"
-  mv -f "$bin/$cmd.tmp" "$bin/$cmd"
-done
-
-# ---------------------------------------------------------------- etcd
-ew="$work/etcd"
-rm -rf "$ew"; mkdir -p "$ew"
-cat > "$ew/main.go" <<'GO'
+build_etcd() {
+  current="etcd ${ETCD_VERSION}"
+  need_go
+  local ew="$cache_root/etcd-${ETCD_VERSION}/work"
+  rm -rf "$ew"; mkdir -p "$ew" "$etcd_bin"
+  cat > "$ew/main.go" <<'GO'
 package main
 
 import ("os"; "go.etcd.io/etcd/server/v3/etcdmain")
 
 func main() { etcdmain.Main(os.Args) }
 GO
-gofmt -w "$ew/main.go"
-printf 'module k8s-event-bridge.local/controlplane/etcd\n\ngo %s\n' "$go_directive" > "$ew/go.mod"
-log "resolving etcd ${ETCD_VERSION}"
-(cd "$ew" && go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" && go mod tidy) \
-  || die "resolving go.etcd.io/etcd/server/v3@${ETCD_VERSION} failed"
-log "compiling etcd"
-(cd "$ew" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" .) || die "go build etcd failed"
-mv -f "$bin/etcd.tmp" "$bin/etcd"
+  gofmt -w "$ew/main.go"
+  printf 'module k8s-event-bridge.local/controlplane/etcd\n\ngo 1.24\n' > "$ew/go.mod"
+  log "resolving etcd ${ETCD_VERSION}"
+  (cd "$ew" && go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" && go mod tidy) \
+    || die "resolving go.etcd.io/etcd/server/v3@${ETCD_VERSION} failed"
+  log "compiling etcd ${ETCD_VERSION}"
+  (cd "$ew" && go build -trimpath -ldflags "-s -w" -o "$etcd_bin/etcd.tmp" .) || die "go build etcd failed"
+  mv -f "$etcd_bin/etcd.tmp" "$etcd_bin/etcd"
+  rm -rf "$ew"
+}
 
-binaries_ok || die "built binaries do not run --version (see $bin)"
-log "built in $(( $(date +%s) - start ))s: $("$bin/kube-apiserver" --version), $("$bin/etcd" --version | head -1)"
-echo "$bin"
+build_kwok() {
+  current="kwok ${KWOK_VERSION}"
+  need_go
+  mkdir -p "$kwok_bin"
+  log "compiling kwok ${KWOK_VERSION}"
+  GOBIN="$kwok_bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" || die "go install sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION} failed"
+}
+
+start=$(date +%s)
+built=""
+etcd_ok || { build_etcd; built+=" etcd"; }
+kwok_ok || { build_kwok; built+=" kwok"; }
+for version in "${wanted[@]}"; do
+  bin="$cache_root/kubernetes-$version/bin"
+  k8s_ok "$bin" || { build_kubernetes "$version"; built+=" kubernetes-$version"; }
+  ln -sfn "$etcd_bin/etcd" "$bin/etcd"
+  ln -sfn "$kwok_bin/kwok" "$bin/kwok"
+  current="kubernetes ${version}"
+  k8s_ok "$bin" && etcd_ok && kwok_ok || die "built binaries do not run --version (see $bin)"
+done
+[ -z "$built" ] || log "built${built} in $(( $(date +%s) - start ))s"
+for version in "${wanted[@]}"; do echo "$cache_root/kubernetes-$version/bin"; done

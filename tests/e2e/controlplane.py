@@ -11,10 +11,13 @@ Flags, as envtest (``pkg/internal/testing/controlplane``) sets them, plus what t
 * kube-apiserver: ``--etcd-servers``, ``--cert-dir`` with ``--tls-cert-file`` /
   ``--tls-private-key-file``, ``--client-ca-file``, ``--secure-port`` (free port),
   ``--bind-address=127.0.0.1``, ``--advertise-address=127.0.0.1``,
+  ``--endpoint-reconciler-type=none`` (1.37 refuses a loopback address for the endpoints of the
+  ``kubernetes`` Service),
   ``--service-cluster-ip-range=10.0.0.0/24``, ``--allow-privileged=true``,
   ``--authorization-mode=RBAC``, ``--disable-admission-plugins=ServiceAccount`` (no controller
   manager runs, so no ``default`` ServiceAccount is ever created; envtest disables it for that
-  reason), ``--service-account-issuer`` / ``--service-account-key-file`` /
+  reason; the living cluster of cluster.py runs one and keeps the plugin),
+  ``--service-account-issuer`` / ``--service-account-key-file`` /
   ``--service-account-signing-key-file`` (TokenRequest works: ``kubectl create token``).
   Added here: ``--event-ttl`` (default 1h), ``--etcd-compaction-interval=0`` (the apiserver never
   compacts; tests do it with :meth:`ControlPlane.compact`), optionally ``--watch-cache=false``
@@ -87,7 +90,15 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
 VERSIONS_FILE = REPO / "e2e" / "versions.env"
 ADMIN_USER = "e2e-admin"
-BINARIES = ("kube-apiserver", "kubectl", "etcd")
+BINARIES = (
+    "kube-apiserver",
+    "kubectl",
+    "etcd",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kwok",
+)
+VERSIONS_ENV = "K8S_EVENT_BRIDGE_E2E_VERSIONS"
 
 
 class ControlPlaneError(RuntimeError):
@@ -106,7 +117,8 @@ class KubectlError(subprocess.CalledProcessError):
 
 
 def versions() -> dict[str, str]:
-    """The pins from e2e/versions.env (KUBERNETES_VERSION, ETCD_VERSION)."""
+    """The pins from e2e/versions.env (KUBERNETES_NEWEST, KUBERNETES_OLDEST, ETCD_VERSION,
+    KWOK_VERSION)."""
     out: dict[str, str] = {}
     for line in VERSIONS_FILE.read_text().splitlines():
         line = line.strip()
@@ -116,42 +128,69 @@ def versions() -> dict[str, str]:
     return out
 
 
-def bin_dir() -> Path:
-    """Where build-control-plane.sh puts the binaries (same rule as the script)."""
+def kubernetes_version(name: str) -> str:
+    """``newest`` / ``oldest`` (the pins) or an exact ``v1.X.Y``."""
+    v = versions()
+    if name in ("newest", "oldest"):
+        return v[f"KUBERNETES_{name.upper()}"]
+    if name.startswith("v1."):
+        return name
+    raise ControlPlaneError(f"unknown Kubernetes version {name!r} (newest, oldest or v1.X.Y)")
+
+
+def selected_versions() -> list[str]:
+    """The Kubernetes versions the e2e tier runs on: ``$K8S_EVENT_BRIDGE_E2E_VERSIONS``
+    (comma-separated newest, oldest, v1.X.Y), by default both pins, newest first."""
+    names = os.environ.get(VERSIONS_ENV, "newest,oldest")
+    out: list[str] = []
+    for name in names.split(","):
+        version = kubernetes_version(name.strip())
+        if version not in out:
+            out.append(version)
+    return out
+
+
+def minor(version: str) -> int:
+    """``v1.32.13`` -> 32."""
+    return int(version.lstrip("v").split(".")[1])
+
+
+def bin_dir(version: str | None = None) -> Path:
+    """Where build-control-plane.sh puts the binaries of ``version`` (default: the newest)."""
     root = os.environ.get("K8S_EVENT_BRIDGE_CACHE")
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = str(Path(xdg) / "k8s-event-bridge")
-    v = versions()
-    key = f"{v['KUBERNETES_VERSION']}-{v['ETCD_VERSION']}"
-    return Path(root) / "controlplane" / key / "bin"
+    version = version or kubernetes_version("newest")
+    return Path(root) / "controlplane" / f"kubernetes-{version}" / "bin"
 
 
-def binaries_present() -> bool:
-    d = bin_dir()
+def binaries_present(version: str | None = None) -> bool:
+    d = bin_dir(version)
     return all(os.access(d / name, os.X_OK) for name in BINARIES)
 
 
-def ensure_binaries(stream: bool = False) -> Path:
-    """Run e2e/build-control-plane.sh (instant when cached) and return the bin directory.
+def ensure_binaries(version: str | None = None, stream: bool = False) -> Path:
+    """Run e2e/build-control-plane.sh for ``version`` (default: the newest; instant when
+    cached) and return its bin directory.
 
     Raises ControlPlaneError with the end of the build output if the build fails: the e2e tier
     must fail loudly, never skip.
     """
+    version = version or kubernetes_version("newest")
+    cmd = ["bash", str(BUILD_SCRIPT), version]
     if stream:
-        proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True
-        )
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
         err = ""
     else:
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         err = proc.stderr
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = "\n".join(err.strip().splitlines()[-40:])
         raise ControlPlaneError(
-            f"e2e/build-control-plane.sh failed (exit {proc.returncode}); the e2e tier needs "
-            f"kube-apiserver, kubectl and etcd.\n{tail}"
+            f"e2e/build-control-plane.sh {version} failed (exit {proc.returncode}); the e2e "
+            f"tier needs {', '.join(BINARIES)}.\n{tail}"
         )
     path = Path(lines[-1])
     for name in BINARIES:
@@ -430,6 +469,7 @@ class ApiServer:
         issuer: str | None,
         extra_args: Sequence[str],
         kubectl_binary: Path,
+        service_account_admission: bool = False,
     ) -> None:
         self.binary = binary
         self.kubectl_binary = kubectl_binary
@@ -441,6 +481,7 @@ class ApiServer:
         self.watch_cache = watch_cache
         self.events_watch_cache = events_watch_cache
         self.extra_args = list(extra_args)
+        self.service_account_admission = service_account_admission
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.issuer = issuer or f"{self.url}/"
@@ -470,10 +511,17 @@ class ApiServer:
             f"--secure-port={self.port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # 1.37 refuses a loopback advertise address for the `kubernetes` Service's endpoints
+            # ("may not be in the loopback range"); nothing here reaches the apiserver that way
+            "--endpoint-reconciler-type=none",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            *(
+                []
+                if self.service_account_admission
+                else ["--disable-admission-plugins=ServiceAccount"]
+            ),
             f"--service-account-issuer={self.issuer}",
             f"--service-account-key-file={c.sa_pub}",
             f"--service-account-signing-key-file={c.sa_key}",
@@ -602,8 +650,11 @@ class ControlPlane:
         events_watch_cache: bool = False,
         apiserver_args: Sequence[str] = (),
         bin_path: Path | None = None,
+        version: str | None = None,
+        service_account_admission: bool = False,
     ) -> None:
-        self.bin = bin_path or ensure_binaries()
+        self.version = version or kubernetes_version("newest")
+        self.bin = bin_path or ensure_binaries(self.version)
         self.dir = Path(tempfile.mkdtemp(prefix="k8s-event-bridge-e2e-"))
         self.certs = Certs(self.dir / "pki")
         self.etcd = Etcd(self.bin / "etcd", self.dir)
@@ -619,6 +670,7 @@ class ControlPlane:
             issuer=None,
             extra_args=apiserver_args,
             kubectl_binary=self.bin / "kubectl",
+            service_account_admission=service_account_admission,
         )
         self.extra_apiservers: list[ApiServer] = []
         self.start_seconds: float | None = None
@@ -698,6 +750,7 @@ class ControlPlane:
             issuer=self.apiserver.issuer,
             extra_args=extra_args,
             kubectl_binary=self.bin / "kubectl",
+            service_account_admission=self.apiserver.service_account_admission,
         )
         self.extra_apiservers.append(a)
         if start:
