@@ -1,4 +1,10 @@
-"""Fixtures for the e2e tier: a real etcd + kube-apiserver (see controlplane.py).
+"""Fixtures for the e2e tier: a real etcd + kube-apiserver (controlplane.py) and a living
+cluster around them (cluster.py), on each Kubernetes version the tier runs on.
+
+Every e2e test runs once per version in ``selected_versions()`` (by default the newest and the
+oldest pinned in e2e/versions.env; ``K8S_EVENT_BRIDGE_E2E_VERSIONS=newest`` narrows it): the
+session fixture ``kubernetes_version`` is parametrized, and the control-plane fixtures hang off
+it, so a test id ends in ``[v1.37.2]`` or ``[v1.32.13]``.
 
 The binaries are built (once, cached) by e2e/build-control-plane.sh right after collection when
 any e2e test is selected, outside pytest-timeout's per-test limit and with the build's progress
@@ -9,60 +15,92 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError, ensure_binaries
+from tests.e2e.cluster import LivingCluster
+from tests.e2e.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    ensure_binaries,
+    selected_versions,
+)
 
 _build: dict[str, Any] = {}
+
+
+def _wanted(session: pytest.Session) -> list[str]:
+    """The versions of the e2e tests selected (their ``kubernetes_version`` parameter)."""
+    out: list[str] = []
+    for item in session.items:
+        if not item.get_closest_marker("e2e"):
+            continue
+        callspec = getattr(item, "callspec", None)
+        version = callspec.params.get("kubernetes_version") if callspec else None
+        for v in [version] if version else selected_versions():
+            if v not in out:
+                out.append(v)
+    return out
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
-    if not any(item.get_closest_marker("e2e") for item in session.items):
+    wanted = _wanted(session)
+    if not wanted:
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     capman = session.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None:
-        tr.write_line("e2e: e2e/build-control-plane.sh (a first build takes minutes; cached after)")
-    t0 = time.monotonic()
-    try:
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                _build["bin"] = ensure_binaries(stream=True)
-        else:
-            _build["bin"] = ensure_binaries()
-    except ControlPlaneError as e:
-        _build["error"] = e
+    for version in wanted:
         if tr is not None:
-            tr.write_line(f"e2e: control plane build FAILED: {e}", red=True)
-        return
-    if tr is not None:
-        tr.write_line(f"e2e: binaries in {_build['bin']} ({time.monotonic() - t0:.1f}s)")
-
-
-def _bin() -> Any:
-    if "error" in _build:
-        pytest.fail(f"e2e control plane binaries unavailable: {_build['error']}", pytrace=False)
-    if "bin" not in _build:
+            tr.write_line(
+                f"e2e: e2e/build-control-plane.sh {version} "
+                "(a first build takes minutes; cached after)"
+            )
+        t0 = time.monotonic()
         try:
-            _build["bin"] = ensure_binaries()
+            if capman is not None:
+                with capman.global_and_fixture_disabled():
+                    _build[version] = ensure_binaries(version, stream=True)
+            else:
+                _build[version] = ensure_binaries(version)
         except ControlPlaneError as e:
-            _build["error"] = e
-            pytest.fail(f"e2e control plane binaries unavailable: {e}", pytrace=False)
-    return _build["bin"]
+            _build[version] = e
+            if tr is not None:
+                tr.write_line(f"e2e: build of {version} FAILED: {e}", red=True)
+            continue
+        if tr is not None:
+            tr.write_line(f"e2e: binaries in {_build[version]} ({time.monotonic() - t0:.1f}s)")
+
+
+def _bin(version: str) -> Path:
+    if version not in _build:
+        try:
+            _build[version] = ensure_binaries(version)
+        except ControlPlaneError as e:
+            _build[version] = e
+    found = _build[version]
+    if isinstance(found, ControlPlaneError):
+        pytest.fail(f"e2e binaries for {version} unavailable: {found}", pytrace=False)
+    return found  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session", params=selected_versions())
+def kubernetes_version(request: pytest.FixtureRequest) -> str:
+    """The Kubernetes release this test runs on (``v1.37.2``, ...)."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")
-def control_plane_factory() -> Iterator[Callable[..., ControlPlane]]:
+def control_plane_factory(kubernetes_version: str) -> Iterator[Callable[..., ControlPlane]]:
     """Start more control planes: ``control_plane_factory(event_ttl="5s", watch_cache=False,
     apiserver_args=[...])``; each has its own etcd and is stopped at the end of the session."""
     started: list[ControlPlane] = []
 
     def make(**kwargs: Any) -> ControlPlane:
-        cp = ControlPlane(bin_path=_bin(), **kwargs)
+        cp = ControlPlane(bin_path=_bin(kubernetes_version), version=kubernetes_version, **kwargs)
         started.append(cp)
         return cp.start()
 
@@ -76,6 +114,16 @@ def control_plane(control_plane_factory: Callable[..., ControlPlane]) -> Control
     """The session's shared control plane (event TTL 1h, watch cache on). Tests that kill or
     restart its apiserver/etcd must leave it running (``start_apiserver()``/``start_etcd()``)."""
     return control_plane_factory()
+
+
+@pytest.fixture(scope="session")
+def living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok with three fake
+    nodes (cluster.py), one per version for the session."""
+    cluster = LivingCluster(bin_path=_bin(kubernetes_version), version=kubernetes_version)
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(autouse=True)
