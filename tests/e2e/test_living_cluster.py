@@ -1,0 +1,340 @@
+"""Events written by the real kube-scheduler, kube-controller-manager and kwok's kubelets
+(cluster.py), through the bridge, on each Kubernetes version of the tier.
+
+The truth is an independent raw watch on core/v1 Events of the whole cluster, started before
+the bridge and the workload (:class:`Truth`): every version it saw whose reason the test keeps
+must be in the stream exactly once, and each CloudEvent's attributes must be what the README
+documents, computed here from the Event the truth saw (not by the bridge's code): ``id``,
+``source``, ``type``, ``subject``, ``time`` (series.lastObservedTime, else lastTimestamp, else
+eventTime, else creationTimestamp), ``k8scount`` (series.count, else count, else 1) and the
+other ``k8s*`` extensions. Each test also checks that the workload produced the shape it is
+about (a series, a correlator's count bump, a combined Event), so that it can not pass on a
+cluster that wrote nothing interesting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
+from tests.e2e.truth import CLUSTER, Truth, assert_stream_carries
+from tests.integration.harness import BridgeProcess, bridge_config, eventually
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SA_NAMESPACE = SA_NAME = "k8s-event-bridge"
+_ns = itertools.count(1)
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def living_kubeconfig(living_cluster: LivingCluster) -> Path:
+    """deploy/ applied to the living cluster; a token for the bridge's ServiceAccount."""
+    living_cluster.kubectl("apply", "-k", str(REPO / "deploy"))
+    return living_cluster.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+
+
+@pytest.fixture
+def namespace(living_cluster: LivingCluster) -> Any:
+    ns = f"living-{next(_ns)}"
+    living_cluster.kubectl("create", "namespace", ns)
+    living_cluster.wait_for(
+        lambda: (
+            living_cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0
+        ),
+        f"ServiceAccount default in {ns}",
+    )
+    yield ns
+    living_cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+@pytest.fixture
+async def truth(living_cluster: LivingCluster) -> AsyncIterator[Truth]:
+    async with Truth(living_cluster) as t:
+        yield t
+    assert not t.errors
+
+
+@pytest.fixture
+def start_bridge(tmp_path: Path, nats_server: Any, living_kubeconfig: Path) -> Any:
+    """The bridge as deploy/'s ServiceAccount, watching the whole cluster, keeping ``reasons``."""
+    started: list[BridgeProcess] = []
+
+    async def start(reasons: set[str], **sections: Any) -> BridgeProcess:
+        sections.setdefault("filter", {})["reasons"] = sorted(reasons)
+        sections.setdefault("kubernetes", {})["read_timeout"] = "90s"
+        cfg = bridge_config(
+            tmp_path, nats_server.url, living_kubeconfig, cluster={"name": CLUSTER}, **sections
+        )
+        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log").start()
+        started.append(p)
+        await p.wait_ready(timeout=60)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+
+
+def deployment(
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    labels: dict[str, str] | None = None,
+    pod_spec: dict[str, Any] | None = None,
+    image: str = "registry.invalid/app:1",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": "100m"}}}],
+        **(pod_spec or {}),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": spec},
+        },
+    }
+
+
+def pods(cluster: LivingCluster, namespace: str, app: str) -> list[dict[str, Any]]:
+    return list(cluster.get_json("pods", "-n", namespace, "-l", f"app={app}")["items"])
+
+
+def until(check: Callable[[], bool]) -> Callable[[], Any]:
+    async def probe() -> bool:
+        return await asyncio.to_thread(check)
+
+    return probe
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_scheduler(
+    living_cluster: LivingCluster,
+    namespace: str,
+    truth: Truth,
+    start_bridge: Any,
+    nats_server: Any,
+) -> None:
+    """kube-scheduler writes events.k8s.io/v1 Events. Its broadcaster makes a *series* of a
+    repeat with the same key, which includes the Pod's resourceVersion: the first failure
+    writes the Pod's PodScheduled condition (a new resourceVersion), so the second attempt is a
+    new Event, and the third (same message, the Pod unchanged) sets ``series.count`` 2 and
+    ``series.lastObservedTime`` by PATCH, with no ``count`` and no ``lastTimestamp``. Later
+    repeats are counted in memory and written every 30 minutes (``refreshTime``). The
+    CloudEvent's ``k8scount`` and ``time`` follow the series."""
+    reasons = {"FailedScheduling", "Scheduled"}
+    await start_bridge(reasons)
+    # more CPU than any node has: Insufficient cpu, the same message at every attempt
+    too_big = deployment("too-big", namespace, 2)
+    too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
+    living_cluster.apply(deployment("churn", namespace, 3))
+    living_cluster.apply(too_big)
+    await eventually(
+        lambda: asyncio.sleep(0, len(truth.of("FailedScheduling", namespace)) >= 2), timeout=60
+    )
+
+    def series() -> list[dict[str, Any]]:
+        return [e for e in truth.of("FailedScheduling", namespace) if e.get("series")]
+
+    # Deleting a scheduled Pod makes the scheduler try the unschedulable ones again
+    # (NodeResourcesFit: "any deletion event to a scheduled pod could make the unscheduled pod
+    # schedulable"); they fail the same way.
+    for _ in range(12):
+        if len(series()) >= 2:
+            break
+        running = [
+            p["metadata"]["name"]
+            for p in pods(living_cluster, namespace, "churn")
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        ]
+        if running:
+            living_cluster.kubectl("delete", "pod", "-n", namespace, running[0], "--wait=false")
+        await asyncio.sleep(3)
+    assert len(series()) >= 2, [
+        (e["metadata"]["name"], e.get("series")) for e in truth.of("FailedScheduling", namespace)
+    ]
+    # fits once it asks for less: both are scheduled
+    living_cluster.kubectl(
+        "set", "resources", "deployment/too-big", "-n", namespace, "--requests=cpu=100m"
+    )
+    await eventually(
+        until(
+            lambda: (
+                sum(
+                    p["status"].get("phase") == "Running"
+                    for p in pods(living_cluster, namespace, "too-big")
+                )
+                >= 2
+            )
+        ),
+        timeout=90,
+        interval=0.5,
+    )
+
+    kept = await assert_stream_carries(nats_server.url, truth, reasons)
+    for ev in series():
+        assert ev["series"]["count"] >= 2
+        assert not ev.get("count") and not ev.get("lastTimestamp"), ev
+        assert ev.get("reportingComponent") == "default-scheduler", ev
+        assert f"{ev['metadata']['uid']}/{ev['metadata']['resourceVersion']}" in kept
+
+
+async def test_rollout_and_scaling_write_controller_events_with_count_bumps(
+    living_cluster: LivingCluster,
+    namespace: str,
+    truth: Truth,
+    start_bridge: Any,
+    nats_server: Any,
+) -> None:
+    """The deployment and replicaset controllers through client-go's correlator: more than 10
+    similar Events on one object in 10 minutes become one "(combined from similar events)"
+    Event whose ``count`` is bumped by PATCH."""
+    reasons = {"ScalingReplicaSet", "SuccessfulCreate", "SuccessfulDelete"}
+    await start_bridge(reasons)
+    living_cluster.apply(deployment("web", namespace, 2))
+    living_cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=14")
+    await eventually(
+        until(
+            lambda: (
+                sum(
+                    p["status"].get("phase") == "Running"
+                    for p in pods(living_cluster, namespace, "web")
+                )
+                >= 14
+            )
+        ),
+        timeout=90,
+        interval=0.5,
+    )
+    # a rollout: a new ReplicaSet scaled up and the old one down, one pod at a time
+    living_cluster.kubectl(
+        "set", "image", "deployment/web", "-n", namespace, "app=registry.invalid/app:2"
+    )
+    living_cluster.kubectl(
+        "rollout", "status", "deployment/web", "-n", namespace, "--timeout=120s", timeout=150
+    )
+    living_cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=1")
+
+    def combined() -> list[dict[str, Any]]:
+        return [
+            e
+            for r in ("SuccessfulCreate", "SuccessfulDelete")
+            for e in truth.of(r, namespace)
+            if "(combined from similar events)" in e.get("message", "") and e.get("count", 0) >= 2
+        ]
+
+    await eventually(lambda: asyncio.sleep(0, combined()), timeout=90)
+    await eventually(
+        lambda: asyncio.sleep(0, len(truth.of("SuccessfulDelete", namespace)) >= 3), timeout=60
+    )
+    kept = await assert_stream_carries(nats_server.url, truth, reasons)
+    assert len(truth.of("ScalingReplicaSet", namespace)) >= 3
+    bumped = [e for e in kept.values() if (e.get("count") or 1) >= 2]
+    assert bumped, "no count bump was seen"
+
+
+async def test_a_crash_loop_writes_backoff_with_the_kubelets_count_bumps(
+    living_cluster: LivingCluster,
+    namespace: str,
+    truth: Truth,
+    start_bridge: Any,
+    nats_server: Any,
+) -> None:
+    """kwok plays the kubelet: a container that keeps failing, BackOff bumped by the
+    correlator (same message on the same Pod), in binary content mode."""
+    reasons = {"BackOff"}
+    await start_bridge(reasons, cloudevents={"mode": "binary"})
+    living_cluster.apply(deployment("crasher", namespace, 2, labels={CRASHLOOP_LABEL: "true"}))
+
+    def bumped() -> list[dict[str, Any]]:
+        return [e for e in truth.of("BackOff", namespace) if e.get("count", 0) >= 3]
+
+    await eventually(lambda: asyncio.sleep(0, len(bumped()) >= 2), timeout=90, interval=0.5)
+    living_cluster.kubectl("scale", "deployment", "crasher", "-n", namespace, "--replicas=0")
+    await assert_stream_carries(nats_server.url, truth, reasons)
+    for e in bumped():
+        assert e["involvedObject"]["kind"] == "Pod"
+        assert e["source"].get("component") == "kwok_controller"
+
+
+async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_evicted(
+    living_cluster: LivingCluster,
+    namespace: str,
+    truth: Truth,
+    start_bridge: Any,
+    nats_server: Any,
+) -> None:
+    """A node's kubelet goes silent (kwok lets go of it: no Lease renewal): after
+    ``--node-monitor-grace-period`` the node lifecycle controller sets Ready=Unknown and writes
+    NodeNotReady on the Node and on each of its Pods, taints it ``unreachable:NoExecute``; the
+    taint eviction controller evicts the Pods that tolerate that for 2 s only
+    (TaintManagerEviction) and the ReplicaSet replaces them (SuccessfulCreate)."""
+    reasons = {"NodeNotReady", "TaintManagerEviction", "SuccessfulCreate"}
+    await start_bridge(reasons)
+    tolerations = [
+        {
+            "key": f"node.kubernetes.io/{t}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 2,
+        }
+        for t in ("not-ready", "unreachable")
+    ]
+    living_cluster.apply(deployment("spread", namespace, 6, pod_spec={"tolerations": tolerations}))
+
+    def running() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in pods(living_cluster, namespace, "spread")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    await eventually(until(lambda: len(running()) >= 6), timeout=60, interval=0.5)
+    victim = running()[0]["spec"]["nodeName"]
+    on_victim = {p["metadata"]["name"] for p in running() if p["spec"]["nodeName"] == victim}
+    living_cluster.silence(victim)
+    try:
+        await eventually(
+            until(
+                lambda: (
+                    len(running()) >= 6 and all(p["spec"]["nodeName"] != victim for p in running())
+                )
+            ),
+            timeout=120,
+            interval=0.5,
+        )
+        evicted = {e["involvedObject"]["name"] for e in truth.of("TaintManagerEviction", namespace)}
+        assert on_victim <= evicted, (on_victim, evicted)
+    finally:
+        living_cluster.revive(victim)
+    await eventually(until(lambda: living_cluster.node_ready(victim)), timeout=60, interval=0.5)
+    kept = await assert_stream_carries(nats_server.url, truth, reasons)
+    on_node = [e for e in kept.values() if e["involvedObject"]["kind"] == "Node"]
+    assert [e["involvedObject"]["name"] for e in on_node] == [victim]
+    assert on_node[0]["source"].get("component") == "node-controller"
+    on_pods = {
+        e["involvedObject"]["name"]
+        for e in kept.values()
+        if e["reason"] == "NodeNotReady" and e["involvedObject"]["kind"] == "Pod"
+    }
+    assert on_victim <= on_pods
