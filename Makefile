@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit integration e2e bench soak model fuzz clean
+.PHONY: demo demo-cluster test lint unit integration e2e control-plane bench soak model fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,16 @@ $(BIN)/.installed: pyproject.toml
 
 demo: $(BIN)/.installed
 	$(BIN)/k8s-event-bridge demo
+
+# the demo's show on a living cluster (docs/e2e.md): real scheduler, controller-manager and kwok
+# write the Events. Needs the e2e binaries (make control-plane). make demo-cluster [K8S=oldest]
+K8S ?= newest
+demo-cluster: $(BIN)/.installed
+	$(BIN)/python -m tests.e2e.demo_cluster --version $(K8S)
+
+# build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions
+control-plane:
+	bash e2e/build-control-plane.sh all
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge tests fuzz soak

@@ -1,0 +1,235 @@
+"""``make demo-cluster``: the demo's show on a living cluster (cluster.py) instead of the
+simulator: a real kube-apiserver, kube-scheduler, kube-controller-manager and kwok's kubelets
+write the Events, the bridge carries them into an embedded nats-server, and at the end the
+stream is checked against an independent watch of the cluster (truth.py).
+
+    python -m tests.e2e.demo_cluster [--version newest|oldest|v1.X.Y] [--quiet]
+
+Needs the e2e binaries cached (e2e/build-control-plane.sh; it says how when they are not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bridge import logs
+from bridge.app import Bridge
+from bridge.jetstream import tailing
+from bridge.settings import Settings
+from bridge.sim.natsserver import NatsServer
+from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
+from tests.e2e.controlplane import (
+    BUILD_SCRIPT,
+    REPO,
+    ControlPlaneError,
+    bin_dir,
+    binaries_present,
+    kubernetes_version,
+)
+from tests.e2e.truth import CLUSTER, Truth, assert_stream_carries
+
+REASONS = {
+    "FailedScheduling",
+    "BackOff",
+    "NodeNotReady",
+    "TaintManagerEviction",
+    "SuccessfulCreate",
+}
+NOT_READY_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 2,
+    }
+    for taint in ("not-ready", "unreachable")
+]
+
+
+def _say(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def _deployment(name: str, ns: str, replicas: int, **pod: object) -> dict[str, object]:
+    labels = pod.pop("labels", {})
+    assert isinstance(labels, dict)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, **labels}},
+                "spec": {"containers": [{"name": "app", "image": "demo.invalid/app:1"}], **pod},
+            },
+        },
+    }
+
+
+async def _wait(check: object, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(check):  # type: ignore[arg-type]
+            return
+        await asyncio.sleep(0.5)
+    print(f"   (not seen in {timeout:.0f}s: {what})")
+
+
+async def main(version: str, quiet: bool = False) -> int:
+    if not binaries_present(version):
+        print(
+            f"The living cluster needs kube-apiserver, kube-scheduler, kube-controller-manager, "
+            f"kubectl, etcd and kwok for Kubernetes {version}, built once from the Go module "
+            f"proxy (about 10 minutes on 2 cores; cached in {bin_dir(version)}):\n\n"
+            f"    bash {BUILD_SCRIPT.relative_to(REPO)} {version}\n\n"
+            "then run `make demo-cluster` again. (`make demo` needs none of it.)",
+            file=sys.stderr,
+        )
+        return 2
+    logs.setup("error", "text")
+    tmp = Path(tempfile.mkdtemp(prefix="bridge-demo-cluster-"))
+    server = NatsServer(store_dir=str(tmp / "nats")).start()
+    t0 = time.monotonic()
+    cluster = LivingCluster(version=version)
+    try:
+        cluster.start()
+    except ControlPlaneError as e:
+        server.stop()
+        print(f"the living cluster did not start: {e}", file=sys.stderr)
+        return 1
+    settings = Settings(
+        cluster={"name": CLUSTER},
+        kubernetes={"kubeconfig": str(cluster.kubeconfig)},
+        nats={"servers": [server.url]},
+        filter={"reasons": sorted(REASONS)},
+        checkpoint={"interval": 0.5},
+        http={"host": "127.0.0.1", "port": 0},
+    )
+    print(f"nats-server {server.url} (JetStream, store {server.store_dir})")
+    print(
+        f"living cluster, Kubernetes {version}: kube-apiserver {cluster.url}, kube-scheduler, "
+        f"kube-controller-manager, kwok with {len(cluster.node_names)} nodes "
+        f"(up in {time.monotonic() - t0:.1f}s)"
+    )
+    print(f"keeping Events with reasons {', '.join(sorted(REASONS))}")
+    received: list[str] = []
+    reader: tailing.Tail | None = None
+    showing: asyncio.Task[None] | None = None
+
+    async def show(reader: tailing.Tail) -> None:
+        async for msg in reader:
+            if "._bridge." not in msg.subject and msg.headers:
+                received.append(msg.headers.get("Nats-Msg-Id", ""))
+            if not quiet:
+                try:
+                    text = tailing.line(tailing.decode(msg.headers, msg.data))
+                except ValueError:
+                    text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
+                print("   " + text[:150], flush=True)
+
+    try:
+        async with Truth(cluster) as truth:
+            bridge = Bridge(settings)
+            run = asyncio.create_task(bridge.run())
+            while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
+                if run.done():
+                    return await run
+                await asyncio.sleep(0.05)
+            reader = await tailing.Tail.open(settings.nats, None, from_start=True)
+            showing = asyncio.create_task(show(reader))
+            ns = "demo"
+            cluster.kubectl("create", "namespace", ns)
+
+            _say(
+                "1. a Deployment asking for more CPU than any node has: the scheduler's "
+                "FailedScheduling (a series as it repeats, each time a scheduled Pod goes)"
+            )
+            too_big = _deployment("too-big", ns, 2)
+            too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {  # type: ignore[index]
+                "requests": {"cpu": "8"}
+            }
+            cluster.apply(too_big)
+            await _wait(lambda: len(truth.of("FailedScheduling", ns)) >= 2, "FailedScheduling")
+
+            _say("2. a crash loop: kwok's kubelet reports BackOff, the correlator bumps count")
+            cluster.apply(_deployment("crasher", ns, 2, labels={CRASHLOOP_LABEL: "true"}))
+            await _wait(
+                lambda: sum(e.get("count", 0) >= 3 for e in truth.of("BackOff", ns)) >= 2,
+                "BackOff counted three times",
+            )
+            cluster.kubectl("scale", "deployment", "crasher", "-n", ns, "--replicas=0")
+
+            _say("3. a node lost: NodeNotReady, its Pods evicted and replaced; then it returns")
+            cluster.apply(_deployment("web", ns, 6, tolerations=NOT_READY_TOLERATIONS))
+            await _wait(
+                lambda: all(
+                    p["status"].get("phase") == "Running"
+                    for p in cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"]
+                ),
+                "web Running",
+            )
+            victim = cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"][0]["spec"][
+                "nodeName"
+            ]
+            print(f"   {victim}'s kubelet stops reporting")
+            cluster.silence(victim)
+            await _wait(lambda: truth.of("TaintManagerEviction", ns), "TaintManagerEviction")
+            await asyncio.sleep(2)
+            print(f"   {victim}'s kubelet reports again")
+            cluster.revive(victim)
+            await _wait(lambda: cluster.node_ready(victim), f"{victim} Ready")
+            await _wait(
+                lambda: any(e.get("series") for e in truth.of("FailedScheduling", ns)),
+                "a FailedScheduling series",
+                timeout=30,
+            )
+            await asyncio.sleep(2)
+
+            _say("summary: the stream against an independent watch of the cluster")
+            try:
+                kept = await assert_stream_carries(server.url, truth, REASONS, timeout=60)
+            except AssertionError as e:
+                print(f"   FAILED: {e}")
+                return 1
+            bridge.request_stop()
+            await run
+            by_reason: dict[str, int] = {}
+            for ev in kept.values():
+                by_reason[ev["reason"]] = by_reason.get(ev["reason"], 0) + 1
+            print(f"   Event versions the cluster wrote and the filter keeps: {len(kept)}")
+            for reason, n in sorted(by_reason.items()):
+                print(f"     {reason:<22} {n}")
+            for ev in kept.values():
+                if ev.get("series"):
+                    print(
+                        f"   series: {ev['involvedObject']['name']} {ev['reason']} "
+                        f"count {ev['series']['count']} at {ev['series']['lastObservedTime']}"
+                    )
+            print(f"   CloudEvents read from the stream: {len(received)}")
+            print("   OK: each once, with id, time and k8scount as the Event says")
+            return 0
+    finally:
+        if showing is not None:
+            showing.cancel()
+            await asyncio.gather(showing, return_exceptions=True)
+        if reader is not None:
+            await reader.close()
+        cluster.stop()
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", default="newest", help="newest, oldest or v1.X.Y")
+    parser.add_argument("--quiet", action="store_true", help="no line per CloudEvent")
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(kubernetes_version(args.version), args.quiet)))
