@@ -1,22 +1,24 @@
 """Events written by the real kube-scheduler, kube-controller-manager and kwok's kubelets
 (cluster.py), through the bridge, on each Kubernetes version of the tier.
 
-The truth is an independent raw watch on core/v1 Events of the whole cluster, started before
-the bridge and the workload (:class:`Truth`): every version it saw whose reason the test keeps
-must be in the stream exactly once, and each CloudEvent's attributes must be what the README
-documents, computed here from the Event the truth saw (not by the bridge's code): ``id``,
-``source``, ``type``, ``subject``, ``time`` (series.lastObservedTime, else lastTimestamp, else
-eventTime, else creationTimestamp), ``k8scount`` (series.count, else count, else 1) and the
-other ``k8s*`` extensions. Each test also checks that the workload produced the shape it is
-about (a series, a correlator's count bump, a combined Event), so that it can not pass on a
-cluster that wrote nothing interesting.
+The truth is an independent raw watch on core/v1 Events of the whole cluster, started once the
+bridge is ready and before the workload (:class:`Truth`): every version it saw whose reason
+the test keeps must be in the stream exactly once, and each CloudEvent must be what the README
+documents, computed here from the Event the truth saw (not by the bridge's code): the subject,
+``id``, ``source``, ``type``, ``subject``, ``time`` (series.lastObservedTime, else
+lastTimestamp, else eventTime, else creationTimestamp), ``k8scount`` (series.count, else
+count, else 1), the other ``k8s*`` extensions, and ``data`` the Event without managedFields.
+Each test also checks that the workload produced the shape it is about (a series, a
+correlator's count bump, a combined Event), so that it can not pass on a cluster that wrote
+nothing interesting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,31 +60,33 @@ def namespace(living_cluster: LivingCluster) -> Any:
 
 
 @pytest.fixture
-async def truth(living_cluster: LivingCluster) -> AsyncIterator[Truth]:
-    async with Truth(living_cluster) as t:
-        yield t
-    assert not t.errors
+async def observe(
+    tmp_path: Path, nats_server: Any, living_kubeconfig: Path, living_cluster: LivingCluster
+) -> AsyncIterator[Callable[..., Awaitable[Truth]]]:
+    """``truth = await observe(reasons, **sections)``: the bridge (as deploy/'s ServiceAccount,
+    over the whole cluster, keeping ``reasons``: every reason when empty) started and ready,
+    then the truth's watch. In that order: a version written between the two would be in the
+    truth but, overwritten before the bridge's first list, never seen by the bridge (a first
+    start lists only the newest version of each Event)."""
+    bridges: list[BridgeProcess] = []
+    async with contextlib.AsyncExitStack() as stack:
 
+        async def start(reasons: set[str], **sections: Any) -> Truth:
+            sections.setdefault("filter", {})["reasons"] = sorted(reasons)
+            sections.setdefault("kubernetes", {})["read_timeout"] = "90s"
+            cfg = bridge_config(
+                tmp_path, nats_server.url, living_kubeconfig, cluster={"name": CLUSTER}, **sections
+            )
+            p = BridgeProcess(cfg, tmp_path / f"bridge-{len(bridges)}.log").start()
+            bridges.append(p)
+            await p.wait_ready(timeout=60)
+            return await stack.enter_async_context(Truth(living_cluster))
 
-@pytest.fixture
-def start_bridge(tmp_path: Path, nats_server: Any, living_kubeconfig: Path) -> Any:
-    """The bridge as deploy/'s ServiceAccount, watching the whole cluster, keeping ``reasons``."""
-    started: list[BridgeProcess] = []
-
-    async def start(reasons: set[str], **sections: Any) -> BridgeProcess:
-        sections.setdefault("filter", {})["reasons"] = sorted(reasons)
-        sections.setdefault("kubernetes", {})["read_timeout"] = "90s"
-        cfg = bridge_config(
-            tmp_path, nats_server.url, living_kubeconfig, cluster={"name": CLUSTER}, **sections
-        )
-        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log").start()
-        started.append(p)
-        await p.wait_ready(timeout=60)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
+        try:
+            yield start
+        finally:
+            for p in bridges:
+                p.kill()
 
 
 def deployment(
@@ -93,9 +97,10 @@ def deployment(
     labels: dict[str, str] | None = None,
     pod_spec: dict[str, Any] | None = None,
     image: str = "registry.invalid/app:1",
+    cpu: str = "100m",
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": "100m"}}}],
+        "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": cpu}}}],
         **(pod_spec or {}),
     }
     return {
@@ -131,8 +136,7 @@ def until(check: Callable[[], bool]) -> Callable[[], Any]:
 async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_scheduler(
     living_cluster: LivingCluster,
     namespace: str,
-    truth: Truth,
-    start_bridge: Any,
+    observe: Any,
     nats_server: Any,
 ) -> None:
     """kube-scheduler writes events.k8s.io/v1 Events. Its broadcaster makes a *series* of a
@@ -143,7 +147,7 @@ async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_sched
     repeats are counted in memory and written every 30 minutes (``refreshTime``). The
     CloudEvent's ``k8scount`` and ``time`` follow the series."""
     reasons = {"FailedScheduling", "Scheduled"}
-    await start_bridge(reasons)
+    truth = await observe(reasons)
     # more CPU than any node has: Insufficient cpu, the same message at every attempt
     too_big = deployment("too-big", namespace, 2)
     too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
@@ -202,15 +206,14 @@ async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_sched
 async def test_rollout_and_scaling_write_controller_events_with_count_bumps(
     living_cluster: LivingCluster,
     namespace: str,
-    truth: Truth,
-    start_bridge: Any,
+    observe: Any,
     nats_server: Any,
 ) -> None:
     """The deployment and replicaset controllers through client-go's correlator: more than 10
     similar Events on one object in 10 minutes become one "(combined from similar events)"
     Event whose ``count`` is bumped by PATCH."""
     reasons = {"ScalingReplicaSet", "SuccessfulCreate", "SuccessfulDelete"}
-    await start_bridge(reasons)
+    truth = await observe(reasons)
     living_cluster.apply(deployment("web", namespace, 2))
     living_cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=14")
     await eventually(
@@ -256,14 +259,13 @@ async def test_rollout_and_scaling_write_controller_events_with_count_bumps(
 async def test_a_crash_loop_writes_backoff_with_the_kubelets_count_bumps(
     living_cluster: LivingCluster,
     namespace: str,
-    truth: Truth,
-    start_bridge: Any,
+    observe: Any,
     nats_server: Any,
 ) -> None:
     """kwok plays the kubelet: a container that keeps failing, BackOff bumped by the
     correlator (same message on the same Pod), in binary content mode."""
     reasons = {"BackOff"}
-    await start_bridge(reasons, cloudevents={"mode": "binary"})
+    truth = await observe(reasons, cloudevents={"mode": "binary"})
     living_cluster.apply(deployment("crasher", namespace, 2, labels={CRASHLOOP_LABEL: "true"}))
 
     def bumped() -> list[dict[str, Any]]:
@@ -280,8 +282,7 @@ async def test_a_crash_loop_writes_backoff_with_the_kubelets_count_bumps(
 async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_evicted(
     living_cluster: LivingCluster,
     namespace: str,
-    truth: Truth,
-    start_bridge: Any,
+    observe: Any,
     nats_server: Any,
 ) -> None:
     """A node's kubelet goes silent (kwok lets go of it: no Lease renewal): after
@@ -290,7 +291,7 @@ async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_
     taint eviction controller evicts the Pods that tolerate that for 2 s only
     (TaintManagerEviction) and the ReplicaSet replaces them (SuccessfulCreate)."""
     reasons = {"NodeNotReady", "TaintManagerEviction", "SuccessfulCreate"}
-    await start_bridge(reasons)
+    truth = await observe(reasons)
     tolerations = [
         {
             "key": f"node.kubernetes.io/{t}",
@@ -338,3 +339,29 @@ async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_
         if e["reason"] == "NodeNotReady" and e["involvedObject"]["kind"] == "Pod"
     }
     assert on_victim <= on_pods
+
+
+async def test_a_burst_of_hundreds_of_pods_every_version_of_every_reason(
+    living_cluster: LivingCluster,
+    namespace: str,
+    observe: Any,
+    nats_server: Any,
+) -> None:
+    """240 Pods up and down again, at the rate the components write: Scheduled from the
+    scheduler (events.k8s.io), SuccessfulCreate / SuccessfulDelete from the ReplicaSet
+    controller (combined and bumped by the correlator, then rate-limited by its spam filter),
+    ScalingReplicaSet, Started from kwok's kubelets. The bridge keeps every reason."""
+    truth = await observe(set())
+    living_cluster.apply(deployment("burst", namespace, 240, cpu="10m"))
+
+    def phases() -> list[str]:
+        return [p["status"].get("phase", "") for p in pods(living_cluster, namespace, "burst")]
+
+    await eventually(until(lambda: phases().count("Running") >= 240), timeout=240, interval=1)
+    living_cluster.kubectl("scale", "deployment", "burst", "-n", namespace, "--replicas=0")
+    await eventually(until(lambda: not phases()), timeout=180, interval=1)
+    kept = await assert_stream_carries(nats_server.url, truth, None, timeout=180)
+    mine = [e for e in kept.values() if e["metadata"]["namespace"] == namespace]
+    reasons = {e["reason"] for e in mine}
+    assert {"Scheduled", "Started", "SuccessfulCreate", "ScalingReplicaSet"} <= reasons, reasons
+    assert len(mine) >= 480, len(mine)  # 240 Scheduled and 240 Started at the least
