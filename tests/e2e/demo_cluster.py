@@ -17,12 +17,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bridge import logs
 from bridge.app import Bridge
 from bridge.jetstream import tailing
 from bridge.settings import Settings
 from bridge.sim.natsserver import NatsServer
+from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
 from tests.e2e.controlplane import (
     BUILD_SCRIPT,
@@ -32,7 +34,7 @@ from tests.e2e.controlplane import (
     binaries_present,
     kubernetes_version,
 )
-from tests.e2e.truth import CLUSTER, Truth, assert_stream_carries
+from tests.e2e.truth import Truth, assert_stream_carries
 
 REASONS = {
     "FailedScheduling",
@@ -40,6 +42,7 @@ REASONS = {
     "NodeNotReady",
     "TaintManagerEviction",
     "SuccessfulCreate",
+    "ScalingReplicaSet",
 }
 NOT_READY_TOLERATIONS = [
     {
@@ -81,6 +84,60 @@ async def _wait(check: object, what: str, timeout: float = 90) -> None:
             return
         await asyncio.sleep(0.5)
     print(f"   (not seen in {timeout:.0f}s: {what})")
+
+
+async def workload(cluster: LivingCluster, truth: Truth, ns: str, say: Any = None) -> None:
+    """What the demo shows, in namespace ``ns`` (also what capture_events.py records)."""
+    say = say or _say
+    cluster.kubectl("create", "namespace", ns)
+
+    say(
+        "1. a Deployment asking for more CPU than any node has: the scheduler's "
+        "FailedScheduling (a series as it repeats, each time a scheduled Pod goes)"
+    )
+    too_big = _deployment("too-big", ns, 2)
+    too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {  # type: ignore[index]
+        "requests": {"cpu": "8"}
+    }
+    cluster.apply(too_big)
+    await _wait(lambda: len(truth.of("FailedScheduling", ns)) >= 2, "FailedScheduling")
+
+    say("2. a crash loop: kwok's kubelet reports BackOff, the correlator bumps count")
+    cluster.apply(_deployment("crasher", ns, 2, labels={CRASHLOOP_LABEL: "true"}))
+    await _wait(
+        lambda: sum(e.get("count", 0) >= 3 for e in truth.of("BackOff", ns)) >= 2,
+        "BackOff counted three times",
+    )
+    cluster.kubectl("scale", "deployment", "crasher", "-n", ns, "--replicas=0")
+
+    say("3. a node lost: NodeNotReady, its Pods evicted and replaced; then it returns")
+    cluster.apply(_deployment("web", ns, 6, tolerations=NOT_READY_TOLERATIONS))
+    await _wait(
+        lambda: all(
+            p["status"].get("phase") == "Running"
+            for p in cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"]
+        ),
+        "web Running",
+    )
+    victim = cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"][0]["spec"]["nodeName"]
+    print(f"   {victim}'s kubelet stops reporting")
+    cluster.silence(victim)
+    await _wait(lambda: truth.of("TaintManagerEviction", ns), "TaintManagerEviction")
+    await asyncio.sleep(2)
+    print(f"   {victim}'s kubelet reports again")
+    cluster.revive(victim)
+    await _wait(lambda: cluster.node_ready(victim), f"{victim} Ready")
+    await _wait(
+        lambda: any(e.get("series") for e in truth.of("FailedScheduling", ns)),
+        "a FailedScheduling series",
+        timeout=30,
+    )
+
+    say("4. web scaled to 14 and rolled out: the correlator combines similar Events")
+    cluster.kubectl("scale", "deployment", "web", "-n", ns, "--replicas=14")
+    cluster.kubectl("set", "image", "deployment/web", "-n", ns, "app=demo.invalid/app:2")
+    cluster.kubectl("rollout", "status", "deployment/web", "-n", ns, "--timeout=120s", timeout=150)
+    await asyncio.sleep(2)
 
 
 async def main(version: str, quiet: bool = False) -> int:
@@ -136,62 +193,18 @@ async def main(version: str, quiet: bool = False) -> int:
                 print("   " + text[:150], flush=True)
 
     try:
+        bridge = Bridge(settings)
+        run = asyncio.create_task(bridge.run())
+        # the truth starts once the bridge has listed: a version overwritten before that list
+        # is never listed, so it could not be in the stream
+        while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
+            if run.done():
+                return await run
+            await asyncio.sleep(0.05)
         async with Truth(cluster) as truth:
-            bridge = Bridge(settings)
-            run = asyncio.create_task(bridge.run())
-            while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
-                if run.done():
-                    return await run
-                await asyncio.sleep(0.05)
             reader = await tailing.Tail.open(settings.nats, None, from_start=True)
             showing = asyncio.create_task(show(reader))
-            ns = "demo"
-            cluster.kubectl("create", "namespace", ns)
-
-            _say(
-                "1. a Deployment asking for more CPU than any node has: the scheduler's "
-                "FailedScheduling (a series as it repeats, each time a scheduled Pod goes)"
-            )
-            too_big = _deployment("too-big", ns, 2)
-            too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {  # type: ignore[index]
-                "requests": {"cpu": "8"}
-            }
-            cluster.apply(too_big)
-            await _wait(lambda: len(truth.of("FailedScheduling", ns)) >= 2, "FailedScheduling")
-
-            _say("2. a crash loop: kwok's kubelet reports BackOff, the correlator bumps count")
-            cluster.apply(_deployment("crasher", ns, 2, labels={CRASHLOOP_LABEL: "true"}))
-            await _wait(
-                lambda: sum(e.get("count", 0) >= 3 for e in truth.of("BackOff", ns)) >= 2,
-                "BackOff counted three times",
-            )
-            cluster.kubectl("scale", "deployment", "crasher", "-n", ns, "--replicas=0")
-
-            _say("3. a node lost: NodeNotReady, its Pods evicted and replaced; then it returns")
-            cluster.apply(_deployment("web", ns, 6, tolerations=NOT_READY_TOLERATIONS))
-            await _wait(
-                lambda: all(
-                    p["status"].get("phase") == "Running"
-                    for p in cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"]
-                ),
-                "web Running",
-            )
-            victim = cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"][0]["spec"][
-                "nodeName"
-            ]
-            print(f"   {victim}'s kubelet stops reporting")
-            cluster.silence(victim)
-            await _wait(lambda: truth.of("TaintManagerEviction", ns), "TaintManagerEviction")
-            await asyncio.sleep(2)
-            print(f"   {victim}'s kubelet reports again")
-            cluster.revive(victim)
-            await _wait(lambda: cluster.node_ready(victim), f"{victim} Ready")
-            await _wait(
-                lambda: any(e.get("series") for e in truth.of("FailedScheduling", ns)),
-                "a FailedScheduling series",
-                timeout=30,
-            )
-            await asyncio.sleep(2)
+            await workload(cluster, truth, "demo")
 
             _say("summary: the stream against an independent watch of the cluster")
             try:

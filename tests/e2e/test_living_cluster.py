@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
-from tests.e2e.truth import CLUSTER, Truth, assert_stream_carries
+from tests.e2e.truth import Truth, assert_stream_carries
 from tests.integration.harness import BridgeProcess, bridge_config, eventually
 
 pytestmark = pytest.mark.e2e

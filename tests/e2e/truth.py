@@ -12,17 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from typing import Any
 from urllib.parse import unquote
 
 import aiohttp
 
+from tests.cloudevent_expected import expected_attributes
 from tests.e2e.cluster import LivingCluster
 from tests.integration.harness import eventually, stream_messages
-
-CLUSTER = "living-e2e"
-
 
 # ----------------------------------------------------------------------------- the truth
 
@@ -34,6 +31,7 @@ class Truth:
     def __init__(self, cluster: LivingCluster) -> None:
         self.cluster = cluster
         self.versions: dict[str, dict[str, Any]] = {}  # "<uid>/<rv>" -> the Event
+        self.lines: dict[str, bytes] = {}  # "<uid>/<rv>" -> the watch line as the server sent it
         self._task: asyncio.Task[None] | None = None
         self._rv = ""
         self.errors: list[str] = []
@@ -74,6 +72,7 @@ class Truth:
                     self._rv = m["resourceVersion"]
                     if ev["type"] in ("ADDED", "MODIFIED"):
                         self.versions[f"{m['uid']}/{m['resourceVersion']}"] = obj
+                        self.lines[f"{m['uid']}/{m['resourceVersion']}"] = line
 
     def kept(self, reasons: set[str] | None) -> dict[str, dict[str, Any]]:
         """The versions with one of ``reasons`` (None: every version)."""
@@ -109,42 +108,6 @@ def cloudevent(
         attrs = {k: str(v) for k, v in doc.items()}
     attrs["nats-subject"] = subject
     return attrs, data
-
-
-def _token(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
-
-
-def expected_attributes(ev: dict[str, Any]) -> dict[str, str]:
-    """The README's mapping, written out independently of bridge/core/converting.py."""
-    m, obj = ev["metadata"], ev.get("involvedObject") or {}
-    series = ev.get("series") or {}
-    time = (
-        series.get("lastObservedTime")
-        or ev.get("lastTimestamp")
-        or ev.get("eventTime")
-        or m["creationTimestamp"]
-    )
-    count = series.get("count") or ev.get("count") or 1
-    return {
-        "nats-subject": ".".join(
-            ["k8s", "events", CLUSTER]
-            + [_token(t) for t in (m["namespace"], obj.get("kind", ""), ev["reason"])]
-        ),
-        "specversion": "1.0",
-        "datacontenttype": "application/json",
-        "id": f"{m['uid']}/{m['resourceVersion']}",
-        "source": f"k8s://{CLUSTER}/namespaces/{m['namespace']}",
-        "type": f"io.k8s.event.{ev['type'].lower()}",
-        "subject": f"{obj.get('kind')}/{obj.get('name')}",
-        "time": time,
-        "k8scluster": CLUSTER,
-        "k8snamespace": m["namespace"],
-        "k8skind": obj.get("kind", ""),
-        "k8sname": obj.get("name", ""),
-        "k8sreason": ev["reason"],
-        "k8scount": str(count),
-    }
 
 
 async def stream_events(url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
