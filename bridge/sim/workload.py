@@ -343,7 +343,9 @@ def make_event(
         event["lastTimestamp"] = _time(moment)
         event["count"] = count
         event["eventTime"] = None
-        event["reportingComponent"] = component if component == "kubelet" else ""
+        # client-go's recorder fills reportingComponent from source.component (seen on 1.32
+        # and 1.37: tests/data/real-events), reportingInstance from the host, if any
+        event["reportingComponent"] = component
         event["reportingInstance"] = host if component == "kubelet" else ""
     else:
         event["source"] = {}
