@@ -50,6 +50,40 @@ class _Cluster:
             await asyncio.sleep(1 / rate)
 
 
+async def show(reader: tailing.Tail, received: list[str], quiet: bool, indent: str = "") -> None:
+    """Print each message of the stream as one line (unless ``quiet``) and keep each Event's
+    id in ``received``."""
+    async for msg in reader:
+        if "._bridge." not in msg.subject and msg.headers:
+            received.append(msg.headers.get("Nats-Msg-Id", ""))
+        if not quiet:
+            try:
+                text = tailing.line(tailing.decode(msg.headers, msg.data))
+            except ValueError:  # msgspec's DecodeError, UnicodeDecodeError
+                text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
+            print(indent + text[:150], flush=True)
+
+
+async def stop_showing(showing: asyncio.Task[None] | None, reader: tailing.Tail | None) -> None:
+    if showing is not None:
+        showing.cancel()
+        await asyncio.gather(showing, return_exceptions=True)
+    if reader is not None:
+        await reader.close()
+
+
+async def start_listed(settings: Settings) -> tuple[Bridge, asyncio.Task[int]]:
+    """A bridge started, returned once every scope has listed (its watch has a
+    resourceVersion), or once it stopped (the task is then done)."""
+    bridge = Bridge(settings)
+    run = asyncio.create_task(bridge.run())
+    while not run.done() and (
+        not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes)
+    ):
+        await asyncio.sleep(0.05)
+    return bridge, run
+
+
 def _say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
@@ -85,17 +119,6 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
     reader: tailing.Tail | None = None
     showing: asyncio.Task[None] | None = None
 
-    async def show(reader: tailing.Tail) -> None:
-        async for msg in reader:
-            if "._bridge." not in msg.subject and msg.headers:
-                received.append(msg.headers.get("Nats-Msg-Id", ""))
-            if not quiet:
-                try:
-                    text = tailing.line(tailing.decode(msg.headers, msg.data))
-                except ValueError:  # msgspec's DecodeError, UnicodeDecodeError
-                    text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
-                print(text[:150], flush=True)
-
     try:
         print(f"nats-server {server.url} (JetStream, store {server.store_dir})")
         print(f"simulated API server {sim.url}")
@@ -105,16 +128,13 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
             f"1. the cluster already holds {len(cluster.ids)} Events; the bridge starts, "
             "lists them, then watches"
         )
-        bridge = Bridge(settings)
-        run = asyncio.create_task(bridge.run())
         # A first start lists the Events as they are then: a version overwritten before that
         # list is never seen (the list has only the newest). Write only once it has listed.
-        while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
-            if run.done():
-                return await run
-            await asyncio.sleep(0.05)
+        bridge, run = await start_listed(settings)
+        if run.done():
+            return await run
         reader = await tailing.Tail.open(settings.nats, None, from_start=True)
-        showing = asyncio.create_task(show(reader))
+        showing = asyncio.create_task(show(reader, received, quiet))
         first = events // 2
         await cluster.write(first, rate)
         _say("2. the bridge stops (as on SIGTERM): in-flight acks drained, checkpoint saved")
@@ -156,11 +176,7 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         print("   " + ("OK: nothing lost, nothing duplicated" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
-        if showing is not None:
-            showing.cancel()
-            await asyncio.gather(showing, return_exceptions=True)
-        if reader is not None:
-            await reader.close()
+        await stop_showing(showing, reader)
         await sim.stop()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

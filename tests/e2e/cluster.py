@@ -53,6 +53,48 @@ from tests.e2e.controlplane import (
 STAGES = REPO / "e2e" / "kwok" / "stages.yaml"
 MANAGED_LABEL = "kwok.x-k8s.io/node"
 CRASHLOOP_LABEL = "crashloop.e2e.k8s-event-bridge.io"
+# a Pod with these is evicted 2 s after its node is lost (the default tolerations are 300 s)
+BRIEF_NODE_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 2,
+    }
+    for taint in ("not-ready", "unreachable")
+]
+
+
+def deployment(
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    labels: dict[str, str] | None = None,
+    pod_spec: dict[str, Any] | None = None,
+    image: str = "registry.invalid/app:1",
+    cpu: str = "100m",
+) -> dict[str, Any]:
+    """A Deployment of ``replicas`` Pods labelled ``app=<name>``, one container asking for
+    ``cpu``, rolled out one Pod at a time."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": cpu}}}],
+        **(pod_spec or {}),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": spec},
+        },
+    }
 
 
 class Component:
@@ -243,6 +285,17 @@ class LivingCluster(ControlPlane):
     def apply(self, doc: dict[str, Any] | str) -> None:
         text = doc if isinstance(doc, str) else json.dumps(doc)
         self.kubectl("apply", "-f", "-", input=text)
+
+    def pods(self, namespace: str, app: str) -> list[dict[str, Any]]:
+        return list(self.get_json("pods", "-n", namespace, "-l", f"app={app}")["items"])
+
+    def running(self, namespace: str, app: str) -> list[dict[str, Any]]:
+        """The Pods of ``app`` that run and are not being deleted."""
+        return [
+            p
+            for p in self.pods(namespace, app)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
 
     def get_json(self, *args: str) -> dict[str, Any]:
         out = self.kubectl("get", *args, "-o", "json")

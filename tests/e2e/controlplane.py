@@ -99,6 +99,7 @@ BINARIES = (
     "kwok",
 )
 VERSIONS_ENV = "K8S_EVENT_BRIDGE_E2E_VERSIONS"
+BRIDGE_NAMESPACE = BRIDGE_SERVICE_ACCOUNT = "k8s-event-bridge"  # as deploy/ names them
 
 
 class ControlPlaneError(RuntimeError):
@@ -815,6 +816,12 @@ class ControlPlane:
             user=f"system:serviceaccount:{namespace}:{name}",
             token=token.stdout.strip(),
         )
+
+    def deployed_bridge_kubeconfig(self) -> Path:
+        """deploy/ applied (as an operator would); a kubeconfig with a token for the bridge's
+        ServiceAccount, so the bridge runs under exactly the RBAC deploy/ grants."""
+        self.kubectl("apply", "-k", str(REPO / "deploy"))
+        return self.service_account_kubeconfig(BRIDGE_NAMESPACE, BRIDGE_SERVICE_ACCOUNT)
 
     # -- etcd revisions and compaction
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from bridge import logs
-from bridge.app import Bridge
+from bridge.demo import show, start_listed, stop_showing
 from bridge.jetstream import tailing
 from bridge.settings import Settings
 from bridge.sim.natsserver import NatsServer
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
+from tests.e2e.cluster import BRIEF_NODE_TOLERATIONS, CRASHLOOP_LABEL, LivingCluster, deployment
 from tests.e2e.controlplane import (
     BUILD_SCRIPT,
     REPO,
@@ -44,37 +44,10 @@ REASONS = {
     "SuccessfulCreate",
     "ScalingReplicaSet",
 }
-NOT_READY_TOLERATIONS = [
-    {
-        "key": f"node.kubernetes.io/{taint}",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 2,
-    }
-    for taint in ("not-ready", "unreachable")
-]
 
 
 def _say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
-
-
-def _deployment(name: str, ns: str, replicas: int, **pod: object) -> dict[str, object]:
-    labels = pod.pop("labels", {})
-    assert isinstance(labels, dict)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, **labels}},
-                "spec": {"containers": [{"name": "app", "image": "demo.invalid/app:1"}], **pod},
-            },
-        },
-    }
 
 
 async def _wait(check: object, what: str, timeout: float = 90) -> None:
@@ -95,15 +68,11 @@ async def workload(cluster: LivingCluster, truth: Truth, ns: str, say: Any = Non
         "1. a Deployment asking for more CPU than any node has: the scheduler's "
         "FailedScheduling (a series as it repeats, each time a scheduled Pod goes)"
     )
-    too_big = _deployment("too-big", ns, 2)
-    too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {  # type: ignore[index]
-        "requests": {"cpu": "8"}
-    }
-    cluster.apply(too_big)
+    cluster.apply(deployment("too-big", ns, 2, cpu="8"))
     await _wait(lambda: len(truth.of("FailedScheduling", ns)) >= 2, "FailedScheduling")
 
     say("2. a crash loop: kwok's kubelet reports BackOff, the correlator bumps count")
-    cluster.apply(_deployment("crasher", ns, 2, labels={CRASHLOOP_LABEL: "true"}))
+    cluster.apply(deployment("crasher", ns, 2, labels={CRASHLOOP_LABEL: "true"}))
     await _wait(
         lambda: sum(e.get("count", 0) >= 3 for e in truth.of("BackOff", ns)) >= 2,
         "BackOff counted three times",
@@ -111,15 +80,9 @@ async def workload(cluster: LivingCluster, truth: Truth, ns: str, say: Any = Non
     cluster.kubectl("scale", "deployment", "crasher", "-n", ns, "--replicas=0")
 
     say("3. a node lost: NodeNotReady, its Pods evicted and replaced; then it returns")
-    cluster.apply(_deployment("web", ns, 6, tolerations=NOT_READY_TOLERATIONS))
-    await _wait(
-        lambda: all(
-            p["status"].get("phase") == "Running"
-            for p in cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"]
-        ),
-        "web Running",
-    )
-    victim = cluster.get_json("pods", "-n", ns, "-l", "app=web")["items"][0]["spec"]["nodeName"]
+    cluster.apply(deployment("web", ns, 6, pod_spec={"tolerations": BRIEF_NODE_TOLERATIONS}))
+    await _wait(lambda: len(cluster.running(ns, "web")) >= 6, "web Running")
+    victim = cluster.running(ns, "web")[0]["spec"]["nodeName"]
     print(f"   {victim}'s kubelet stops reporting")
     cluster.silence(victim)
     await _wait(lambda: truth.of("TaintManagerEviction", ns), "TaintManagerEviction")
@@ -135,7 +98,7 @@ async def workload(cluster: LivingCluster, truth: Truth, ns: str, say: Any = Non
 
     say("4. web scaled to 14 and rolled out: the correlator combines similar Events")
     cluster.kubectl("scale", "deployment", "web", "-n", ns, "--replicas=14")
-    cluster.kubectl("set", "image", "deployment/web", "-n", ns, "app=demo.invalid/app:2")
+    cluster.kubectl("set", "image", "deployment/web", "-n", ns, "app=registry.invalid/app:2")
     cluster.kubectl("rollout", "status", "deployment/web", "-n", ns, "--timeout=120s", timeout=150)
     await asyncio.sleep(2)
 
@@ -181,29 +144,15 @@ async def main(version: str, quiet: bool = False) -> int:
     reader: tailing.Tail | None = None
     showing: asyncio.Task[None] | None = None
 
-    async def show(reader: tailing.Tail) -> None:
-        async for msg in reader:
-            if "._bridge." not in msg.subject and msg.headers:
-                received.append(msg.headers.get("Nats-Msg-Id", ""))
-            if not quiet:
-                try:
-                    text = tailing.line(tailing.decode(msg.headers, msg.data))
-                except ValueError:
-                    text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
-                print("   " + text[:150], flush=True)
-
     try:
-        bridge = Bridge(settings)
-        run = asyncio.create_task(bridge.run())
         # the truth starts once the bridge has listed: a version overwritten before that list
         # is never listed, so it could not be in the stream
-        while not bridge.scopes or any(sc.watcher.rv is None for sc in bridge.scopes):
-            if run.done():
-                return await run
-            await asyncio.sleep(0.05)
+        bridge, run = await start_listed(settings)
+        if run.done():
+            return await run
         async with Truth(cluster) as truth:
             reader = await tailing.Tail.open(settings.nats, None, from_start=True)
-            showing = asyncio.create_task(show(reader))
+            showing = asyncio.create_task(show(reader, received, quiet, indent="   "))
             await workload(cluster, truth, "demo")
 
             _say("summary: the stream against an independent watch of the cluster")
@@ -230,11 +179,7 @@ async def main(version: str, quiet: bool = False) -> int:
             print("   OK: each once, with id, time and k8scount as the Event says")
             return 0
     finally:
-        if showing is not None:
-            showing.cancel()
-            await asyncio.gather(showing, return_exceptions=True)
-        if reader is not None:
-            await reader.close()
+        await stop_showing(showing, reader)
         cluster.stop()
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

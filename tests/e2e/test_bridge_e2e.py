@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.e2e.controlplane import ControlPlane
+from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.writer import ApiWriter
 from tests.integration.harness import (
     BridgeProcess,
@@ -36,15 +36,14 @@ from tests.tcp_proxy import LatencyProxy
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-SA_NAMESPACE = SA_NAME = "k8s-event-bridge"
+SA_NAMESPACE = BRIDGE_NAMESPACE
 _ns = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
 def bridge_kubeconfig(control_plane: ControlPlane) -> Path:
     """deploy/ applied to the real API server; a token for its ServiceAccount."""
-    control_plane.kubectl("apply", "-k", str(REPO / "deploy"))
-    return control_plane.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    return control_plane.deployed_bridge_kubeconfig()
 
 
 @pytest.fixture
@@ -178,8 +177,7 @@ async def test_outage_with_an_events_watch_cache_relists_and_reports_the_gap(
     history. The relist brings the newest version of every Event; count bumps that only lived
     during the outage are no longer served by the API, and one gap event says so."""
     cp = control_plane_factory(events_watch_cache=True)
-    cp.kubectl("apply", "-k", str(REPO / "deploy"))
-    kubeconfig = cp.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    kubeconfig = cp.deployed_bridge_kubeconfig()
     second = cp.add_apiserver()
     async with ApiWriter(cp.url, cp.ssl_context(), "outage") as w:
         await w.ensure_namespace()
@@ -275,8 +273,7 @@ async def test_bookmarks_from_the_watch_cache_advance_the_checkpoint(
     Event watches go to etcd and carry no bookmarks) the cache's bookmarks move the checkpoint
     though nothing matches the filter: a restart needs no relist."""
     cp = control_plane_factory(events_watch_cache=True)
-    cp.kubectl("apply", "-k", str(REPO / "deploy"))
-    kubeconfig = cp.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    kubeconfig = cp.deployed_bridge_kubeconfig()
     # short watches: the cache sends a bookmark 2 s before each deadline (and about once a
     # minute), once it has seen an Event newer than the watch's start
     cfg = bridge_config(

@@ -25,14 +25,17 @@ from typing import Any
 import pytest
 
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster
+from tests.e2e.cluster import (
+    BRIEF_NODE_TOLERATIONS,
+    CRASHLOOP_LABEL,
+    LivingCluster,
+    deployment,
+)
 from tests.e2e.truth import Truth, assert_stream_carries
 from tests.integration.harness import BridgeProcess, bridge_config, eventually
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-SA_NAMESPACE = SA_NAME = "k8s-event-bridge"
 _ns = itertools.count(1)
 
 
@@ -42,8 +45,7 @@ _ns = itertools.count(1)
 @pytest.fixture(scope="session")
 def living_kubeconfig(living_cluster: LivingCluster) -> Path:
     """deploy/ applied to the living cluster; a token for the bridge's ServiceAccount."""
-    living_cluster.kubectl("apply", "-k", str(REPO / "deploy"))
-    return living_cluster.service_account_kubeconfig(SA_NAMESPACE, SA_NAME)
+    return living_cluster.deployed_bridge_kubeconfig()
 
 
 @pytest.fixture
@@ -88,40 +90,6 @@ async def observe(
         finally:
             for p in bridges:
                 p.kill()
-
-
-def deployment(
-    name: str,
-    namespace: str,
-    replicas: int,
-    *,
-    labels: dict[str, str] | None = None,
-    pod_spec: dict[str, Any] | None = None,
-    image: str = "registry.invalid/app:1",
-    cpu: str = "100m",
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": cpu}}}],
-        **(pod_spec or {}),
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-            },
-            "template": {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": spec},
-        },
-    }
-
-
-def pods(cluster: LivingCluster, namespace: str, app: str) -> list[dict[str, Any]]:
-    return list(cluster.get_json("pods", "-n", namespace, "-l", f"app={app}")["items"])
 
 
 def until(check: Callable[[], bool]) -> Callable[[], Any]:
@@ -169,7 +137,7 @@ async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_sched
             break
         running = [
             p["metadata"]["name"]
-            for p in pods(living_cluster, namespace, "churn")
+            for p in living_cluster.pods(namespace, "churn")
             if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
         if running:
@@ -183,15 +151,7 @@ async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_sched
         "set", "resources", "deployment/too-big", "-n", namespace, "--requests=cpu=100m"
     )
     await eventually(
-        until(
-            lambda: (
-                sum(
-                    p["status"].get("phase") == "Running"
-                    for p in pods(living_cluster, namespace, "too-big")
-                )
-                >= 2
-            )
-        ),
+        until(lambda: len(living_cluster.running(namespace, "too-big")) >= 2),
         timeout=90,
         interval=0.5,
     )
@@ -218,15 +178,7 @@ async def test_rollout_and_scaling_write_controller_events_with_count_bumps(
     living_cluster.apply(deployment("web", namespace, 2))
     living_cluster.kubectl("scale", "deployment", "web", "-n", namespace, "--replicas=14")
     await eventually(
-        until(
-            lambda: (
-                sum(
-                    p["status"].get("phase") == "Running"
-                    for p in pods(living_cluster, namespace, "web")
-                )
-                >= 14
-            )
-        ),
+        until(lambda: len(living_cluster.running(namespace, "web")) >= 14),
         timeout=90,
         interval=0.5,
     )
@@ -293,23 +245,12 @@ async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_
     (TaintManagerEviction) and the ReplicaSet replaces them (SuccessfulCreate)."""
     reasons = {"NodeNotReady", "TaintManagerEviction", "SuccessfulCreate"}
     truth = await observe(reasons)
-    tolerations = [
-        {
-            "key": f"node.kubernetes.io/{t}",
-            "operator": "Exists",
-            "effect": "NoExecute",
-            "tolerationSeconds": 2,
-        }
-        for t in ("not-ready", "unreachable")
-    ]
-    living_cluster.apply(deployment("spread", namespace, 6, pod_spec={"tolerations": tolerations}))
+    living_cluster.apply(
+        deployment("spread", namespace, 6, pod_spec={"tolerations": BRIEF_NODE_TOLERATIONS})
+    )
 
     def running() -> list[dict[str, Any]]:
-        return [
-            p
-            for p in pods(living_cluster, namespace, "spread")
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-        ]
+        return living_cluster.running(namespace, "spread")
 
     await eventually(until(lambda: len(running()) >= 6), timeout=60, interval=0.5)
     victim = running()[0]["spec"]["nodeName"]
@@ -356,7 +297,7 @@ async def test_a_burst_of_hundreds_of_pods_every_version_of_every_reason(
     living_cluster.apply(deployment("burst", namespace, 240, cpu="10m"))
 
     def phases() -> list[str]:
-        return [p["status"].get("phase", "") for p in pods(living_cluster, namespace, "burst")]
+        return [p["status"].get("phase", "") for p in living_cluster.pods(namespace, "burst")]
 
     await eventually(until(lambda: phases().count("Running") >= 240), timeout=240, interval=1)
     living_cluster.kubectl("scale", "deployment", "burst", "-n", namespace, "--replicas=0")
