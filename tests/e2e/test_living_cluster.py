@@ -232,6 +232,7 @@ async def test_a_crash_loop_writes_backoff_with_the_kubelets_count_bumps(
         assert e["source"].get("component") == "kwok_controller"
 
 
+@pytest.mark.timeout(300)  # its waits are longer than the default 120 s
 async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_evicted(
     living_cluster: LivingCluster,
     namespace: str,
@@ -283,6 +284,7 @@ async def test_a_node_that_stops_reporting_writes_nodenotready_and_its_pods_are_
     assert on_victim <= on_pods
 
 
+@pytest.mark.timeout(300)  # its waits are longer than the default 120 s
 async def test_a_burst_of_hundreds_of_pods_every_version_of_every_reason(
     living_cluster: LivingCluster,
     namespace: str,
