@@ -108,9 +108,11 @@ async def main(version: str, quiet: bool = False) -> int:
         print(
             f"The living cluster needs kube-apiserver, kube-scheduler, kube-controller-manager, "
             f"kubectl, etcd and kwok for Kubernetes {version}, built once from the Go module "
-            f"proxy (about 10 minutes on 2 cores; cached in {bin_dir(version)}):\n\n"
+            f"proxy (the first version about 8 minutes on 2 cores, etcd and kwok included, the "
+            f"second about 4 more; cached in {bin_dir(version)}):\n\n"
             f"    bash {BUILD_SCRIPT.relative_to(REPO)} {version}\n\n"
-            "then run `make demo-cluster` again. (`make demo` needs none of it.)",
+            "(or `make control-plane` for both versions), then run `make demo-cluster` again. "
+            "(`make demo` needs none of it.)",
             file=sys.stderr,
         )
         return 2
