@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from tests.e2e.cluster import (
     deployment,
 )
 from tests.e2e.truth import Truth, assert_stream_carries
-from tests.integration.harness import BridgeProcess, bridge_config, eventually
+from tests.integration.harness import BridgeProcess, bridge_config, eventually, status_events
 
 pytestmark = pytest.mark.e2e
 
@@ -62,34 +62,47 @@ def namespace(living_cluster: LivingCluster) -> Any:
     living_cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-@pytest.fixture
-async def observe(
-    tmp_path: Path, nats_server: Any, living_kubeconfig: Path, living_cluster: LivingCluster
-) -> AsyncIterator[Callable[..., Awaitable[Truth]]]:
+class Observer:
     """``truth = await observe(reasons, **sections)``: the bridge (as deploy/'s ServiceAccount,
     over the whole cluster, keeping ``reasons``: every reason when empty) started and ready,
     then the truth's watch. In that order: a version written between the two would be in the
     truth but, overwritten before the bridge's first list, never seen by the bridge (a first
-    start lists only the newest version of each Event)."""
-    bridges: list[BridgeProcess] = []
+    start lists only the newest version of each Event). ``observe.bridge`` is the process."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        nats_url: str,
+        kubeconfig: Path,
+        cluster: LivingCluster,
+        stack: contextlib.AsyncExitStack,
+    ) -> None:
+        self.tmp_path, self.nats_url, self.kubeconfig = tmp_path, nats_url, kubeconfig
+        self.cluster, self.stack = cluster, stack
+        self.bridge: BridgeProcess | None = None
+
+    async def __call__(self, reasons: set[str], **sections: Any) -> Truth:
+        sections.setdefault("filter", {})["reasons"] = sorted(reasons)
+        sections.setdefault("kubernetes", {})["read_timeout"] = "90s"
+        cfg = bridge_config(
+            self.tmp_path, self.nats_url, self.kubeconfig, cluster={"name": CLUSTER}, **sections
+        )
+        self.bridge = BridgeProcess(cfg, self.tmp_path / "bridge.log").start()
+        await self.bridge.wait_ready(timeout=60)
+        return await self.stack.enter_async_context(Truth(self.cluster))
+
+
+@pytest.fixture
+async def observe(
+    tmp_path: Path, nats_server: Any, living_kubeconfig: Path, living_cluster: LivingCluster
+) -> AsyncIterator[Observer]:
     async with contextlib.AsyncExitStack() as stack:
-
-        async def start(reasons: set[str], **sections: Any) -> Truth:
-            sections.setdefault("filter", {})["reasons"] = sorted(reasons)
-            sections.setdefault("kubernetes", {})["read_timeout"] = "90s"
-            cfg = bridge_config(
-                tmp_path, nats_server.url, living_kubeconfig, cluster={"name": CLUSTER}, **sections
-            )
-            p = BridgeProcess(cfg, tmp_path / f"bridge-{len(bridges)}.log").start()
-            bridges.append(p)
-            await p.wait_ready(timeout=60)
-            return await stack.enter_async_context(Truth(living_cluster))
-
+        observer = Observer(tmp_path, nats_server.url, living_kubeconfig, living_cluster, stack)
         try:
-            yield start
+            yield observer
         finally:
-            for p in bridges:
-                p.kill()
+            if observer.bridge is not None:
+                observer.bridge.kill()
 
 
 def until(check: Callable[[], bool]) -> Callable[[], Any]:
@@ -309,3 +322,33 @@ async def test_a_burst_of_hundreds_of_pods_every_version_of_every_reason(
     reasons = {e["reason"] for e in mine}
     assert {"Scheduled", "Started", "SuccessfulCreate", "ScalingReplicaSet"} <= reasons, reasons
     assert len(mine) >= 480, len(mine)  # 240 Scheduled and 240 Started at the least
+
+
+@pytest.mark.timeout(300)  # its waits are longer than the default 120 s
+async def test_a_bridge_killed_in_the_middle_of_a_burst_loses_and_doubles_nothing(
+    living_cluster: LivingCluster,
+    namespace: str,
+    observe: Observer,
+    nats_server: Any,
+) -> None:
+    """SIGKILL of the bridge while 200 Pods come up (no drain, no final checkpoint), a new one
+    started 3 s later resumes from the last checkpoint saved: every version the components
+    wrote meanwhile is in the stream once (what it had published twice is dropped by the
+    stream's duplicate window)."""
+    truth = await observe(set())
+    living_cluster.apply(deployment("killed", namespace, 200, cpu="10m"))
+    await eventually(until(lambda: len(living_cluster.running(namespace, "killed")) >= 40), 120)
+    assert observe.bridge is not None
+    observe.bridge.kill()
+    killed_at = len(truth.versions)
+    await asyncio.sleep(3)
+    observe.bridge.start()
+    await observe.bridge.wait_ready(timeout=60)
+    await eventually(
+        until(lambda: len(living_cluster.running(namespace, "killed")) >= 200), 180, interval=1
+    )
+    kept = await assert_stream_carries(nats_server.url, truth, None, timeout=180)
+    assert len(kept) > killed_at + 100, (killed_at, len(kept))  # much was written after the kill
+    # the new process watched on from the checkpoint: one list in all (the first process's)
+    assert [e["event"] for e in observe.bridge.log_events()].count("listed") == 1
+    assert not await status_events(nats_server.url, "gap")
