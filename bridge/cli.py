@@ -35,9 +35,33 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
     tail = sub.add_parser("tail", help="print the stream's events, one readable line each")
     tail.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
-    tail.add_argument("--subject", help="subject filter (default <subject_prefix>.>)")
-    tail.add_argument("--all", action="store_true", help="from the start of the stream")
-    tail.add_argument("--count", type=int, help="stop after this many events")
+    tail.add_argument("--subject", help="subject filter (default: from the filters below)")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument("--all", action="store_true", help="from the start of the stream")
+    start.add_argument(
+        "--since", help="from a time on: a duration ago (30s, 10m, 2h, 1d) or an RFC 3339 time"
+    )
+    tail.add_argument("--count", type=int, help="stop after printing this many")
+    for flag, what in (
+        ("--namespace", "namespace"),
+        ("--reason", "reason"),
+        ("--kind", "involvedObject kind"),
+    ):
+        tail.add_argument(
+            flag, action="append", default=[], help=f"only Events of this {what} (repeatable)"
+        )
+    tail.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        type=str.lower,
+        choices=["normal", "warning"],
+        help="only Events of this type (repeatable)",
+    )
+    tail.add_argument("--json", action="store_true", help="one JSON CloudEvent per line")
+    tail.add_argument(
+        "--color", choices=["auto", "always", "never"], default="auto", help="default: auto"
+    )
     return p
 
 
@@ -60,7 +84,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridge.jetstream import tailing
 
         try:
-            return asyncio.run(tailing.tail(cfg, args.subject, all_=args.all, count=args.count))
+            since = tailing.parse_since(args.since) if args.since else None
+        except ValueError as exc:
+            print(f"k8s-event-bridge: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        filters = tailing.Filters(
+            namespaces=frozenset(args.namespace),
+            reasons=frozenset(args.reason),
+            kinds=frozenset(args.kind),
+            types=frozenset(args.type),
+        )
+        try:
+            return asyncio.run(
+                tailing.tail(
+                    cfg,
+                    args.subject,
+                    all_=args.all,
+                    count=args.count,
+                    filters=filters,
+                    since=since,
+                    as_json=args.json,
+                    color=args.color,
+                )
+            )
         except KeyboardInterrupt:
             return 0
     from bridge import app

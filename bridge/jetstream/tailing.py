@@ -2,19 +2,81 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote
 
 import msgspec
 import nats.js.errors
 from nats.aio.client import Client as NATS
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from bridge.core import subjects
 from bridge.errors import NoStream
 from bridge.jetstream import connection
 from bridge.settings import NatsSettings, Settings
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_YELLOW, _CYAN, _RESET = "\033[33m", "\033[36m", "\033[0m"
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``30s``, ``10m``, ``2h``, ``1d`` ago, or an RFC 3339 time. Raises ``ValueError``."""
+    m = _DURATION.match(text.strip())
+    if m:
+        return (now or datetime.now(UTC)) - timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r}: not a duration (30s, 10m, 2h, 1d) nor an RFC 3339 time"
+        ) from None
+    if t.tzinfo is None:
+        raise ValueError(f"--since {text!r}: an RFC 3339 time needs its offset (Z or +hh:mm)")
+    return t
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What ``tail`` prints: Events of these namespaces, reasons, kinds and types (an empty set:
+    any). The bridge's own status events only when no Event filter is set."""
+
+    namespaces: frozenset[str] = frozenset()
+    reasons: frozenset[str] = frozenset()
+    kinds: frozenset[str] = frozenset()
+    types: frozenset[str] = frozenset()  # lowercase: warning, normal
+
+    @property
+    def active(self) -> bool:
+        return bool(self.namespaces or self.reasons or self.kinds or self.types)
+
+    def keeps(self, ce: dict[str, Any]) -> bool:
+        type_ = str(ce.get("type", ""))
+        if type_.startswith("io.k8s.bridge."):
+            return not self.active
+        return (
+            (not self.namespaces or ce.get("k8snamespace") in self.namespaces)
+            and (not self.reasons or ce.get("k8sreason") in self.reasons)
+            and (not self.kinds or ce.get("k8skind") in self.kinds)
+            and (not self.types or type_.removeprefix("io.k8s.event.") in self.types)
+        )
+
+    def subject(self, prefix: str) -> str:
+        """The narrowest subject JetStream can filter on (a token for a single value, else
+        ``*``); ``keeps`` still decides, as two values may share a sanitised token."""
+        if not (self.namespaces or self.reasons or self.kinds):
+            return f"{prefix}.>"
+
+        def one(values: frozenset[str]) -> str:
+            return subjects.token(next(iter(values))) if len(values) == 1 else "*"
+
+        return f"{prefix}.*.{one(self.namespaces)}.{one(self.kinds)}.{one(self.reasons)}"
 
 
 def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
@@ -63,16 +125,31 @@ class Tail:
         self._domain = domain
 
     @classmethod
-    async def open(cls, settings: NatsSettings, subject: str | None, *, from_start: bool) -> Tail:
-        """Raises ``NoStream`` when the stream does not exist."""
+    async def open(
+        cls,
+        settings: NatsSettings,
+        subject: str | None,
+        *,
+        from_start: bool,
+        since: datetime | None = None,
+    ) -> Tail:
+        """From the start, from ``since`` (JetStream seeks by time) or from now on. Raises
+        ``NoStream`` when the stream does not exist."""
         nc = await connection.connect(settings)
-        policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
+        config = None
+        policy: DeliverPolicy | None = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
+        if since is not None:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since
+            )
+            policy = None
         try:
             sub = await nc.jetstream(domain=settings.domain).subscribe(
                 subject or f"{settings.subject_prefix}.>",
                 stream=settings.stream,
                 ordered_consumer=True,
                 deliver_policy=policy,
+                config=config,
             )
         except nats.js.errors.NotFoundError:
             await nc.close()
@@ -106,10 +183,25 @@ async def tail(
     all_: bool,
     count: int | None,
     out: TextIO = sys.stdout,
+    filters: Filters = Filters(),
+    since: datetime | None = None,
+    as_json: bool = False,
+    color: str = "auto",
 ) -> int:
-    """``k8s-event-bridge tail``: one readable line per message."""
+    """``k8s-event-bridge tail``: one readable line per message (or one JSON CloudEvent with
+    ``as_json``), only what ``filters`` keeps; ``count`` counts what is printed. Colour (Warning
+    yellow, the bridge's own events cyan) when ``color`` is ``always``, or ``auto`` on a
+    terminal without ``NO_COLOR``."""
+    paint = not as_json and (
+        color == "always" or (color == "auto" and out.isatty() and "NO_COLOR" not in os.environ)
+    )
     try:
-        reader = await Tail.open(settings.nats, subject, from_start=all_)
+        reader = await Tail.open(
+            settings.nats,
+            subject or filters.subject(settings.nats.subject_prefix),
+            from_start=all_,
+            since=since,
+        )
     except NoStream as exc:
         print(f"k8s-event-bridge: {exc}", file=sys.stderr)
         return 1
@@ -119,9 +211,25 @@ async def tail(
             return 0
         async for msg in reader:
             try:
-                print(line(decode(msg.headers, msg.data)), file=out, flush=True)
+                ce = decode(msg.headers, msg.data)
             except (msgspec.DecodeError, UnicodeDecodeError):
+                if filters.active:
+                    continue
                 print(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})", file=out)
+            else:
+                if not filters.keeps(ce):
+                    continue
+                if as_json:
+                    text = msgspec.json.encode(ce).decode()
+                else:
+                    text = line(ce)
+                    if paint:
+                        type_ = str(ce.get("type", ""))
+                        if type_.startswith("io.k8s.bridge."):
+                            text = f"{_CYAN}{text}{_RESET}"
+                        elif type_ == "io.k8s.event.warning":
+                            text = f"{_YELLOW}{text}{_RESET}"
+                print(text, file=out, flush=True)
             seen += 1
             if count is not None and seen >= count:
                 break

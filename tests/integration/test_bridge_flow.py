@@ -1,6 +1,8 @@
 """The whole bridge process between the simulated API server and a real nats-server."""
 
+import asyncio
 import signal
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -304,6 +306,63 @@ async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bri
             data = ce.get_data()
             assert ce.get_extension("k8sreason") == data["reason"]
     assert seen == len(w.ids)
+
+
+async def test_tail_filters_by_namespace_reason_kind_type_and_time_in_json_and_colour(
+    sim, nats_server, run_bridge
+):
+    w = Writer(sim)
+    w.create(namespace="shop", reason="OOMKilling", type="Warning")
+    w.create(namespace="shop", reason="Pulled", type="Normal")
+    w.create(namespace="pay", reason="OOMKilling", type="Warning")
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await eventually(lambda: count_at_least(nats_server.url, 3))
+
+    async def first_ones(n, *args):
+        start = () if "--since" in args else ("--all",)
+        code, out, err = await run_tail(nats_server.url, *start, "--count", str(n), *args)
+        assert code == 0, err.decode()
+        return [msgspec.json.decode(ln) for ln in out.decode().splitlines()]
+
+    got = await first_ones(1, "--json", "--namespace", "pay")
+    assert [(c["k8snamespace"], c["k8sreason"]) for c in got] == [("pay", "OOMKilling")]
+    assert got[0]["data"]["reason"] == "OOMKilling" and got[0]["specversion"] == "1.0"
+    got = await first_ones(2, "--json", "--reason", "OOMKilling")
+    assert sorted(c["k8snamespace"] for c in got) == ["pay", "shop"]
+    got = await first_ones(1, "--json", "--type", "Normal")
+    assert [c["k8sreason"] for c in got] == ["Pulled"]
+    got = await first_ones(
+        2,
+        "--json",
+        "--namespace",
+        "shop",
+        "--namespace",
+        "pay",
+        "--type",
+        "warning",
+        "--kind",
+        "Pod",
+    )
+    assert sorted(c["k8snamespace"] for c in got) == ["pay", "shop"]
+    # colour: Warning lines yellow, the bridge's own "started" cyan, Normal plain
+    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "4", "--color", "always")
+    lines = out.decode().splitlines()
+    assert sum(ln.startswith("\033[33m") for ln in lines) == 2
+    assert sum(ln.startswith("\033[36m") and "STARTED" in ln for ln in lines) == 1
+    assert sum("Pulled" in ln and "\033" not in ln for ln in lines) == 1
+    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "4")
+    assert b"\033" not in out  # auto: not a terminal
+    # --since: only what the stream received from then on
+    await asyncio.sleep(1.5)
+    since = datetime.now(UTC).isoformat()
+    w.create(namespace="web", reason="BackOff", type="Warning")
+    got = await first_ones(1, "--json", "--since", since)
+    assert [(c["k8snamespace"], c["k8sreason"]) for c in got] == [("web", "BackOff")]
+    got = await first_ones(5, "--json", "--since", "1h")
+    assert len(got) == 5  # 4 Events and "started"
+    code, _, err = await run_tail(nats_server.url, "--since", "yesterday")
+    assert code == 2 and b"--since 'yesterday'" in err
 
 
 async def test_tail_without_a_stream_says_so(nats_server):
