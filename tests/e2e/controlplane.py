@@ -26,7 +26,8 @@ Flags, as envtest (``pkg/internal/testing/controlplane``) sets them, plus what t
 Certificates: one CA (serving and client auth), a serving cert for 127.0.0.1 / localhost, an
 admin client cert ``CN=e2e-admin, O=system:masters``, an RSA service-account key pair.
 
-Events, the watch cache, bookmarks and 410 in the real apiserver (read in the v1.36.3 source):
+Events, the watch cache, bookmarks and 410 in the real apiserver (read in the v1.36.3 source; the
+smoke tests check each point on both pinned versions, 1.32 and 1.37):
 
 * kube-apiserver DISABLES the watch cache for core/v1 ``events`` and ``events.k8s.io`` events by
   default (``pkg/kubeapiserver/default_storage_factory_builder.go``, ``DefaultWatchCacheSizes``:
