@@ -442,6 +442,9 @@ async def test_a_slow_api_server_opens_the_breaker_and_holds_relists_until_it_re
             kubeconfig=proxied,
             kubernetes={
                 "read_timeout": "10s",
+                # the default: a new connection's TLS handshake takes the proxy's 2 s as well;
+                # the harness's 2 s made a probe on a new connection time out, never answered
+                "connect_timeout": "10s",
                 # the server ends each watch after 1-2 s: a request, and a sample, each time
                 "watch_timeout_min": "1s",
                 "watch_timeout_max": "2s",
