@@ -34,17 +34,13 @@ def kubeconfig(tmp_path, sim):
 @pytest.fixture
 def run_bridge(tmp_path, nats_server, kubeconfig):
     """Start ``k8s-event-bridge run`` processes; every one is killed at the end."""
-    from tests.integration.harness import BridgeProcess, bridge_config
+    from tests.integration.harness import Bridges, bridge_config
 
-    started = []
+    bridges = Bridges(tmp_path)
 
     def start(config=None, env=None, prelude="", **sections):
         cfg = config or bridge_config(tmp_path, nats_server.url, kubeconfig, **sections)
-        log = tmp_path / f"bridge-{len(started)}.log"
-        p = BridgeProcess(cfg, log, env=env or {}, prelude=prelude).start()
-        started.append(p)
-        return p
+        return bridges.start(cfg, env=env or {}, prelude=prelude)
 
     yield start
-    for p in started:
-        p.kill()
+    bridges.kill_all()

@@ -21,6 +21,7 @@ from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.writer import ApiWriter
 from tests.integration.harness import (
     BridgeProcess,
+    Bridges,
     bridge_config,
     checkpoint,
     event_ids,
@@ -61,7 +62,7 @@ async def writer(control_plane: ControlPlane, namespace: str):
 @pytest.fixture
 def start_bridge(tmp_path, nats_server, bridge_kubeconfig, namespace):
     """Bridge processes under the deploy/ identity, publishing this test's namespace."""
-    started: list[BridgeProcess] = []
+    bridges = Bridges(tmp_path)
 
     def start(kubeconfig: Path | None = None, **sections: Any) -> BridgeProcess:
         sections.setdefault("filter", {})
@@ -71,13 +72,10 @@ def start_bridge(tmp_path, nats_server, bridge_kubeconfig, namespace):
         sections["kubernetes"].setdefault("read_timeout", "90s")
         sections.setdefault("cluster", {"name": None})  # the cluster id from kube-system
         cfg = bridge_config(tmp_path, nats_server.url, kubeconfig or bridge_kubeconfig, **sections)
-        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log").start()
-        started.append(p)
-        return p
+        return bridges.start(cfg)
 
     yield start
-    for p in started:
-        p.kill()
+    bridges.kill_all()
 
 
 def through(proxy: LatencyProxy, kubeconfig: Path, tmp_path: Path) -> Path:

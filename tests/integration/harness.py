@@ -188,6 +188,25 @@ class BridgeProcess:
         return out
 
 
+class Bridges:
+    """Bridge processes a fixture starts (logs ``<log_dir>/bridge-<n>.log``), killed by
+    ``kill_all`` at its end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[BridgeProcess] = []
+
+    def start(self, config: Path, **kwargs: Any) -> BridgeProcess:
+        log = self.log_dir / f"bridge-{len(self.procs)}.log"
+        p = BridgeProcess(config, log, **kwargs).start()
+        self.procs.append(p)
+        return p
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            p.kill()
+
+
 class Writer:
     """Writes realistic Events (creates and count bumps) and records every version's id."""
 

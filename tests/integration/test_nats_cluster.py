@@ -24,6 +24,7 @@ import pytest
 from bridge.sim.natsserver import NatsCluster
 from tests.integration.harness import (
     BridgeProcess,
+    Bridges,
     Writer,
     all_of,
     bridge_config,
@@ -52,7 +53,7 @@ def cluster(tmp_path):
 @pytest.fixture
 def bridge_on(tmp_path, kubeconfig):
     """Start the bridge on a cluster's three URLs, R3; killed at the end."""
-    started: list[BridgeProcess] = []
+    bridges = Bridges(tmp_path)
 
     def start(cluster: NatsCluster, **sections: Any) -> BridgeProcess:
         sections.setdefault("queue", {"max_events": MAX_EVENTS})
@@ -64,13 +65,10 @@ def bridge_on(tmp_path, kubeconfig):
             **sections.pop("nats", {}),
         }
         cfg = bridge_config(tmp_path, cluster.url(0), kubeconfig, nats=nats, **sections)
-        p = BridgeProcess(cfg, tmp_path / f"bridge-{len(started)}.log").start()
-        started.append(p)
-        return p
+        return bridges.start(cfg)
 
     yield start
-    for p in started:
-        p.kill()
+    bridges.kill_all()
 
 
 async def cluster_ready(cluster: NatsCluster) -> None:
