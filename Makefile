@@ -5,10 +5,10 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo demo-cluster test lint unit integration e2e control-plane bench soak model fuzz clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml consumer/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e './consumer[all]'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -25,8 +25,8 @@ control-plane:
 	bash e2e/build-control-plane.sh all
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge tests fuzz soak
-	$(BIN)/ruff check bridge tests fuzz soak
+	$(BIN)/ruff format --check bridge consumer tests fuzz soak
+	$(BIN)/ruff check bridge consumer tests fuzz soak
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

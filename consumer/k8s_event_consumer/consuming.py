@@ -1,0 +1,416 @@
+"""A durable JetStream pull consumer of the bridge's stream, with idempotent handling.
+
+``Consumer.open`` creates (or binds to, and updates) a durable pull consumer with explicit acks,
+``ack_wait``, ``max_deliver`` and back-off; ``run(handlers)`` fetches in batches, decodes each
+message (``events.decode``) and calls the handler its kind names:
+
+- returning normally: done; the CloudEvent id is remembered (``Seen``) and the message acked;
+- ``raise Retry(delay)``: held; nak'd with that delay, JetStream delivers it again later (a
+  remediation worker while the API server is down);
+- any other exception: nak'd with the back-off step for its delivery count, logged; after
+  ``max_deliver`` deliveries JetStream stops (``max_deliver=-1``: never);
+- a message that is no CloudEvent of the bridge: logged naming what is wrong and terminated
+  (``term``): it will never decode, redelivering it would only stall the rest.
+
+Idempotency: JetStream redelivers what it did not see acked (an ack lost in a reconnect, a
+subscriber killed between its action and its ack), and the bridge's stream itself carries each
+id once. A redelivered id already handled is acked and skipped, not handled twice; ``KVSeen``
+keeps that memory in a JetStream KV bucket across restarts, ``MemorySeen`` in the process.
+
+``replay`` reads a stretch of the stream (from a time or a sequence) without a durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
+
+from k8s_event_consumer import events
+from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
+
+log = logging.getLogger("k8s_event_consumer")
+
+DEFAULT_BACKOFF = (1.0, 5.0, 30.0, 60.0)
+
+
+class Retry(Exception):
+    """Raised by a handler: not done yet, deliver this message again after ``delay`` seconds."""
+
+    def __init__(self, delay: float, why: str = "") -> None:
+        super().__init__(why or f"retry in {delay}s")
+        self.delay = delay
+        self.why = why
+
+
+class ConsumerConflict(Exception):
+    """The durable exists with a start JetStream can not change (open it with ``replay``)."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a new durable starts (an existing one keeps its place unless replayed)."""
+
+    policy: DeliverPolicy = DeliverPolicy.ALL
+    time: datetime | None = None
+    sequence: int | None = None
+
+    @classmethod
+    def all(cls) -> Start:
+        return cls(DeliverPolicy.ALL)
+
+    @classmethod
+    def new(cls) -> Start:
+        return cls(DeliverPolicy.NEW)
+
+    @classmethod
+    def at_time(cls, t: datetime) -> Start:
+        if t.tzinfo is None:
+            raise ValueError("Start.at_time needs an aware datetime")
+        return cls(DeliverPolicy.BY_START_TIME, time=t)
+
+    @classmethod
+    def at_sequence(cls, seq: int) -> Start:
+        if seq < 1:
+            raise ValueError("stream sequences start at 1")
+        return cls(DeliverPolicy.BY_START_SEQUENCE, sequence=seq)
+
+    def apply(self, config: ConsumerConfig) -> ConsumerConfig:
+        config.deliver_policy = self.policy
+        # nats-py sends opt_start_time as given: an RFC 3339 string is what JetStream reads
+        config.opt_start_time = self.time.isoformat() if self.time else None  # type: ignore[assignment]
+        config.opt_start_seq = self.sequence
+        return config
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    ack_wait: float = 30.0  # seconds JetStream waits for an ack before it delivers again
+    max_deliver: int = -1  # deliveries before JetStream gives up on a message; -1: never
+    # redelivery delays after a failed handler (nak) and, when set, after ack_wait ran out
+    # (JetStream's consumer back-off); the last one repeats
+    backoff: Sequence[float] = DEFAULT_BACKOFF
+    max_ack_pending: int = 1000
+    batch: int = 64
+    fetch_timeout: float = 5.0
+
+    def config(self, durable: str, subjects: Sequence[str]) -> ConsumerConfig:
+        cfg = ConsumerConfig(
+            durable_name=durable,
+            name=durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait,
+            max_deliver=self.max_deliver,
+            max_ack_pending=self.max_ack_pending,
+        )
+        if len(subjects) == 1:
+            cfg.filter_subject = subjects[0]
+        else:
+            cfg.filter_subjects = list(subjects)
+        return cfg
+
+    def delay(self, deliveries: int) -> float:
+        steps = self.backoff or DEFAULT_BACKOFF
+        return float(steps[min(max(deliveries, 1), len(steps)) - 1])
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message as the consumer got it: decoded, with JetStream's bookkeeping."""
+
+    decoded: Decoded
+    stream_sequence: int
+    num_delivered: int
+    timestamp: datetime | None
+
+    @property
+    def id(self) -> str:
+        return self.decoded.id
+
+
+E = TypeVar("E", KubeEvent, Status)
+Callback = Callable[[Any, Delivery], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What to do with each kind of message; a kind without a handler is acked and skipped.
+    A status event without its own handler goes to ``on_status`` when that is set."""
+
+    on_event: Callback | None = None
+    on_gap: Callback | None = None
+    on_apiserver_unreachable: Callback | None = None
+    on_apiserver_reachable: Callback | None = None
+    on_apiserver_degraded: Callback | None = None
+    on_apiserver_recovered: Callback | None = None
+    on_dropped: Callback | None = None
+    on_leader_changed: Callback | None = None
+    on_status: Callback | None = None
+
+    def pick(self, d: Decoded) -> tuple[Callback | None, KubeEvent | Status]:
+        if d.event is not None:
+            return self.on_event, d.event
+        assert d.status is not None
+        own: Callback | None = getattr(self, f"on_{d.status.what}", None)
+        return (own or self.on_status), d.status
+
+
+class Seen(Protocol):
+    """The CloudEvent ids already handled."""
+
+    async def contains(self, id_: str) -> bool: ...
+
+    async def add(self, id_: str) -> None: ...
+
+
+class MemorySeen:
+    """The last ``limit`` ids handled by this process (redeliveries come soon after)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    async def contains(self, id_: str) -> bool:
+        return id_ in self._ids
+
+    async def add(self, id_: str) -> None:
+        self._ids[id_] = None
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class KVSeen:
+    """Ids handled, in a JetStream KV bucket (keys: the id's SHA-256; entries expire after
+    ``ttl`` seconds): survives the subscriber's restarts and is shared by its replicas."""
+
+    def __init__(self, kv: Any) -> None:
+        self._kv = kv
+
+    @classmethod
+    async def open(cls, nc: NATS, bucket: str, ttl: float = 7 * 86400.0) -> KVSeen:
+        js = nc.jetstream()
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket, history=1, ttl=ttl))
+        return cls(kv)
+
+    @staticmethod
+    def key(id_: str) -> str:
+        return hashlib.sha256(id_.encode()).hexdigest()
+
+    async def contains(self, id_: str) -> bool:
+        try:
+            await self._kv.get(self.key(id_))
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        return True
+
+    async def add(self, id_: str) -> None:
+        await self._kv.put(self.key(id_), b"1")
+
+
+@dataclass
+class Stats:
+    handled: int = 0
+    skipped_duplicates: int = 0
+    retried: int = 0
+    failed: int = 0
+    bad: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class Consumer:
+    """One durable pull consumer of the stream; ``run`` until ``stop``."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        sub: Any,
+        stream: str,
+        durable: str,
+        options: ConsumerOptions,
+        seen: Seen,
+    ) -> None:
+        self._nc = nc
+        self._sub = sub
+        self.stream = stream
+        self.durable = durable
+        self.options = options
+        self.seen = seen
+        self.stats = Stats()
+        self._stopping = asyncio.Event()
+
+    @classmethod
+    async def open(
+        cls,
+        nc: NATS,
+        *,
+        stream: str,
+        durable: str,
+        subjects: Sequence[str],
+        options: ConsumerOptions = ConsumerOptions(),
+        start: Start | None = None,
+        replay: bool = False,
+        seen: Seen | None = None,
+    ) -> Consumer:
+        """Create the durable (from ``start``), or bind to it and update what JetStream lets
+        change (ack_wait, max_deliver, back-off, max_ack_pending, subjects). ``replay``: drop
+        an existing durable and start again from ``start``."""
+        js = nc.jetstream()
+        config = options.config(durable, subjects)
+        existing = None
+        try:
+            existing = await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            pass
+        if existing is not None and replay:
+            await js.delete_consumer(stream, durable)
+            existing = None
+        if existing is None:
+            start = start or Start.all()
+            await js.add_consumer(stream, config=start.apply(config))
+            log.info("consumer_created durable=%s start=%s", durable, start.policy.value)
+        else:
+            old = existing.config
+            config.deliver_policy = old.deliver_policy
+            config.opt_start_time = old.opt_start_time
+            config.opt_start_seq = old.opt_start_seq
+            try:
+                await js.add_consumer(stream, config=config)
+            except nats.js.errors.BadRequestError as exc:
+                raise ConsumerConflict(
+                    f"durable {durable} on {stream} exists with a config JetStream will not "
+                    f"update to this one: {exc.description}"
+                ) from exc
+            log.info("consumer_bound durable=%s", durable)
+        sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+        return cls(nc, sub, stream, durable, options, seen or MemorySeen())
+
+    async def stop(self) -> None:
+        """Let the batch in hand finish, then return from ``run``."""
+        self._stopping.set()
+
+    async def run(self, handlers: Handlers) -> None:
+        while not self._stopping.is_set():
+            try:
+                msgs = await self._sub.fetch(self.options.batch, timeout=self.options.fetch_timeout)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error as exc:  # reconnecting: nats-py reconnects by itself
+                log.warning("fetch_failed %s: %s", type(exc).__name__, exc)
+                await self._pause(1.0)
+                continue
+            for msg in msgs:
+                await self.handle(msg, handlers)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def handle(self, msg: Msg, handlers: Handlers) -> None:
+        """One message: decode, skip if already handled, call its handler, settle it."""
+        meta = msg.metadata
+        try:
+            decoded = events.decode(msg.subject, msg.headers, msg.data)
+        except BadMessage as exc:
+            self.stats.bad += 1
+            log.error(
+                "bad_message stream_sequence=%s subject=%s: %s",
+                meta.sequence.stream,
+                msg.subject,
+                exc,
+            )
+            await msg.term()
+            return
+        d = Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
+        if await self.seen.contains(d.id):
+            self.stats.skipped_duplicates += 1
+            await msg.ack()
+            return
+        handler, payload = handlers.pick(decoded)
+        kind = "event" if decoded.event is not None else decoded.status.what  # type: ignore[union-attr]
+        try:
+            if handler is not None:
+                await handler(payload, d)
+        except Retry as r:
+            self.stats.retried += 1
+            log.info("held id=%s delay=%s why=%s", d.id, r.delay, r.why)
+            await msg.nak(delay=r.delay)
+            return
+        except Exception as exc:
+            self.stats.failed += 1
+            delay = self.options.delay(meta.num_delivered)
+            last = 0 < self.options.max_deliver <= meta.num_delivered
+            log.error(
+                "handler_failed id=%s delivery=%s %s: %s%s",
+                d.id,
+                meta.num_delivered,
+                type(exc).__name__,
+                exc,
+                " (last delivery: JetStream gives up)" if last else "",
+            )
+            await msg.nak(delay=delay)
+            return
+        await self.seen.add(d.id)
+        await msg.ack()
+        self.stats.handled += 1
+        self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
+
+
+async def replay(
+    nc: NATS,
+    *,
+    stream: str,
+    subject: str | None = None,
+    start: Start | None = None,
+    idle: float = 2.0,
+) -> AsyncIterator[Delivery]:
+    """The stream from ``start`` up to its end when called, in order, with no durable and no
+    acks (an ordered consumer); ``subject`` narrows it (default: the stream's first subject).
+    A message that does not decode is logged and passed over."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    last = int(info.state.last_seq)
+    if last == 0:
+        return
+    cfg = (start or Start.all()).apply(ConsumerConfig())
+    subjects = info.config.subjects or [">"]
+    sub = await js.subscribe(
+        subject or subjects[0],
+        stream=stream,
+        ordered_consumer=True,
+        config=cfg,
+    )
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError):
+                return  # nothing (more) from start on
+            meta = msg.metadata
+            try:
+                decoded = events.decode(msg.subject, msg.headers, msg.data)
+            except BadMessage as exc:
+                log.error("bad_message stream_sequence=%s: %s", meta.sequence.stream, exc)
+            else:
+                yield Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
+            if meta.sequence.stream >= last or meta.num_pending == 0:
+                return
+    finally:
+        await sub.unsubscribe()

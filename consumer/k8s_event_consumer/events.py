@@ -1,0 +1,369 @@
+"""What a message of the bridge's stream holds, decoded: a CloudEvent plus a typed view.
+
+``decode(subject, headers, body)`` takes one NATS message in either CloudEvents mode
+(structured: ``Content-Type: application/cloudevents+json`` and the JSON CloudEvent as the body;
+binary: ``ce-*`` headers, percent-encoded, and the Event as the body) and returns a
+``Decoded``: the ``cloudevents`` SDK's ``CloudEvent`` and exactly one of
+
+- ``KubeEvent``: a Kubernetes Event (types ``io.k8s.event.warning`` / ``io.k8s.event.normal``),
+  with the series-aware ``count`` and ``last_seen`` the bridge's README defines;
+- a status event of the bridge itself (types ``io.k8s.bridge.<what>``): ``Gap``,
+  ``ApiserverUnreachable``, ``ApiserverReachable``, ``ApiserverDegraded``,
+  ``ApiserverRecovered``, ``Dropped``, ``LeaderChanged``, ``Started``, ``Stopped``, or
+  ``Status`` for a kind this version does not know (newer bridges may add some).
+
+A message that is none of these raises ``BadMessage`` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import unquote
+
+from cloudevents.core.v1.event import CloudEvent
+
+EVENT_TYPE_PREFIX: Final = "io.k8s.event."
+STATUS_TYPE_PREFIX: Final = "io.k8s.bridge."
+_STRUCTURED: Final = "application/cloudevents"
+
+
+class BadMessage(ValueError):
+    """A message that is not a CloudEvent of the bridge; the text names what is wrong."""
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time as Kubernetes writes it (``Z``, optional fraction) → aware datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str):
+        raise BadMessage(f"time {value!r} is not a string")
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadMessage(f"time {value!r} is not RFC 3339") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The Event's ``involvedObject`` (``regarding`` in events.k8s.io terms)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = ""
+    field_path: str = ""
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    """One version of a Kubernetes Event, as the bridge published it.
+
+    ``count`` and ``last_seen`` follow the series when there is one (``series.count``,
+    ``series.lastObservedTime``), as the CloudEvent's ``k8scount`` and ``time`` do;
+    ``first_seen`` is ``firstTimestamp``, else ``eventTime``, else the creation time."""
+
+    id: str  # the CloudEvent id: "<uid>/<resourceVersion>", one per version
+    cluster: str
+    uid: str
+    resource_version: str
+    namespace: str
+    name: str
+    reason: str
+    type: str  # "Warning" or "Normal"
+    message: str
+    count: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+    involved: ObjectRef
+    reporting_component: str
+    reporting_instance: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def warning(self) -> bool:
+        return self.type == "Warning"
+
+
+@dataclass(frozen=True)
+class Status:
+    """A status event of the bridge (``io.k8s.bridge.<what>``); the subclasses type its data."""
+
+    id: str
+    cluster: str
+    what: str
+    time: datetime | None
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Gap(Status):
+    """Versions of Events between two resourceVersions may be missing (compacted history)."""
+
+    scope: str = ""
+    from_resource_version: str = ""
+    to_resource_version: str = ""
+    detected_at: datetime | None = None
+    certainty: str = ""  # "likely" or "possible"
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class ApiserverUnreachable(Status):
+    """The bridge can not reach the API server for ``scope`` ("" = the whole cluster)."""
+
+    scope: str = ""
+    detail: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApiserverReachable(Status):
+    """The API server answers again for ``scope``."""
+
+    scope: str = ""
+    detail: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApiserverDegraded(Status):
+    """The bridge's circuit breaker opened for ``scope`` (``reason``: failures or latency)."""
+
+    scope: str = ""
+    reason: str = ""
+    detail: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApiserverRecovered(Status):
+    scope: str = ""
+    degraded_for_seconds: float = 0.0
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Dropped(Status):
+    """A message no server of the stream could take: subscribers will not get it."""
+
+    dropped_id: str = ""
+    subject: str = ""
+    size: int = 0
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LeaderChanged(Status):
+    identity: str = ""
+    previous_holder: str = ""
+    lease: str = ""
+    transitions: int = 0
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Started(Status):
+    host: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class Stopped(Status):
+    host: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One message: the CloudEvent and exactly one of ``event`` or ``status``."""
+
+    subject: str
+    cloudevent: CloudEvent
+    event: KubeEvent | None = None
+    status: Status | None = None
+
+    @property
+    def id(self) -> str:
+        return self.cloudevent.get_id()
+
+
+def decode(subject: str, headers: dict[str, str] | None, body: bytes) -> Decoded:
+    """One NATS message of the stream → ``Decoded``. Raises ``BadMessage``."""
+    attrs, data = _envelope(headers or {}, body)
+    for name in ("id", "source", "type", "specversion"):
+        if not isinstance(attrs.get(name), str) or not attrs[name]:
+            raise BadMessage(f"CloudEvent attribute {name!r} is missing")
+    if attrs["specversion"] != "1.0":
+        raise BadMessage(f"specversion {attrs['specversion']!r} is not 1.0")
+    type_ = attrs["type"]
+    if not isinstance(data, dict):
+        raise BadMessage(f"{type_} {attrs['id']}: data is not a JSON object")
+    ce_attrs = dict(attrs)
+    if "time" in ce_attrs:
+        ce_attrs["time"] = parse_time(ce_attrs["time"])
+    try:
+        ce = CloudEvent(ce_attrs, data)
+    except Exception as exc:
+        raise BadMessage(f"{type_} {attrs['id']}: not a valid CloudEvent: {exc}") from exc
+    if type_.startswith(EVENT_TYPE_PREFIX):
+        return Decoded(subject, ce, event=_kube_event(attrs, data))
+    if type_.startswith(STATUS_TYPE_PREFIX):
+        return Decoded(subject, ce, status=_status(attrs, data))
+    raise BadMessage(f"type {type_!r} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*")
+
+
+def _envelope(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], Any]:
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    if content_type.startswith(_STRUCTURED):
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            raise BadMessage(f"structured CloudEvent body is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise BadMessage("structured CloudEvent body is not a JSON object")
+        data = doc.pop("data", None)
+        if data is None and "data_base64" in doc:
+            raise BadMessage("data_base64: the bridge always sends JSON data")
+        return doc, data
+    attrs = {k[3:].lower(): unquote(v) for k, v in headers.items() if k.lower().startswith("ce-")}
+    if not attrs:
+        raise BadMessage(
+            f"neither a structured CloudEvent (Content-Type {content_type!r}) "
+            "nor binary mode (no ce-* headers)"
+        )
+    try:
+        data = json.loads(body) if body else None
+    except ValueError as exc:
+        raise BadMessage(f"binary-mode body is not JSON: {exc}") from None
+    return attrs, data
+
+
+def _str(d: dict[str, Any], key: str) -> str:
+    v = d.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _kube_event(attrs: dict[str, Any], data: dict[str, Any]) -> KubeEvent:
+    meta = data.get("metadata")
+    if not isinstance(meta, dict) or not _str(meta, "uid"):
+        raise BadMessage(f"{attrs['id']}: data is no Event (metadata.uid missing)")
+    obj = _dict(data, "involvedObject") or _dict(data, "regarding")
+    series = _dict(data, "series")
+    count = series.get("count") or data.get("count") or 1
+    try:
+        count = int(count)
+    except (TypeError, ValueError):
+        raise BadMessage(f"{attrs['id']}: count {count!r} is not a number") from None
+    last = (
+        series.get("lastObservedTime")
+        or data.get("lastTimestamp")
+        or data.get("eventTime")
+        or meta.get("creationTimestamp")
+    )
+    first = data.get("firstTimestamp") or data.get("eventTime") or meta.get("creationTimestamp")
+    source = _dict(data, "source")
+    return KubeEvent(
+        id=attrs["id"],
+        cluster=str(attrs.get("k8scluster", "")),
+        uid=_str(meta, "uid"),
+        resource_version=_str(meta, "resourceVersion"),
+        namespace=_str(meta, "namespace"),
+        name=_str(meta, "name"),
+        reason=_str(data, "reason"),
+        type=_str(data, "type") or "Normal",
+        message=_str(data, "message"),
+        count=count,
+        first_seen=parse_time(first),
+        last_seen=parse_time(last),
+        involved=ObjectRef(
+            kind=_str(obj, "kind"),
+            namespace=_str(obj, "namespace"),
+            name=_str(obj, "name"),
+            uid=_str(obj, "uid"),
+            api_version=_str(obj, "apiVersion"),
+            field_path=_str(obj, "fieldPath"),
+        ),
+        reporting_component=_str(data, "reportingComponent") or _str(source, "component"),
+        reporting_instance=_str(data, "reportingInstance") or _str(source, "host"),
+        data=data,
+    )
+
+
+def _status(attrs: dict[str, Any], data: dict[str, Any]) -> Status:
+    # The type drops the underscores (io.k8s.bridge.apiserverunreachable); the CloudEvent's
+    # subject is the status event's name as the README writes it (apiserver_unreachable).
+    what = str(attrs.get("subject") or "") or attrs["type"].removeprefix(STATUS_TYPE_PREFIX)
+    base: dict[str, Any] = {
+        "id": attrs["id"],
+        "cluster": str(attrs.get("k8scluster", "")),
+        "what": what,
+        "time": parse_time(attrs.get("time")),
+        "data": data,
+    }
+
+    def s(key: str) -> str:
+        return _str(data, key)
+
+    if what == "gap":
+        return Gap(
+            **base,
+            scope=s("scope"),
+            from_resource_version=s("fromResourceVersion"),
+            to_resource_version=s("toResourceVersion"),
+            detected_at=parse_time(data.get("detectedAt")),
+            certainty=s("certainty"),
+            why=s("why"),
+        )
+    if what in ("apiserver_unreachable", "apiserver_reachable"):
+        cls = ApiserverUnreachable if what == "apiserver_unreachable" else ApiserverReachable
+        return cls(**base, scope=s("scope"), detail=s("detail"), at=parse_time(data.get("at")))
+    if what == "apiserver_degraded":
+        return ApiserverDegraded(
+            **base,
+            scope=s("scope"),
+            reason=s("reason"),
+            detail=s("detail"),
+            at=parse_time(data.get("at")),
+        )
+    if what == "apiserver_recovered":
+        return ApiserverRecovered(
+            **base,
+            scope=s("scope"),
+            degraded_for_seconds=float(data.get("degradedForSeconds") or 0),
+            at=parse_time(data.get("at")),
+        )
+    if what == "dropped":
+        return Dropped(
+            **base,
+            dropped_id=s("id"),
+            subject=s("subject"),
+            size=int(data.get("size") or 0),
+            reason=s("reason"),
+            detail=s("detail"),
+        )
+    if what == "leader_changed":
+        return LeaderChanged(
+            **base,
+            identity=s("identity"),
+            previous_holder=s("previousHolder"),
+            lease=s("lease"),
+            transitions=int(data.get("transitions") or 0),
+            at=parse_time(data.get("at")),
+        )
+    if what in ("started", "stopped"):
+        cls2 = Started if what == "started" else Stopped
+        return cls2(**base, host=s("host"), pid=int(data.get("pid") or 0))
+    return Status(**base)

@@ -1,0 +1,331 @@
+"""The consumer kit (k8s_event_consumer) against a real nats-server: the bridge's own messages
+(its converter, both content modes) in a stream like the bridge's, read by the kit's durable
+pull consumer: acks, holds, back-off and max_deliver, idempotency across a lost ack and a
+restart, bad messages, the status callbacks, resuming and replaying."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from bridge.core.converting import Converter
+from k8s_event_consumer import (
+    Consumer,
+    ConsumerOptions,
+    Delivery,
+    Handlers,
+    KubeEvent,
+    KVSeen,
+    Retry,
+    Start,
+    replay,
+)
+from k8s_event_consumer.events import Gap, Status
+
+pytestmark = pytest.mark.integration
+STREAM = "K8S_EVENTS"
+CLUSTER = "kit"
+
+
+def event(uid: str, rv: int, *, reason: str = "BackOff", count: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"web-{uid}.1",
+            "namespace": "shop",
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "creationTimestamp": "2026-11-30T10:00:00Z",
+        },
+        "involvedObject": {"kind": "Pod", "namespace": "shop", "name": f"web-{uid}", "uid": "p"},
+        "reason": reason,
+        "message": "Back-off restarting failed container",
+        "type": "Warning",
+        "count": count,
+        "firstTimestamp": "2026-11-30T10:00:00Z",
+        "lastTimestamp": f"2026-11-30T10:00:{count:02d}Z",
+        "source": {"component": "kubelet"},
+    }
+
+
+@pytest.fixture
+async def nc(nats_server: Any) -> AsyncIterator[Any]:
+    client = await nats.connect(nats_server.url)
+    await client.jetstream().add_stream(
+        StreamConfig(name=STREAM, subjects=["k8s.events.>"], duplicate_window=7200)
+    )
+    yield client
+    with contextlib.suppress(Exception):
+        await client.close()
+
+
+async def publish(nc: Any, obj: dict[str, Any], mode: str = "structured") -> None:
+    msg = Converter(CLUSTER, "k8s.events", mode).convert(obj)
+    await nc.jetstream().publish(msg.subject, msg.payload, headers=msg.headers)
+
+
+async def publish_status(nc: Any, what: str, data: dict[str, Any], mode: str = "binary") -> None:
+    msg = Converter(CLUSTER, "k8s.events", mode).status(
+        what, f"{what}/{json.dumps(data, sort_keys=True)}", data, "2026-11-30T10:00:00Z"
+    )
+    await nc.jetstream().publish(msg.subject, msg.payload, headers=msg.headers)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[KubeEvent, Delivery]] = []
+        self.statuses: list[tuple[str, Status]] = []
+        self.changed = asyncio.Event()
+
+    async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
+        self.events.append((ev, d))
+        self.changed.set()
+
+    def status(self, name: str) -> Any:
+        async def record(s: Status, d: Delivery) -> None:
+            self.statuses.append((name, s))
+            self.changed.set()
+
+        return record
+
+    async def until(self, predicate: Any, timeout: float = 15.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(consumer: Consumer, handlers: Handlers) -> AsyncIterator[Consumer]:
+    task = asyncio.create_task(consumer.run(handlers))
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+        await asyncio.wait_for(task, 15)
+
+
+FAST = ConsumerOptions(ack_wait=1.0, backoff=(0.2, 0.4), fetch_timeout=0.5)
+
+
+@pytest.mark.parametrize("mode", ["structured", "binary"])
+async def test_each_version_is_handled_once_and_a_reopened_durable_resumes(
+    nc: Any, mode: str
+) -> None:
+    for rv, count in ((1, 1), (2, 2), (3, 3)):
+        await publish(nc, event("a", rv, count=count), mode)
+    rec = Recorder()
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
+    async with running(c, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 3)
+    assert [(e.id, e.count) for e, _ in rec.events] == [("a/1", 1), ("a/2", 2), ("a/3", 3)]
+    assert rec.events[0][0].involved.name == "web-a"
+
+    await publish(nc, event("a", 4, count=4), mode)
+    c2 = await Consumer.open(
+        nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST
+    )
+    async with running(c2, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 4)
+        await asyncio.sleep(1.5)  # past ack_wait: nothing acked comes again
+    assert [e.id for e, _ in rec.events] == ["a/1", "a/2", "a/3", "a/4"]
+    assert c2.stats.handled == 1 and c2.stats.skipped_duplicates == 0
+
+
+async def test_a_held_message_comes_again_after_its_delay_and_is_done_once(nc: Any) -> None:
+    await publish(nc, event("h", 1))
+    await publish(nc, event("k", 2))
+    calls: list[tuple[str, int]] = []
+    done = asyncio.Event()
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        calls.append((ev.id, d.num_delivered))
+        if ev.id == "h/1" and d.num_delivered < 3:
+            raise Retry(0.3, "the API server is down")
+        if ev.id == "h/1":
+            done.set()
+
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
+    async with running(c, Handlers(on_event=on_event)):
+        await asyncio.wait_for(done.wait(), 15)
+        await asyncio.sleep(1.5)
+    assert calls.count(("k/2", 1)) == 1  # a held message does not stop the next
+    assert [n for i, n in calls if i == "h/1"] == [1, 2, 3]
+    assert c.stats.retried == 2 and c.stats.handled == 2
+
+
+async def test_a_failing_handler_is_retried_with_backoff_until_max_deliver(nc: Any) -> None:
+    await publish(nc, event("f", 1))
+    seen: list[int] = []
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        seen.append(d.num_delivered)
+        raise RuntimeError("boom")
+
+    opts = ConsumerOptions(ack_wait=1.0, max_deliver=3, backoff=(0.2,), fetch_timeout=0.5)
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=opts)
+    async with running(c, Handlers(on_event=on_event)):
+        await asyncio.sleep(4)
+    assert seen == [1, 2, 3]  # JetStream gives up after max_deliver
+    assert c.stats.failed == 3 and c.stats.handled == 0
+
+
+async def test_a_slow_handler_redelivered_meanwhile_is_not_run_twice(nc: Any) -> None:
+    await publish(nc, event("s", 1))
+    calls: list[int] = []
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        calls.append(d.num_delivered)
+        if d.num_delivered == 1:
+            await asyncio.sleep(2.0)  # past ack_wait: JetStream delivers it again
+
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
+    async with running(c, Handlers(on_event=on_event)):
+        await asyncio.sleep(5)
+    assert calls == [1]
+    assert c.stats.skipped_duplicates >= 1
+
+
+async def test_a_restart_between_handling_and_ack_does_not_handle_again(
+    nats_server: Any, nc: Any
+) -> None:
+    """The subscriber dies after its action and before its ack: JetStream delivers the message
+    to the next process, whose KV-backed memory says it was done."""
+    await publish(nc, event("r", 1))
+    calls: list[str] = []
+    first = await nats.connect(nats_server.url)
+    seen = await KVSeen.open(first, "kit_seen")
+
+    class DiesBeforeAck:
+        async def contains(self, id_: str) -> bool:
+            return await seen.contains(id_)
+
+        async def add(self, id_: str) -> None:
+            await seen.add(id_)
+            await first.close()  # the process is gone before it acks
+            raise asyncio.CancelledError
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        calls.append(ev.id)
+
+    c = await Consumer.open(
+        first, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST
+    )
+    c.seen = DiesBeforeAck()
+    with pytest.raises(asyncio.CancelledError):
+        await c.run(Handlers(on_event=on_event))
+    assert calls == ["r/1"]
+
+    second = await nats.connect(nats_server.url)
+    c2 = await Consumer.open(
+        second,
+        stream=STREAM,
+        durable="d",
+        subjects=["k8s.events.>"],
+        options=FAST,
+        seen=await KVSeen.open(second, "kit_seen"),
+    )
+    async with running(c2, Handlers(on_event=on_event)):
+        async with asyncio.timeout(10):
+            while c2.stats.skipped_duplicates == 0:
+                await asyncio.sleep(0.1)
+    await second.close()
+    assert calls == ["r/1"]
+
+
+async def test_a_bad_message_is_terminated_and_the_rest_flows(nc: Any) -> None:
+    js = nc.jetstream()
+    await js.publish("k8s.events.kit.shop.Pod.X", b"{not json", headers={"ce-id": "x"})
+    await publish(nc, event("g", 2))
+    rec = Recorder()
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
+    async with running(c, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 1)
+        await asyncio.sleep(2)  # past ack_wait: a terminated message does not come again
+    assert c.stats.bad == 1
+    info = await js.consumer_info(STREAM, "d")
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0
+
+
+async def test_status_events_reach_their_callbacks(nc: Any) -> None:
+    await publish_status(
+        nc,
+        "gap",
+        {
+            "scope": "",
+            "fromResourceVersion": "1",
+            "toResourceVersion": "9",
+            "detectedAt": "2026-11-30T10:00:00Z",
+            "certainty": "possible",
+            "why": "w",
+        },
+    )
+    await publish_status(nc, "apiserver_unreachable", {"scope": "", "detail": "refused"})
+    await publish_status(nc, "apiserver_reachable", {"scope": "", "detail": ""})
+    await publish_status(nc, "dropped", {"id": "u/1", "subject": "s", "size": 5, "reason": "big"})
+    await publish_status(nc, "leader_changed", {"identity": "b", "previousHolder": "a"})
+    await publish_status(nc, "started", {"host": "h", "pid": 1}, mode="structured")
+    await publish(nc, event("e", 3))
+    rec = Recorder()
+    h = Handlers(
+        on_event=rec.on_event,
+        on_gap=rec.status("gap"),
+        on_apiserver_unreachable=rec.status("down"),
+        on_apiserver_reachable=rec.status("up"),
+        on_dropped=rec.status("dropped"),
+        on_leader_changed=rec.status("leader"),
+        on_status=rec.status("other"),
+    )
+    c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
+    async with running(c, h):
+        await rec.until(lambda: len(rec.statuses) == 6 and len(rec.events) == 1)
+    assert [n for n, _ in rec.statuses] == ["gap", "down", "up", "dropped", "leader", "other"]
+    gap = rec.statuses[0][1]
+    assert isinstance(gap, Gap) and gap.certainty == "possible" and gap.to_resource_version == "9"
+    assert rec.statuses[5][1].what == "started"
+
+
+async def test_replay_reads_from_a_sequence_or_a_time_and_a_durable_can_start_over(
+    nc: Any,
+) -> None:
+    for rv in range(1, 6):
+        await publish(nc, event("p", rv, count=rv))
+    got = [d.id async for d in replay(nc, stream=STREAM, start=Start.at_sequence(3))]
+    assert got == ["p/3", "p/4", "p/5"]
+    future = datetime.now(UTC) + timedelta(minutes=5)
+    assert [d.id async for d in replay(nc, stream=STREAM, start=Start.at_time(future))] == []
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    assert len([d async for d in replay(nc, stream=STREAM, start=Start.at_time(past))]) == 5
+
+    rec = Recorder()
+    c = await Consumer.open(
+        nc,
+        stream=STREAM,
+        durable="d",
+        subjects=["k8s.events.>"],
+        options=FAST,
+        start=Start.at_sequence(4),
+    )
+    async with running(c, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 2)
+    assert [e.id for e, _ in rec.events] == ["p/4", "p/5"]
+    # the durable keeps its place when opened again; replay=True starts it over
+    c2 = await Consumer.open(
+        nc,
+        stream=STREAM,
+        durable="d",
+        subjects=["k8s.events.>"],
+        options=FAST,
+        start=Start.all(),
+        replay=True,
+    )
+    async with running(c2, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 7)
+    assert [e.id for e, _ in rec.events][2:] == ["p/1", "p/2", "p/3", "p/4", "p/5"]

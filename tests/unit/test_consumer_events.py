@@ -1,0 +1,221 @@
+"""The consumer kit's decoder (k8s_event_consumer.events) on what the bridge really sends: the
+real Events recorded from Kubernetes 1.32 and 1.37 through the bridge's converter in both
+content modes, its status events, and messages that are not the bridge's."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.core.converting import Converter
+from k8s_event_consumer import events
+from k8s_event_consumer.events import BadMessage, decode
+from tests.cloudevent_expected import CLUSTER
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "real-events"
+OBJECTS = [
+    json.loads(line)["object"]
+    for path in sorted(CORPUS.glob("*.jsonl"))
+    for line in path.read_bytes().splitlines()
+]
+MODES = ["structured", "binary"]
+
+
+def _sent(obj: dict[str, Any], mode: str) -> tuple[str, dict[str, str], bytes]:
+    msg = Converter(CLUSTER, "k8s.events", mode).convert(obj)
+    return msg.subject, msg.headers, msg.payload
+
+
+def _t(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("obj", OBJECTS, ids=lambda o: f"{o['reason']}-{o['metadata']['uid'][:8]}")
+def test_a_real_event_decodes_to_its_typed_view(obj: dict[str, Any], mode: str) -> None:
+    subject, headers, body = _sent(obj, mode)
+    d = decode(subject, headers, body)
+    ev = d.event
+    assert ev is not None and d.status is None
+    meta = obj["metadata"]
+    assert d.id == ev.id == f"{meta['uid']}/{meta['resourceVersion']}"
+    assert (ev.uid, ev.resource_version) == (meta["uid"], meta["resourceVersion"])
+    assert (ev.namespace, ev.name, ev.reason, ev.type) == (
+        meta["namespace"],
+        meta["name"],
+        obj["reason"],
+        obj["type"],
+    )
+    assert ev.cluster == CLUSTER
+    series = obj.get("series") or {}
+    assert ev.count == (series.get("count") or obj.get("count") or 1)
+    assert ev.count == int(d.cloudevent.get_extension("k8scount"))
+    last = (
+        series.get("lastObservedTime")
+        or obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or meta["creationTimestamp"]
+    )
+    assert ev.last_seen == _t(last)
+    assert ev.last_seen == d.cloudevent.get_time()  # the CloudEvent's time, typed
+    first = obj.get("firstTimestamp") or obj.get("eventTime") or meta["creationTimestamp"]
+    assert ev.first_seen == _t(first)
+    io = obj["involvedObject"]
+    assert (ev.involved.kind, ev.involved.name, ev.involved.uid) == (
+        io["kind"],
+        io["name"],
+        io.get("uid", ""),
+    )
+    assert ev.reporting_component == (
+        obj.get("reportingComponent") or obj.get("source", {}).get("component", "")
+    )
+    assert ev.warning is (obj["type"] == "Warning")
+    assert d.cloudevent.get_extension("k8sreason") == obj["reason"]
+    assert "managedFields" not in ev.data["metadata"]
+
+
+def test_both_modes_decode_to_the_same_view() -> None:
+    for obj in OBJECTS:
+        a = decode(*_sent(obj, "structured"))
+        b = decode(*_sent(obj, "binary"))
+        assert a.event == b.event
+        assert a.event is not None and b.event is not None
+        assert a.event.data == b.event.data
+
+
+def _status(what: str, data: dict[str, Any], mode: str = "structured") -> events.Decoded:
+    msg = Converter(CLUSTER, "k8s.events", mode).status(
+        what, f"{what}/x", data, "2026-11-30T10:00:00Z"
+    )
+    return decode(msg.subject, msg.headers, msg.payload)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_status_events_decode_to_their_types(mode: str) -> None:
+    gap = _status(
+        "gap",
+        {
+            "scope": "shop",
+            "fromResourceVersion": "10",
+            "toResourceVersion": "99",
+            "detectedAt": "2026-11-30T10:00:00Z",
+            "certainty": "likely",
+            "why": "newer Events listed",
+        },
+        mode,
+    ).status
+    assert isinstance(gap, events.Gap)
+    assert (gap.scope, gap.from_resource_version, gap.to_resource_version) == ("shop", "10", "99")
+    assert (gap.certainty, gap.cluster, gap.what) == ("likely", CLUSTER, "gap")
+    assert gap.detected_at == datetime(2026, 11, 30, 10, tzinfo=UTC)
+    assert gap.id == f"{CLUSTER}/gap/x"
+
+    down = _status(
+        "apiserver_unreachable",
+        {"scope": "", "detail": "refused", "at": "2026-11-30T10:00:01Z"},
+        mode,
+    )
+    assert isinstance(down.status, events.ApiserverUnreachable)
+    assert down.status.detail == "refused"
+    up = _status("apiserver_reachable", {"scope": "", "detail": "", "at": None}, mode)
+    assert isinstance(up.status, events.ApiserverReachable)
+    dropped = _status(
+        "dropped",
+        {"id": "u/1", "subject": "k8s.events.c.n.Pod.R", "size": 9, "reason": "too_big"},
+        mode,
+    ).status
+    assert isinstance(dropped, events.Dropped)
+    assert (dropped.dropped_id, dropped.size, dropped.reason) == ("u/1", 9, "too_big")
+    leader = _status(
+        "leader_changed",
+        {"identity": "b", "previousHolder": "a", "lease": "l", "transitions": 3},
+        mode,
+    ).status
+    assert isinstance(leader, events.LeaderChanged)
+    assert (leader.identity, leader.previous_holder, leader.transitions) == ("b", "a", 3)
+    degraded = _status("apiserver_degraded", {"scope": "", "reason": "latency"}, mode).status
+    assert isinstance(degraded, events.ApiserverDegraded) and degraded.reason == "latency"
+    started = _status("started", {"host": "h", "pid": 7}, mode).status
+    assert isinstance(started, events.Started) and started.pid == 7
+    future = _status("something_new", {"a": 1}, mode).status
+    assert type(future) is events.Status and future.what == "something_new"
+
+
+def test_the_down_status_event_has_a_time_that_is_not_rfc3339_refused() -> None:
+    # "at" is the bridge's RFC 3339; anything else names the field
+    with pytest.raises(BadMessage, match="not RFC 3339"):
+        _status("apiserver_unreachable", {"scope": "", "detail": "", "at": "yesterday"})
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "says"),
+    [
+        ({"Content-Type": "application/cloudevents+json"}, b"{nope", "not JSON"),
+        ({"Content-Type": "application/cloudevents+json"}, b"[1]", "not a JSON object"),
+        ({"Content-Type": "text/plain"}, b"hello", "no ce-\\* headers"),
+        ({}, b"{}", "no ce-\\* headers"),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps({"specversion": "1.0", "source": "s", "type": "io.k8s.event.warning"}),
+            "'id' is missing",
+        ),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps(
+                {"specversion": "0.3", "id": "i", "source": "s", "type": "io.k8s.event.warning"}
+            ),
+            "specversion",
+        ),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps(
+                {"specversion": "1.0", "id": "i", "source": "s", "type": "com.other", "data": {}}
+            ),
+            "neither io.k8s.event",
+        ),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps(
+                {
+                    "specversion": "1.0",
+                    "id": "i",
+                    "source": "s",
+                    "type": "io.k8s.event.warning",
+                    "data": {"reason": "x"},
+                }
+            ),
+            "metadata.uid missing",
+        ),
+        (
+            {"ce-specversion": "1.0", "ce-id": "i", "ce-source": "s", "ce-type": "io.k8s.event.x"},
+            b"not json",
+            "binary-mode body is not JSON",
+        ),
+    ],
+)
+def test_a_message_that_is_not_the_bridges_is_refused_naming_why(
+    headers: dict[str, str], body: bytes | str, says: str
+) -> None:
+    raw = body.encode() if isinstance(body, str) else body
+    with pytest.raises(BadMessage, match=says):
+        decode("k8s.events.x", headers, raw)
+
+
+def test_the_kit_imports_without_the_bridge_or_its_runtime_dependencies() -> None:
+    """A subscriber installs k8s-event-bridge-consumer alone: nats-py and cloudevents (nats-py
+    itself imports aiohttp when it is installed, for websockets: not checked)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, k8s_event_consumer, k8s_event_consumer.consuming;"
+        "bad = [m for m in ('bridge', 'kubernetes_asyncio', 'pydantic', 'pydantic_settings',"
+        " 'msgspec', 'prometheus_client') if m in sys.modules];"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
