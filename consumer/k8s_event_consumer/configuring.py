@@ -1,0 +1,289 @@
+"""What the subscribers' configurations share: a YAML file plus ``<PREFIX><SECTION>__<KEY>``
+environment variables (which override the file; lists and maps as JSON), the NATS, HTTP and
+log sections, durations, and ``load()``, which turns every problem into one ``ConfigError``
+naming the key and what is wrong (the command lines exit 2 on it). Needs the ``settings``
+extra (pydantic-settings with YAML)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsError
+
+from k8s_event_consumer.connecting import NatsOptions
+from k8s_event_consumer.consuming import ConsumerOptions
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+SECRET_KEYS = frozenset({"password", "token", "bearer_token"})
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the key."""
+
+
+def parse_duration(value: Any) -> float:
+    """``90``, ``"90"``, ``"1.5s"``, ``"500ms"``, ``"1m30s"``, ``"2h"`` → seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration such as 1s, 500ms, 2m or 1h is expected")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            pos, seconds = 0, 0.0
+            for m in _DURATION.finditer(text):
+                if m.start() != pos:
+                    break
+                seconds += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+                pos = m.end()
+            if pos != len(text) or not text:
+                raise ValueError(
+                    f"{value!r} is not a duration such as 1s, 500ms, 2m or 1h"
+                ) from None
+    else:
+        raise ValueError("a duration such as 1s, 500ms, 2m or 1h is expected")
+    if seconds < 0:
+        raise ValueError("a duration can not be negative")
+    return seconds
+
+
+def _require_positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _file_exists(value: str | None) -> str | None:
+    if value is not None and not Path(value).is_file():
+        raise ValueError(f"{value}: no such file")
+    return value
+
+
+PositiveDuration = Annotated[
+    float, AfterValidator(_require_positive), BeforeValidator(parse_duration)
+]
+ExistingFile = Annotated[str | None, AfterValidator(_file_exists)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TLSSettings(Section):
+    ca_file: ExistingFile = None
+    cert_file: ExistingFile = None
+    key_file: ExistingFile = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> TLSSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (mutual TLS)")
+        return self
+
+
+class NatsSettings(Section):
+    """The stream and the durable consumer a subscriber reads it with; each subscriber gives
+    ``durable`` and ``name`` its own default."""
+
+    servers: list[str] = ["nats://127.0.0.1:4222"]
+    stream: str = "K8S_EVENTS"
+    # what the durable consumer reads: every Event and status event of every cluster by default
+    subjects: list[str] = ["k8s.events.>"]
+    durable: str = "k8s-event-consumer"
+    # where a new durable starts: all (the whole stream) or new (only what comes after)
+    start: Literal["all", "new"] = "all"
+    name: str = "k8s-event-consumer"
+    user: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    nkey_seed_file: ExistingFile = None
+    creds_file: ExistingFile = None
+    tls: TLSSettings = TLSSettings()
+    connect_timeout: PositiveDuration = 5.0
+    ack_wait: PositiveDuration = 30.0
+    max_ack_pending: int = Field(1000, ge=1)
+    batch: int = Field(64, ge=1, le=1000)
+
+    @field_validator("servers")
+    @classmethod
+    def _servers(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one server URL is needed")
+        for url in v:
+            if not re.match(r"^(nats|tls|ws|wss)://", url):
+                raise ValueError(f"{url!r} is not a nats://, tls://, ws:// or wss:// URL")
+        return v
+
+    @field_validator("stream", "durable")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
+            raise ValueError("may hold only A-Z a-z 0-9 _ -")
+        return v
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one subject filter is needed")
+        for s in v:
+            if not re.fullmatch(r"[^\s.]+(\.[^\s.]+)*", s):
+                raise ValueError(f"{s!r} is not a NATS subject filter")
+        return v
+
+    @model_validator(mode="after")
+    def _auth(self) -> NatsSettings:
+        if self.password is not None and not self.user:
+            raise ValueError("password needs user")
+        return self
+
+    def options(self) -> NatsOptions:
+        return NatsOptions(
+            servers=list(self.servers),
+            name=self.name,
+            user=self.user,
+            password=self.password.get_secret_value() if self.password else None,
+            token=self.token.get_secret_value() if self.token else None,
+            creds_file=self.creds_file,
+            nkey_seed_file=self.nkey_seed_file,
+            tls_ca_file=self.tls.ca_file,
+            tls_cert_file=self.tls.cert_file,
+            tls_key_file=self.tls.key_file,
+            connect_timeout=self.connect_timeout,
+        )
+
+    def consumer_options(self, **overrides: Any) -> ConsumerOptions:
+        return ConsumerOptions(
+            ack_wait=self.ack_wait,
+            max_ack_pending=self.max_ack_pending,
+            batch=self.batch,
+            **overrides,
+        )
+
+
+class HttpSettings(Section):
+    host: str = "0.0.0.0"
+    # /healthz, /readyz, /metrics; null: no HTTP server
+    port: int | None = Field(8080, ge=0, le=65535)
+
+
+class LogSettings(Section):
+    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
+    format: Literal["json", "text"] = "json"
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of sections")
+    return data
+
+
+def _secret_key(loc: str) -> bool:
+    return loc.rsplit(".", 1)[-1] in SECRET_KEYS
+
+
+def describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int))
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = (
+            ""
+            if err["type"] in ("extra_forbidden", "missing")
+            or isinstance(value, dict)
+            or _secret_key(loc)
+            else f" (got {value!r})"
+        )
+        lines.append(f"{loc or '<root>'}: {msg}{shown}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def check_env_sections(
+    settings_cls: type[BaseSettings], prefix: str, file_env: str, env: dict[str, str]
+) -> None:
+    # pydantic-settings reads only the variables it knows, so a misspelt section
+    # (ALERTING_ALERTMANGER__URLS) would be ignored without a word: name it instead.
+    sections = set(settings_cls.model_fields)
+    for name in env:
+        if not name.startswith(prefix) or name == file_env:
+            continue
+        section = name.removeprefix(prefix).split("__", 1)[0].lower()
+        if section not in sections:
+            raise ConfigError(
+                f"invalid configuration: environment variable {name}: unknown section "
+                f"{section!r} (known: {', '.join(sorted(sections))})"
+            )
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load(settings_cls: type[S], prefix: str, file_env: str, path: str | None = None) -> S:
+    """The settings from ``path`` (or ``$<file_env>``) and the environment."""
+    path = path or os.environ.get(file_env) or None
+    data = read_yaml(path) if path else {}
+    check_env_sections(settings_cls, prefix, file_env, dict(os.environ))
+    try:
+        return settings_cls(**data)
+    except ValidationError as exc:
+        raise ConfigError(describe(exc)) from exc
+    except SettingsError as exc:
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(
+            f"invalid configuration: {exc}{cause} (lists and maps from the environment are "
+            f"JSON, e.g. {prefix}NATS__SUBJECTS='[\"k8s.events.>\"]')"
+        ) from exc
+
+
+def redacted(settings: BaseSettings) -> dict[str, Any]:
+    """The effective settings as plain data, every secret shown as ``"***"``."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: ("***" if k in SECRET_KEYS and v is not None else walk(v))
+                for k, v in node.items()
+            }
+        return node
+
+    out: dict[str, Any] = walk(settings.model_dump(mode="json"))
+    return out

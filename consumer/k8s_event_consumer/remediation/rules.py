@@ -1,0 +1,179 @@
+"""What the worker does about an Event: pure decisions, no I/O.
+
+``plan(ev, pod, owner, cfg)`` looks at a Warning Event on a Pod and the Pod as the API server
+has it now, and returns at most one ``Action``:
+
+- a container of the Pod was OOMKilled (its last termination) or the Event is ``OOMKilling``:
+  annotate the Pod's top controller with a memory limit ``factor`` times the current one
+  (deleting the Pod would not help: it would be killed again);
+- else a ``BackOff`` (or a configured reason) whose count reached ``min_count``: delete the
+  Pod, so its controller makes a new one.
+
+Each action has a ``key``: the action, the object's uid and its generation. The same key is
+the same action (a count bump of the Event that triggered it, a redelivery): done once. The
+record of it is a Kubernetes Event named after the key (``record_name``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from k8s_event_consumer.events import KubeEvent
+from k8s_event_consumer.remediation.settings import RemediationSettings
+
+DELETE_POD = "delete_pod"
+SUGGEST_MEMORY = "suggest_memory"
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i?|[kmMGTPE]|e[0-9]+)?$")
+_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "m": 10**-3,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def memory_bytes(quantity: str) -> int:
+    """A Kubernetes quantity (``128Mi``, ``1G``, ``500000000``) in bytes. Raises ValueError."""
+    m = _QUANTITY.match(quantity.strip())
+    if not m:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
+    number, suffix = float(m[1]), m[2] or ""
+    scale = 10 ** int(suffix[1:]) if suffix.startswith("e") else _UNITS[suffix]
+    return math.ceil(number * scale)
+
+
+def suggest(quantity: str, factor: float) -> str:
+    """``factor`` times ``quantity``, rounded up to a whole MiB: ``128Mi`` x1.5 → ``192Mi``."""
+    mib = math.ceil(memory_bytes(quantity) * factor / 2**20)
+    return f"{mib}Mi"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The object an action changes."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # DELETE_POD or SUGGEST_MEMORY
+    target: Target
+    why: str
+    annotations: dict[str, str] = field(default_factory=dict)  # SUGGEST_MEMORY's
+    # its effect is already there (the owner carries these annotations): only its record,
+    # if missing, is left to write
+    effect_present: bool = False
+
+    @property
+    def key(self) -> str:
+        """The action, the object's uid and generation: one action, whatever triggered it."""
+        return f"{self.kind}/{self.target.uid}/{self.target.generation}"
+
+    def record_name(self, dry_run: bool) -> str:
+        """The name of the Event that records it (a dry run has its own)."""
+        digest = hashlib.sha256(f"{self.key}/{dry_run}".encode()).hexdigest()[:16]
+        return f"{self.target.name[:200]}.remediation.{digest}"
+
+
+def target_of(obj: dict[str, Any], api_version: str, kind: str) -> Target:
+    meta = obj.get("metadata") or {}
+    return Target(
+        api_version=api_version,
+        kind=kind,
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        generation=int(meta.get("generation") or 0),
+    )
+
+
+def oom_killed(pod: dict[str, Any]) -> list[str]:
+    """The containers of ``pod`` whose last termination was OOMKilled."""
+    out = []
+    for st in (pod.get("status") or {}).get("containerStatuses") or []:
+        last = (st.get("lastState") or {}).get("terminated") or {}
+        now = (st.get("state") or {}).get("terminated") or {}
+        if "OOMKilled" in (last.get("reason"), now.get("reason")):
+            out.append(str(st.get("name")))
+    return out
+
+
+def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def plan(
+    ev: KubeEvent,
+    pod: dict[str, Any],
+    owner: tuple[dict[str, Any], str, str] | None,
+    cfg: RemediationSettings,
+) -> Action | None:
+    """The action for ``ev`` on ``pod`` (its current state), or None. ``owner`` is the Pod's
+    top controller (object, apiVersion, kind) when the caller found one."""
+    if not ev.warning or ev.involved.kind != "Pod":
+        return None
+    meta = pod.get("metadata") or {}
+    if ev.involved.uid and meta.get("uid") != ev.involved.uid:
+        return None  # a newer Pod of the same name: not the one the Event is about
+    if meta.get("deletionTimestamp"):
+        return None  # on its way out already
+    mem = cfg.memory
+    oom = oom_killed(pod)
+    if mem.enabled and ev.reason in mem.reasons and (oom or ev.reason == "OOMKilling"):
+        if owner is None:
+            return None
+        obj, api_version, kind = owner
+        containers = {c["name"]: c for c in (pod.get("spec") or {}).get("containers") or []}
+        annotations = {}
+        for name in oom or list(containers):
+            res = (containers.get(name) or {}).get("resources") or {}
+            current = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get(
+                "memory"
+            )
+            if current:
+                annotations[f"{mem.annotation}.{name}"[:253]] = suggest(str(current), mem.factor)
+        if not annotations:
+            return None
+        carried = (obj.get("metadata") or {}).get("annotations") or {}
+        return Action(
+            SUGGEST_MEMORY,
+            target_of(obj, api_version, kind),
+            f"container(s) {', '.join(oom) or '?'} of Pod {meta.get('name')} OOMKilled",
+            annotations,
+            effect_present=all(carried.get(k) == v for k, v in annotations.items()),
+        )
+    rst = cfg.restart
+    if rst.enabled and ev.reason in rst.reasons and ev.count >= rst.min_count:
+        if rst.only_controlled and controller_of(pod) is None:
+            return None
+        return Action(
+            DELETE_POD,
+            target_of(pod, "v1", "Pod"),
+            f"{ev.reason} x{ev.count} (at least {rst.min_count})",
+        )
+    return None

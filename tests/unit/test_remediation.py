@@ -1,0 +1,285 @@
+"""The remediation worker's decisions (rules.py, pure) and its once-only bookkeeping (worker.py)
+against an in-memory API server that can be taken down."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from k8s_event_consumer.consuming import Delivery, Retry
+from k8s_event_consumer.events import Decoded, KubeEvent, ObjectRef
+from k8s_event_consumer.remediation import rules
+from k8s_event_consumer.remediation.kube import Conflict, NotFound, Unavailable
+from k8s_event_consumer.remediation.settings import RemediationSettings, Settings
+from k8s_event_consumer.remediation.worker import TRIGGER_ANNOTATION, Worker
+
+
+def kube_event(
+    reason: str = "BackOff", count: int = 5, uid: str = "pod-uid", rv: int = 1
+) -> KubeEvent:
+    return KubeEvent(
+        id=f"ev-uid/{rv}",
+        cluster="prod",
+        uid="ev-uid",
+        resource_version=str(rv),
+        namespace="shop",
+        name="web-1.abc",
+        reason=reason,
+        type="Warning",
+        message="Back-off restarting failed container",
+        count=count,
+        first_seen=None,
+        last_seen=datetime(2026, 11, 30, tzinfo=UTC),
+        involved=ObjectRef("Pod", "shop", "web-1", uid),
+        reporting_component="kubelet",
+        reporting_instance="node-1",
+        data={},
+    )
+
+
+def pod(*, oom: bool = False, owned: bool = True, uid: str = "pod-uid") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web-1", "namespace": "shop", "uid": uid}
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": "web-7d9",
+                "uid": "rs-uid",
+                "controller": True,
+            }
+        ]
+    return {
+        "metadata": meta,
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {"memory": "128Mi"}}}]},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "lastState": {"terminated": {"reason": "OOMKilled" if oom else "Error"}},
+                }
+            ]
+        },
+    }
+
+
+DEPLOYMENT = (
+    {"metadata": {"name": "web", "namespace": "shop", "uid": "dep-uid", "generation": 3}},
+    "apps/v1",
+    "Deployment",
+)
+CFG = RemediationSettings(dry_run=False)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "factor", "want"),
+    [
+        ("128Mi", 1.5, "192Mi"),
+        ("1Gi", 1.5, "1536Mi"),
+        ("100M", 1.2, "115Mi"),
+        ("1e9", 1.1, "1050Mi"),
+    ],
+)
+def test_a_memory_suggestion_is_the_limit_times_the_factor_rounded_up_to_a_mib(
+    quantity: str, factor: float, want: str
+) -> None:
+    assert rules.suggest(quantity, factor) == want
+
+
+def test_a_backoff_that_reached_min_count_deletes_the_pod_keyed_by_its_uid() -> None:
+    assert rules.plan(kube_event(count=4), pod(), None, CFG) is None
+    a = rules.plan(kube_event(count=5), pod(), None, CFG)
+    assert a is not None and a.kind == rules.DELETE_POD
+    assert a.key == "delete_pod/pod-uid/0"
+    # a later count bump of the same Event is the same action
+    b = rules.plan(kube_event(count=9, rv=2), pod(), None, CFG)
+    assert b is not None and b.key == a.key and b.record_name(False) == a.record_name(False)
+    assert a.record_name(True) != a.record_name(False)  # a dry run is recorded apart
+
+
+def test_a_pod_nobody_recreates_or_a_newer_pod_of_that_name_is_left_alone() -> None:
+    assert rules.plan(kube_event(), pod(owned=False), None, CFG) is None
+    assert rules.plan(kube_event(), pod(uid="another"), None, CFG) is None
+    normal = kube_event()
+    normal = KubeEvent(**{**normal.__dict__, "type": "Normal"})
+    assert rules.plan(normal, pod(), None, CFG) is None
+
+
+def test_an_oomkilled_container_gets_its_owner_annotated_instead_of_a_delete() -> None:
+    a = rules.plan(kube_event(count=7), pod(oom=True), DEPLOYMENT, CFG)
+    assert a is not None and a.kind == rules.SUGGEST_MEMORY
+    assert a.target.kind == "Deployment" and a.key == "suggest_memory/dep-uid/3"
+    assert a.annotations == {"remediation.k8s-event-bridge.io/suggested-memory-limit.app": "192Mi"}
+    # no owner found: nothing (a Pod's own annotation would die with it)
+    assert rules.plan(kube_event(count=7), pod(oom=True), None, CFG) is None
+
+
+class FakeKube:
+    """The API server as the worker sees it; ``down`` makes every call Unavailable."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {"web-1": pod()}
+        self.events: dict[str, dict[str, Any]] = {}
+        self.deleted: list[tuple[str, bool]] = []
+        self.down = False
+        self.fail_delete_once = False
+        self.annotated = 0
+        self.owner_annotations: dict[str, str] = {}
+
+    def _check(self) -> None:
+        if self.down:
+            raise Unavailable("connection refused")
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        self._check()
+        if name not in self.pods:
+            raise NotFound(name)
+        return copy.deepcopy(self.pods[name])
+
+    async def top_controller(self, obj: dict[str, Any]) -> Any:
+        self._check()
+        dep = copy.deepcopy(DEPLOYMENT[0])
+        dep["metadata"]["annotations"] = dict(self.owner_annotations)
+        return dep, DEPLOYMENT[1], DEPLOYMENT[2]
+
+    async def delete_pod(self, namespace: str, name: str, uid: str, dry_run: bool) -> None:
+        self._check()
+        if self.fail_delete_once:
+            self.fail_delete_once = False
+            raise Unavailable("the API server went away between the record and the action")
+        p = self.pods.get(name)
+        if p is None:
+            raise NotFound(name)
+        if p["metadata"]["uid"] != uid:
+            raise Conflict("uid precondition")
+        self.deleted.append((uid, dry_run))
+        if not dry_run:
+            del self.pods[name]
+
+    async def annotate(self, *args: Any) -> None:
+        self._check()
+        self.annotated += 1
+
+    async def event_exists(self, namespace: str, name: str) -> bool:
+        self._check()
+        return name in self.events
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        self._check()
+        name = event["metadata"]["name"]
+        if name in self.events:
+            raise Conflict(name)
+        self.events[name] = event
+
+
+def worker(kube: FakeKube, **remediation: Any) -> tuple[Worker, list[float]]:
+    now = [1000.0]
+    settings = Settings(
+        kubernetes={"cluster": "prod"},
+        remediation={"dry_run": False, **remediation},
+    )
+    return Worker(settings, kube, clock=lambda: now[0]), now  # type: ignore[arg-type]
+
+
+def delivery(n: int = 1) -> Delivery:
+    return Delivery(Decoded("s", None, None), 1, n, None)  # type: ignore[arg-type]
+
+
+async def test_each_action_is_done_once_whatever_repeats_and_recorded_as_an_event() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube)
+    await w.on_event(kube_event(count=5, rv=1), delivery())
+    await w.on_event(kube_event(count=6, rv=2), delivery())  # the Event's count bumped
+    await w.on_event(kube_event(count=5, rv=1), delivery(2))  # redelivered
+    assert kube.deleted == [("pod-uid", False)]
+    (record,) = kube.events.values()
+    assert record["reason"] == "RemediationPodDeleted"
+    assert record["involvedObject"]["uid"] == "pod-uid"
+    assert record["metadata"]["annotations"][TRIGGER_ANNOTATION] == "ev-uid/1"
+    assert w.counts.acted == 1
+
+
+async def test_while_the_api_server_is_down_the_message_is_held_then_done_once() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube, hold="7s")
+    kube.down = True
+    for n in (1, 2, 3):
+        with pytest.raises(Retry) as held:
+            await w.on_event(kube_event(), delivery(n))
+        assert held.value.delay == 7.0
+    assert kube.deleted == [] and w.counts.held == 3
+    kube.down = False
+    await w.on_event(kube_event(), delivery(4))
+    assert kube.deleted == [("pod-uid", False)] and len(kube.events) == 1
+
+
+async def test_stopped_between_the_record_and_the_action_the_retry_acts_once() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube)
+    kube.fail_delete_once = True
+    with pytest.raises(Retry):
+        await w.on_event(kube_event(), delivery(1))
+    assert kube.deleted == [] and len(kube.events) == 1  # recorded, not yet done
+    w2, _ = worker(kube)  # a new process: no memory but the API server's
+    await w2.on_event(kube_event(), delivery(2))
+    await w2.on_event(kube_event(), delivery(3))  # and once more: the Pod is gone
+    assert kube.deleted == [("pod-uid", False)] and len(kube.events) == 1
+
+
+async def test_an_owner_that_carries_the_suggestion_already_is_not_patched_again() -> None:
+    kube = FakeKube()
+    kube.pods["web-1"] = pod(oom=True)
+    w, _ = worker(kube)
+    await w.on_event(kube_event(), delivery())
+    assert kube.annotated == 1 and len(kube.events) == 1
+    kube.owner_annotations.update(
+        {"remediation.k8s-event-bridge.io/suggested-memory-limit.app": "192Mi"}
+    )
+    await w.on_event(kube_event(rv=2), delivery())
+    kube.events.clear()  # the record expired (Event TTL): written again, nothing patched
+    await w.on_event(kube_event(rv=3), delivery())
+    assert kube.annotated == 1 and len(kube.events) == 1 and w.counts.already_done == 2
+
+
+async def test_one_action_per_object_within_the_rate_limit() -> None:
+    kube = FakeKube()
+    w, now = worker(kube, rate_limit="10m", restart={"min_count": 1})
+    await w.on_event(kube_event(), delivery())
+    # the same object, a different key (a dry run now records apart): rate-limited
+    w.cfg = RemediationSettings(dry_run=True, rate_limit=600, restart={"min_count": 1})
+    kube.pods["web-1"] = pod()
+    await w.on_event(kube_event(rv=2), delivery())
+    assert w.counts.rate_limited == 1 and len(kube.events) == 1
+    now[0] += 601
+    await w.on_event(kube_event(rv=3), delivery())
+    assert len(kube.events) == 2 and kube.deleted[-1] == ("pod-uid", True)
+
+
+async def test_a_dry_run_sends_the_action_as_a_dry_run_and_records_it_as_such() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube, dry_run=True)
+    await w.on_event(kube_event(), delivery())
+    assert kube.deleted == [("pod-uid", True)] and "web-1" in kube.pods
+    (record,) = kube.events.values()
+    assert record["reason"] == "RemediationDryRun" and "would delete" in record["message"]
+
+
+async def test_other_clusters_and_objects_are_not_acted_on() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube)
+    other = KubeEvent(**{**kube_event().__dict__, "cluster": "staging"})
+    await w.on_event(other, delivery())
+    node = KubeEvent(**{**kube_event().__dict__, "involved": ObjectRef("Node", "", "n1")})
+    await w.on_event(node, delivery())
+    assert kube.deleted == [] and w.counts.ignored == 2
+
+
+def test_the_cluster_is_required_and_named_when_missing() -> None:
+    from k8s_event_consumer.configuring import ConfigError
+    from k8s_event_consumer.remediation.settings import load
+
+    with pytest.raises(ConfigError, match=r"kubernetes: required"):
+        load(None)
