@@ -1,0 +1,52 @@
+"""``python -m k8s_event_consumer.alerting [run|check-config] --config FILE``
+(the ``k8s-event-alerting`` command)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+from k8s_event_consumer.alerting import logs, settings
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="k8s-event-alerting",
+        description="Turn the Kubernetes Events of k8s-event-bridge's stream into "
+        "Prometheus Alertmanager alerts.",
+    )
+    p.add_argument(
+        "command",
+        nargs="?",
+        default="run",
+        choices=["run", "check-config"],
+        help="run (default) or check-config: validate and print the effective config",
+    )
+    p.add_argument("--config", help=f"YAML config file (or {settings.CONFIG_FILE_ENV})")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = settings.load(args.config)
+    except settings.ConfigError as exc:
+        print(f"k8s-event-alerting: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "check-config":
+        print(yaml.safe_dump(settings.redacted(cfg), sort_keys=False), end="")
+        return 0
+    logs.setup(cfg.log.level, cfg.log.format)
+    from k8s_event_consumer.alerting import running
+
+    return asyncio.run(running.serve(cfg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""The running subscriber: settings → NATS and Alertmanager clients → alerts taken back from
+Alertmanager → the durable consumer, the resend loop and the HTTP server → signals → stop.
+
+``Alerting`` holds the handlers and the resend loop around one ``alerts.State`` and one
+``alertmanager.Client``; ``serve`` wires them to NATS, which it reaches through the kit
+(``connecting``, ``consuming``) only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import ssl
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import nats.errors
+import nats.js.errors
+from aiohttp import web
+from nats.aio.client import Client as NATS
+
+from k8s_event_consumer.alerting import alertmanager, logs
+from k8s_event_consumer.alerting.alerts import Alert, Rules, State
+from k8s_event_consumer.alerting.metrics import Labels, Metrics
+from k8s_event_consumer.alerting.settings import Settings
+from k8s_event_consumer.connecting import NatsOptions, connect
+from k8s_event_consumer.consuming import (
+    Consumer,
+    ConsumerConflict,
+    ConsumerOptions,
+    Delivery,
+    Handlers,
+    Retry,
+    Start,
+    replay,
+)
+from k8s_event_consumer.events import (
+    ApiserverReachable,
+    ApiserverUnreachable,
+    Gap,
+    KubeEvent,
+    Status,
+)
+
+log = logs.get("running")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+RESEND_BATCH = 256  # alerts per POST of the resend loop (Prometheus sends up to 256)
+
+
+class Alerting:
+    """What the subscriber does with each message, and the resend loop."""
+
+    def __init__(
+        self,
+        state: State,
+        client: alertmanager.Client,
+        metrics: Metrics,
+        *,
+        hold: float,
+        resend_interval: float,
+    ) -> None:
+        self.state = state
+        self.client = client
+        self.metrics = metrics
+        self.hold = hold
+        self.resend_interval = resend_interval
+        # after no Alertmanager took a send, the next messages are held at once until this
+        # time (monotonic) instead of each waiting out its attempts
+        self._down_until = 0.0
+        metrics.gauge(
+            "alerts", "alerts kept (sent and sent again), by alertname and state", self._alerts
+        )
+
+    def _alerts(self) -> dict[Labels, float]:
+        return {
+            (("alertname", name), ("state", st)): float(n)
+            for (name, st), n in self.state.summary().items()
+        }
+
+    def handlers(self) -> Handlers:
+        return Handlers(
+            on_event=self.on_event,
+            on_gap=self.on_gap,
+            on_apiserver_unreachable=self.on_apiserver_unreachable,
+            on_apiserver_reachable=self.on_apiserver_reachable,
+            on_status=self.on_status,
+        )
+
+    async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
+        alerts = self.state.event(ev)
+        self.metrics.inc("events_total", result="alerted" if alerts else "ignored")
+        if alerts:
+            log.debug("event_alert", id=ev.id, reason=ev.reason, count=ev.count)
+            await self.deliver(alerts, d)
+
+    async def on_gap(self, s: Gap, d: Delivery) -> None:
+        self.metrics.inc("status_events_total", what=s.what)
+        log.info("gap", cluster=s.cluster, scope=s.scope, certainty=s.certainty)
+        await self.deliver(self.state.gap(s), d)
+
+    async def on_apiserver_unreachable(self, s: ApiserverUnreachable, d: Delivery) -> None:
+        self.metrics.inc("status_events_total", what=s.what)
+        log.info("apiserver_unreachable", cluster=s.cluster, scope=s.scope, detail=s.detail)
+        await self.deliver(self.state.unreachable(s), d)
+
+    async def on_apiserver_reachable(self, s: ApiserverReachable, d: Delivery) -> None:
+        self.metrics.inc("status_events_total", what=s.what)
+        log.info("apiserver_reachable", cluster=s.cluster, scope=s.scope)
+        await self.deliver(self.state.reachable(s), d)
+
+    async def on_status(self, s: Status, d: Delivery) -> None:
+        self.metrics.inc("status_events_total", what=s.what)
+
+    async def deliver(self, alerts: Sequence[Alert], d: Delivery) -> None:
+        """Send the alerts a message made; when no Alertmanager takes them, hold the message
+        (``Retry``): JetStream delivers it again after ``hold`` seconds."""
+        if time.monotonic() < self._down_until:
+            self.metrics.inc("held_total")
+            raise Retry(self.hold, "no Alertmanager took the last alerts")
+        try:
+            outcome = await self.client.send(alerts)
+        except alertmanager.NotDelivered as exc:
+            self._down_until = time.monotonic() + self.hold
+            self._count(exc.failures, [])
+            self.metrics.inc("held_total")
+            log.warning(
+                "alerts_held",
+                id=d.id,
+                delivery=d.num_delivered,
+                hold=self.hold,
+                error=str(exc),
+            )
+            raise Retry(self.hold, str(exc)) from exc
+        self._down_until = 0.0
+        self._count(outcome.failed, outcome.delivered)
+        for url, err in outcome.rejected.items():
+            log.error("alerts_rejected", id=d.id, alertmanager=url, error=str(err))
+
+    def _count(
+        self, failed: dict[str, alertmanager.AlertmanagerError], delivered: list[str]
+    ) -> None:
+        for url in delivered:
+            self.metrics.inc("sends_total", alertmanager=url, result="ok")
+        for url, err in failed.items():
+            result = "rejected" if isinstance(err, alertmanager.Rejected) else "unavailable"
+            self.metrics.inc("sends_total", alertmanager=url, result=result)
+
+    async def resend(self) -> bool:
+        """One round: every alert due sent again. False when some batch reached none."""
+        due = self.state.due()
+        ok = True
+        for i in range(0, len(due), RESEND_BATCH):
+            try:
+                outcome = await self.client.send(due[i : i + RESEND_BATCH])
+            except alertmanager.NotDelivered as exc:
+                self._count(exc.failures, [])
+                log.warning("resend_failed", alerts=len(due), error=str(exc))
+                ok = False
+                break
+            self._count(outcome.failed, outcome.delivered)
+        self.metrics.inc("resends_total", result="ok" if ok else "failed")
+        if ok and due:
+            self._down_until = 0.0
+        return ok
+
+    async def resend_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.resend_interval)
+            await self.resend()
+
+    def apply(self, d: Delivery) -> None:
+        """A message into the state without sending (the replay at start)."""
+        ev, st = d.decoded.event, d.decoded.status
+        if ev is not None:
+            self.state.event(ev)
+        elif isinstance(st, Gap):
+            self.state.gap(st)
+        elif isinstance(st, ApiserverUnreachable):
+            self.state.unreachable(st)
+        elif isinstance(st, ApiserverReachable):
+            self.state.reachable(st)
+
+    async def recover(
+        self, nc: NATS, stream: str, subjects: Sequence[str], window: timedelta
+    ) -> int:
+        """Read the last ``window`` of the stream into the state, sending nothing: after a
+        restart the resend loop then sends every alert still due, even to an Alertmanager
+        that restarted meanwhile (Alertmanager keeps alerts in memory only)."""
+        since = datetime.now(UTC) - window
+        n = 0
+        for subject in subjects:
+            async for d in replay(nc, stream=stream, subject=subject, start=Start.at_time(since)):
+                self.apply(d)
+                n += 1
+        self.metrics.inc("replayed_total", n)
+        log.info("recovered", messages=n, since=since.isoformat(), alerts=len(self.state.due()))
+        return n
+
+    async def adopt(self) -> int:
+        """Take back this subscriber's alerts that Alertmanager still shows firing."""
+        taken = 0
+        for url in self.client.urls:
+            try:
+                alerts = await self.client.alerts(url)
+            except alertmanager.AlertmanagerError as exc:
+                log.warning("adopt_failed", alertmanager=url, error=str(exc))
+                continue
+            n = self.state.adopt(alerts)
+            taken += n
+            log.info("adopted", alertmanager=url, alerts=n)
+        self.metrics.inc("adopted_total", taken)
+        return taken
+
+
+def rules(cfg: Settings) -> Rules:
+    a = cfg.alerts
+    return Rules(
+        reasons=frozenset(a.reasons),
+        resolve_after=timedelta(seconds=a.resolve_after),
+        gap_alert_for=timedelta(seconds=a.gap_alert_for),
+        resolved_retention=timedelta(seconds=a.resolved_retention),
+        labels=dict(a.labels),
+        generator_url=cfg.generator_url,
+    )
+
+
+def client(cfg: Settings) -> alertmanager.Client:
+    am = cfg.alertmanager
+    ctx: ssl.SSLContext | None = None
+    if am.tls.ca_file or am.tls.cert_file:
+        ctx = ssl.create_default_context(cafile=am.tls.ca_file)
+        if am.tls.cert_file and am.tls.key_file:
+            ctx.load_cert_chain(am.tls.cert_file, am.tls.key_file)
+    auth = alertmanager.Auth(
+        user=am.user,
+        password=am.password.get_secret_value() if am.password else None,
+        bearer_token=am.bearer_token.get_secret_value() if am.bearer_token else None,
+        bearer_token_file=am.bearer_token_file,
+    )
+    return alertmanager.Client(
+        am.urls,
+        timeout=am.timeout,
+        attempts=am.attempts,
+        retry_backoff=am.retry_backoff,
+        # as Prometheus: a firing alert without an end lives 4 resend intervals per send
+        horizon=timedelta(seconds=4 * cfg.alerts.resend_interval),
+        auth=auth,
+        ssl_context=ctx,
+    )
+
+
+def nats_options(cfg: Settings) -> NatsOptions:
+    n = cfg.nats
+    return NatsOptions(
+        servers=list(n.servers),
+        name=n.name,
+        user=n.user,
+        password=n.password.get_secret_value() if n.password else None,
+        token=n.token.get_secret_value() if n.token else None,
+        creds_file=n.creds_file,
+        nkey_seed_file=n.nkey_seed_file,
+        tls_ca_file=n.tls.ca_file,
+        tls_cert_file=n.tls.cert_file,
+        tls_key_file=n.tls.key_file,
+        connect_timeout=n.connect_timeout,
+    )
+
+
+class _Http:
+    """``/healthz`` (alive), ``/readyz`` (200 once the durable consumer is bound),
+    ``/metrics``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.ready = False
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not consuming yet\n")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain")
+
+
+async def _until(stopping: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until stopping; True when stopping."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), seconds)
+    return stopping.is_set()
+
+
+async def serve(cfg: Settings) -> int:
+    """Run until SIGTERM or SIGINT; the exit code."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    metrics = Metrics()
+    state = State(rules(cfg))
+    am = client(cfg)
+    alerting = Alerting(
+        state,
+        am,
+        metrics,
+        hold=cfg.alertmanager.hold,
+        resend_interval=cfg.alerts.resend_interval,
+    )
+    http = _Http(metrics)
+    if cfg.http.port is not None:
+        await http.start(cfg.http.host, cfg.http.port)
+    log.info(
+        "starting",
+        stream=cfg.nats.stream,
+        durable=cfg.nats.durable,
+        subjects=cfg.nats.subjects,
+        alertmanagers=cfg.alertmanager.urls,
+        reasons=cfg.alerts.reasons,
+    )
+    nc = None
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        while nc is None:
+            try:
+                nc = await connect(nats_options(cfg))
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                log.warning("nats_unavailable", servers=cfg.nats.servers, error=str(exc))
+                if await _until(stopping, 2.0):
+                    return EXIT_OK
+        consumer = None
+        while consumer is None:
+            try:
+                consumer = await Consumer.open(
+                    nc,
+                    stream=cfg.nats.stream,
+                    durable=cfg.nats.durable,
+                    subjects=cfg.nats.subjects,
+                    options=ConsumerOptions(
+                        ack_wait=cfg.nats.ack_wait,
+                        max_deliver=-1,
+                        max_ack_pending=cfg.nats.max_ack_pending,
+                        batch=cfg.nats.batch,
+                    ),
+                    start=Start.all() if cfg.nats.start == "all" else Start.new(),
+                )
+            except ConsumerConflict as exc:
+                log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
+                return EXIT_FAILED
+            except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
+                # the bridge creates the stream: it may not have yet
+                log.warning("stream_unavailable", stream=cfg.nats.stream, error=str(exc))
+                if await _until(stopping, 2.0):
+                    return EXIT_OK
+        if cfg.recover_window > 0:
+            window = timedelta(seconds=cfg.recover_window)
+            await alerting.recover(nc, cfg.nats.stream, cfg.nats.subjects, window)
+        await alerting.adopt()
+        http.ready = True
+        log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)
+        tasks = [
+            asyncio.create_task(consumer.run(alerting.handlers()), name="consuming"),
+            asyncio.create_task(alerting.resend_forever(), name="resending"),
+        ]
+        stop_wait = asyncio.create_task(stopping.wait(), name="stopping")
+        done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        for t in done:
+            if t is not stop_wait and t.exception() is not None:
+                log.error("task_failed", task=t.get_name(), error=repr(t.exception()))
+                return EXIT_FAILED
+        log.info("stopping")
+        await consumer.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tasks[0], 10.0)
+        return EXIT_OK
+    finally:
+        http.ready = False
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await am.close()
+        await http.stop()
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+        log.info("stopped")
