@@ -126,6 +126,16 @@ def living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
     cluster.stop()
 
 
+@pytest.fixture
+def own_living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
+    """A living cluster of the test's own, stopped at its end: for a test that takes the
+    control plane down while the scheduler, the controllers and kwok are running."""
+    cluster = LivingCluster(bin_path=_bin(kubernetes_version), version=kubernetes_version)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(autouse=True)
 def _control_plane_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that stops the shared apiserver or etcd and fails half-way does not break the

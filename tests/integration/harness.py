@@ -188,6 +188,64 @@ class BridgeProcess:
         return out
 
 
+@dataclass
+class ConsumerProcess:
+    """``python -m <module> run --config FILE``: a subscriber of k8s_event_consumer (the
+    alerting subscriber, the remediation worker) as a real child process."""
+
+    module: str
+    config: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ConsumerProcess:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module, "run", "--config", str(self.config)],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self.env},
+            )
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        for _ in range(int(timeout * 20)):
+            if self.proc.poll() is not None:
+                return self.proc.returncode
+            await asyncio.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"{self.module} did not exit in {timeout}s:\n{self.logs()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_events(self, event: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for ln in self.logs().splitlines():
+            if ln.startswith("{"):
+                try:
+                    doc = msgspec.json.decode(ln)
+                except msgspec.DecodeError:
+                    continue
+                if event is None or doc.get("event") == event:
+                    out.append(doc)
+        return out
+
+
 class Bridges:
     """Bridge processes a fixture starts (logs ``<log_dir>/bridge-<n>.log``), killed by
     ``kill_all`` at its end."""

@@ -147,9 +147,16 @@ class Kube:
 
     async def delete_pod(self, namespace: str, name: str, uid: str, dry_run: bool) -> None:
         """Delete exactly that Pod (uid precondition: a new Pod of the same name is left)."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-        query = [("dryRun", "All")] if dry_run else []
-        await self.request("DELETE", _path("v1", "Pod", namespace, name), body=body, query=query)
+        body: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "preconditions": {"uid": uid},
+        }
+        if dry_run:
+            # in the body: with a DeleteOptions body the API server ignores the query's dryRun
+            # (and would delete for real)
+            body["dryRun"] = ["All"]
+        await self.request("DELETE", _path("v1", "Pod", namespace, name), body=body)
 
     async def annotate(
         self,
@@ -165,13 +172,19 @@ class Kube:
         still the object's."""
         body = {"metadata": {"uid": uid, "annotations": annotations}}
         query = [("dryRun", "All")] if dry_run else []
-        await self.request(
-            "PATCH",
-            _path(api_version, kind, namespace, name),
-            body=body,
-            query=query,
-            content_type="application/merge-patch+json",
-        )
+        try:
+            await self.request(
+                "PATCH",
+                _path(api_version, kind, namespace, name),
+                body=body,
+                query=query,
+                content_type="application/merge-patch+json",
+            )
+        except Refused as exc:
+            # another object of that name now: its uid can not be patched (422 "immutable")
+            if "metadata.uid" in str(exc):
+                raise Conflict(str(exc)) from exc
+            raise
 
     async def event_exists(self, namespace: str, name: str) -> bool:
         try:

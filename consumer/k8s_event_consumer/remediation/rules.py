@@ -9,9 +9,10 @@ has it now, and returns at most one ``Action``:
 - else a ``BackOff`` (or a configured reason) whose count reached ``min_count``: delete the
   Pod, so its controller makes a new one.
 
-Each action has a ``key``: the action, the object's uid and its generation. The same key is
-the same action (a count bump of the Event that triggered it, a redelivery): done once. The
-record of it is a Kubernetes Event named after the key (``record_name``).
+Each action has a ``key``: the action, the object's uid and its generation (a Pod) or what it
+suggests (an owner, whose generation the annotation itself bumps). The same key is the same
+action (a count bump of the Event that triggered it, a redelivery): done once. The record of
+it is a Kubernetes Event named after the key (``record_name``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,13 @@ class Action:
 
     @property
     def key(self) -> str:
-        """The action, the object's uid and generation: one action, whatever triggered it."""
+        """One action, whatever triggered it: a Pod's deletion by its uid and generation; a
+        suggestion by its owner's uid and what it suggests (not the owner's generation:
+        annotating a Deployment bumps it, the worker's own patch would make a new key)."""
+        if self.kind == SUGGEST_MEMORY:
+            what = ",".join(f"{k}={v}" for k, v in sorted(self.annotations.items()))
+            digest = hashlib.sha256(what.encode()).hexdigest()[:12]
+            return f"{self.kind}/{self.target.uid}/{digest}"
         return f"{self.kind}/{self.target.uid}/{self.target.generation}"
 
     def record_name(self, dry_run: bool) -> str:

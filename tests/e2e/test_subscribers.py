@@ -1,0 +1,322 @@
+"""The subscribers the stream exists for, on a living cluster (cluster.py), each Kubernetes
+version of the tier: Events written by kwok's kubelets and the controllers -> the bridge ->
+JetStream -> the remediation worker acting on the real API server (deploy/consumers/'s RBAC),
+with the control plane taken down and brought back while the worker has work in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import yaml
+
+from k8s_event_consumer import KubeEvent, Start, replay
+from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Unavailable
+from k8s_event_consumer.remediation.settings import KubernetesSettings
+from tests.cloudevent_expected import CLUSTER
+from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
+from tests.e2e.controlplane import BRIDGE_NAMESPACE, REPO, ControlPlane
+from tests.integration.harness import (
+    BridgeProcess,
+    ConsumerProcess,
+    bridge_config,
+    eventually,
+    status_events,
+)
+
+pytestmark = pytest.mark.e2e
+
+MIN_COUNT = 3  # the worker deletes a Pod whose BackOff count reached this
+SUGGESTION_KEY = "remediation.k8s-event-bridge.io/suggested-memory-limit.app"
+_ns = itertools.count(1)
+
+
+async def stream_events(nats_url: str) -> list[KubeEvent]:
+    """Every Kubernetes Event in the stream, decoded by the consumer kit."""
+    nc = await nats.connect(nats_url)
+    try:
+        return [
+            d.decoded.event
+            async for d in replay(nc, stream="K8S_EVENTS", start=Start.all())
+            if d.decoded.event is not None
+        ]
+    finally:
+        await nc.close()
+
+
+def crash_deployment(name: str, namespace: str, replicas: int, reason: str = "Error") -> Any:
+    labels = {CRASHLOOP_LABEL: "true", f"{CRASHLOOP_LABEL}/reason": reason}
+    d = deployment(name, namespace, replicas, labels=labels)
+    d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"memory": "128Mi"}
+    return d
+
+
+def remediation_config(tmp: Path, nats_url: str, kubeconfig: Path, **remediation: Any) -> Path:
+    cfg = {
+        "kubernetes": {"cluster": CLUSTER, "kubeconfig": str(kubeconfig), "request_timeout": "3s"},
+        "nats": {
+            "servers": [nats_url],
+            "subjects": [f"k8s.events.{CLUSTER}.*.Pod.>"],
+            "ack_wait": "10s",
+        },
+        "remediation": {
+            "dry_run": False,
+            "hold": "2s",
+            "rate_limit": "1s",
+            "restart": {"min_count": MIN_COUNT},
+            **remediation,
+        },
+    }
+    path = tmp / "remediation.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def record_events(cluster: LivingCluster, namespace: str) -> list[dict[str, Any]]:
+    items = cluster.get_json("events", "-n", namespace)["items"]
+    return [e for e in items if e["reason"].startswith("Remediation")]
+
+
+async def start_bridge(tmp_path: Path, nats_url: str, cluster: LivingCluster) -> BridgeProcess:
+    kubeconfig = cluster.deployed_bridge_kubeconfig()
+    cfg = bridge_config(
+        tmp_path,
+        nats_url,
+        kubeconfig,
+        cluster={"name": CLUSTER},
+        filter={"reasons": ["BackOff"]},
+        kubernetes={"read_timeout": "90s"},
+    )
+    bridge = BridgeProcess(cfg, tmp_path / "bridge.log").start()
+    await bridge.wait_ready(timeout=60)
+    return bridge
+
+
+def new_namespace(cluster: LivingCluster) -> str:
+    ns = f"subscribers-{next(_ns)}"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.wait_for(
+        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+        f"ServiceAccount default in {ns}",
+    )
+    return ns
+
+
+def worker_kubeconfig(cluster: LivingCluster) -> Path:
+    """deploy/consumers/remediation-rbac.yaml applied; a token for its ServiceAccount."""
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "consumers" / "remediation-rbac.yaml"))
+    return cluster.service_account_kubeconfig(BRIDGE_NAMESPACE, "k8s-event-remediation")
+
+
+@pytest.mark.timeout(420)
+async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_outage(
+    own_living_cluster: LivingCluster, nats_server: Any, tmp_path: Path
+) -> None:
+    """Three Pods crash-loop (two with Error, one OOMKilled with a 128Mi limit) until each
+    BackOff count reached MIN_COUNT in the stream; then the kube-apiserver stops, and the
+    worker starts with that backlog: it consumes it, can act on nothing and holds each
+    message (nak with delay), for as long as the API server is away. When it is back, each
+    action is done once: the two Pods deleted (their ReplicaSet makes new ones, which crash
+    and are deleted in turn), the OOMKilled one's Deployment annotated with 192Mi, each
+    recorded as an Event of its own; nothing done twice, whatever was held and redelivered."""
+    cluster = own_living_cluster
+    bridge = await start_bridge(tmp_path, nats_server.url, cluster)
+    kubeconfig = worker_kubeconfig(cluster)
+    ns = new_namespace(cluster)
+    cluster.apply(crash_deployment("crash", ns, 2))
+    cluster.apply(crash_deployment("oom", ns, 1, reason="OOMKilled"))
+
+    def reached() -> dict[str, KubeEvent]:
+        return {e.involved.uid: e for e in events if e.reason == "BackOff" and e.count >= MIN_COUNT}
+
+    events: list[KubeEvent] = []
+
+    async def backlog() -> bool:
+        events[:] = await stream_events(nats_server.url)
+        return len(reached()) >= 3
+
+    await eventually(backlog, timeout=120, interval=1)
+    first = {e.involved.uid: e.involved.name for e in reached().values()}
+    crash_uids = {uid for uid, name in first.items() if name.startswith("crash-")}
+    assert len(crash_uids) == 2 and len(first) == 3, first
+
+    cluster.stop_apiserver()
+    await eventually(
+        lambda: status_events(nats_server.url, "apiserver_unreachable"), timeout=60, interval=1
+    )
+    worker = ConsumerProcess(
+        "k8s_event_consumer.remediation",
+        remediation_config(tmp_path, nats_server.url, kubeconfig),
+        tmp_path / "remediation.log",
+    ).start()
+    try:
+
+        async def holding() -> bool:
+            assert worker.running(), worker.logs()[-3000:]
+            held = {h["id"] for h in worker.log_events("held")}
+            return len(held) >= 3
+
+        await eventually(holding, timeout=60, interval=0.5)
+        await asyncio.sleep(6)  # held again and again: still nothing done
+        assert worker.log_events("acted") == []
+        assert max(h["delivery"] for h in worker.log_events("held")) >= 2
+
+        cluster.start_apiserver()
+
+        def acted() -> list[dict[str, Any]]:
+            return worker.log_events("acted")
+
+        async def caught_up() -> bool:
+            done = {a["uid"] for a in acted() if a["action"] == "delete_pod"}
+            memory = [a for a in acted() if a["action"] == "suggest_memory"]
+            return crash_uids <= done and len(memory) >= 1
+
+        await eventually(caught_up, timeout=120, interval=1)
+        # stop the crash loops, and let the worker finish what is in the stream
+        for name in ("crash", "oom"):
+            cluster.kubectl("scale", "deployment", name, "-n", ns, "--replicas=0")
+        await asyncio.sleep(3)
+
+        async def idle() -> bool:
+            nc = await nats.connect(nats_server.url)
+            try:
+                info = await nc.jetstream().consumer_info("K8S_EVENTS", "k8s-event-remediation")
+            finally:
+                await nc.close()
+            return info.num_pending == 0 and info.num_ack_pending == 0
+
+        await eventually(idle, timeout=90, interval=1)
+    finally:
+        worker.kill()
+        bridge.kill()
+
+    actions = acted()
+    keys = collections.Counter(a["key"] for a in actions)
+    assert keys and all(n == 1 for n in keys.values()), keys  # nothing done twice
+    deleted = [a["uid"] for a in actions if a["action"] == "delete_pod"]
+    assert crash_uids <= set(deleted)  # nothing held was lost
+    # every Pod deleted is gone, and a crash Pod's replacement was deleted in turn, once each
+    pods_now = {p["metadata"]["uid"] for p in cluster.pods(ns, "crash")}
+    assert not set(deleted) & pods_now
+    (memory,) = [a for a in actions if a["action"] == "suggest_memory"]
+    assert memory["annotations"] == {SUGGESTION_KEY: "192Mi"}
+    dep = cluster.get_json("deployment", "oom", "-n", ns)
+    assert dep["metadata"]["annotations"][SUGGESTION_KEY] == "192Mi"
+    assert memory["uid"] == dep["metadata"]["uid"]
+
+    records = record_events(cluster, ns)
+    by_reason = collections.Counter(e["reason"] for e in records)
+    assert by_reason["RemediationPodDeleted"] == len(deleted)
+    assert by_reason["RemediationMemorySuggested"] == 1
+    assert {
+        e["involvedObject"]["uid"] for e in records if e["reason"] == "RemediationPodDeleted"
+    } == set(deleted)
+    for e in records:
+        assert e["reportingComponent"] == "k8s-event-remediation"
+        trigger = e["metadata"]["annotations"]["remediation.k8s-event-bridge.io/trigger"]
+        assert trigger.count("/") == 1  # the CloudEvent id: <event uid>/<resourceVersion>
+
+
+@pytest.mark.timeout(300)
+async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
+    living_cluster: LivingCluster, nats_server: Any, tmp_path: Path
+) -> None:
+    """The default: each action sent with dryRun=All (the API server checks the delete under
+    the worker's RBAC and changes nothing) and recorded as a RemediationDryRun Event, once per
+    Pod however often its count is bumped."""
+    cluster = living_cluster
+    bridge = await start_bridge(tmp_path, nats_server.url, cluster)
+    kubeconfig = worker_kubeconfig(cluster)
+    ns = new_namespace(cluster)
+    worker = ConsumerProcess(
+        "k8s_event_consumer.remediation",
+        remediation_config(tmp_path, nats_server.url, kubeconfig, dry_run=True),
+        tmp_path / "remediation.log",
+    ).start()
+    try:
+        cluster.apply(crash_deployment("dry", ns, 2))
+
+        def bumped_past() -> set[str]:
+            return {
+                e["involvedObject"]["uid"]
+                for e in cluster.get_json("events", "-n", ns)["items"]
+                if e["reason"] == "BackOff" and e.get("count", 0) >= MIN_COUNT + 2
+            }
+
+        await eventually(
+            lambda: asyncio.to_thread(lambda: len(bumped_past()) == 2), timeout=120, interval=1
+        )
+
+        async def recorded() -> bool:
+            dry = [e for e in record_events(cluster, ns) if e["reason"] == "RemediationDryRun"]
+            return len(dry) == 2
+
+        await eventually(recorded, timeout=60, interval=1)
+        await asyncio.sleep(3)
+    finally:
+        worker.kill()
+        bridge.kill()
+    pods = {p["metadata"]["uid"] for p in cluster.pods(ns, "dry")}
+    records = record_events(cluster, ns)
+    assert [e["reason"] for e in records] == ["RemediationDryRun"] * 2
+    assert {e["involvedObject"]["uid"] for e in records} == pods  # the same Pods: none deleted
+    assert all("would delete Pod" in e["message"] for e in records)
+    acted = worker.log_events("acted")
+    assert len(acted) == 2 and all(a["dry_run"] for a in acted), json.dumps(acted)
+    cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+async def test_the_workers_api_boundary_maps_what_the_real_apiserver_answers(
+    control_plane: ControlPlane,
+) -> None:
+    """What kube.py relies on, as the real API server does it: a dry-run delete or patch
+    changes nothing (a DELETE with a DeleteOptions body takes dryRun from the body: the query's
+    is ignored, and the Pod would be gone), a stale uid is a Conflict (409 for a delete's
+    precondition, 422 "immutable" for a patch), a missing object NotFound, a stopped API
+    server Unavailable."""
+    cp = control_plane
+    ns = f"boundary-{next(_ns)}"
+    cp.kubectl("create", "namespace", ns)
+    cp.kubectl("run", "p", "-n", ns, "--image=registry.invalid/app:1")
+    cp.kubectl("create", "deployment", "d", "-n", ns, "--image=registry.invalid/app:1")
+
+    def get(kind: str, name: str) -> dict[str, Any]:
+        return json.loads(cp.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
+
+    pod_uid = get("pod", "p")["metadata"]["uid"]
+    dep_uid = get("deployment", "d")["metadata"]["uid"]
+    kube = Kube(KubernetesSettings(cluster="c", kubeconfig=str(cp.kubeconfig), request_timeout=3))
+    await kube.connect()
+    try:
+        await kube.delete_pod(ns, "p", pod_uid, dry_run=True)
+        await kube.annotate("apps/v1", "Deployment", ns, "d", dep_uid, {"a.io/b": "1"}, True)
+        assert get("pod", "p")["metadata"]["uid"] == pod_uid
+        assert "a.io/b" not in (get("deployment", "d")["metadata"].get("annotations") or {})
+
+        with pytest.raises(Conflict):
+            await kube.delete_pod(ns, "p", "not-its-uid", dry_run=False)
+        with pytest.raises(Conflict):
+            await kube.annotate("apps/v1", "Deployment", ns, "d", "not-its-uid", {}, False)
+        with pytest.raises(NotFound):
+            await kube.get("v1", "Pod", ns, "nobody")
+
+        await kube.annotate("apps/v1", "Deployment", ns, "d", dep_uid, {"a.io/b": "1"}, False)
+        await kube.delete_pod(ns, "p", pod_uid, dry_run=False)
+        assert get("deployment", "d")["metadata"]["annotations"]["a.io/b"] == "1"
+        with pytest.raises(NotFound):
+            await kube.get("v1", "Pod", ns, "p")
+
+        cp.stop_apiserver()
+        with pytest.raises(Unavailable):
+            await kube.get("v1", "Pod", ns, "p")
+    finally:
+        await kube.close()
+        if not cp.apiserver.running:
+            cp.start_apiserver()
