@@ -288,3 +288,54 @@ def test_the_cluster_is_required_and_named_when_missing() -> None:
 
     with pytest.raises(ConfigError, match=r"kubernetes: required"):
         load(None)
+
+
+def test_config_remediation_yaml_documents_every_key_with_its_default() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    doc = yaml.safe_load(
+        (Path(__file__).parents[2] / "config" / "remediation.yaml").read_text(encoding="utf-8")
+    )
+    cluster = {"cluster": doc["kubernetes"]["cluster"]}
+    assert Settings(**doc).model_dump() == Settings(kubernetes=cluster).model_dump()
+
+    def keys(model: Any, prefix: str = "") -> set[str]:
+        out = set()
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            if hasattr(type(value), "model_fields"):
+                out |= keys(value, f"{prefix}{name}.")
+            else:
+                out.add(f"{prefix}{name}")
+        return out
+
+    def doc_keys(d: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out |= doc_keys(v, f"{prefix}{k}.")
+            else:
+                out.add(f"{prefix}{k}")
+        return out
+
+    assert keys(Settings(kubernetes=cluster)) == doc_keys(doc)
+
+
+def test_check_config_prints_the_effective_config_and_a_bad_key_exits_2(
+    tmp_path: Any, capsys: Any
+) -> None:
+    from k8s_event_consumer.remediation.__main__ import main
+
+    good = tmp_path / "ok.yaml"
+    good.write_text("kubernetes: {cluster: c}\nnats: {password: hunter2, user: u}\n")
+    assert main(["check-config", "--config", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert '"cluster": "c"' in out and "hunter2" not in out and '"***"' in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kubernetes: {cluster: c}\nremediation: {restart: {min_cuont: 3}}\n")
+    assert main(["check-config", "--config", str(bad)]) == 2
+    assert "remediation.restart.min_cuont: unknown key" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
