@@ -320,3 +320,27 @@ async def test_the_workers_api_boundary_maps_what_the_real_apiserver_answers(
         await kube.close()
         if not cp.apiserver.running:
             cp.start_apiserver()
+
+
+def test_the_subscribers_manifests_are_accepted_by_the_api_server(
+    control_plane: ControlPlane,
+) -> None:
+    """deploy/consumers/ (kustomize: the alerting subscriber, the remediation worker and its
+    RBAC), checked by the real API server (a server-side dry run: schema, defaulting,
+    validation, admission), after deploy/ as an operator applies them."""
+    cp = control_plane
+    cp.kubectl("apply", "-k", str(REPO / "deploy"))
+    out = cp.kubectl(
+        "apply", "-k", str(REPO / "deploy" / "consumers"), "--dry-run=server", "-o", "name"
+    ).stdout.split()
+    assert sorted(out) == sorted(
+        [
+            "configmap/k8s-event-alerting",
+            "deployment.apps/k8s-event-alerting",
+            "serviceaccount/k8s-event-remediation",
+            "clusterrole.rbac.authorization.k8s.io/k8s-event-remediation",
+            "clusterrolebinding.rbac.authorization.k8s.io/k8s-event-remediation",
+            "configmap/k8s-event-remediation",
+            "deployment.apps/k8s-event-remediation",
+        ]
+    )
