@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -422,7 +422,11 @@ def test_adopt_takes_back_firing_alerts_of_this_subscriber_only() -> None:
     before.unreachable(unreachable(T0))
     before.gap(gap(T0, "1", "2"))
     shown = [_as_alertmanager_shows(a, T0) for a in before.firing()]
-    foreign = Alert({"alertname": "KubernetesWarningEvent"}, {}, T0, None, "http://prom:9090/")
+    ours = next(a for a in shown if a.name == "KubernetesWarningEvent")
+    # the same shape from someone else (another subscriber, a Prometheus rule): not ours
+    foreign = replace(
+        ours, labels={**ours.labels, "name": "web-9"}, generator_url="http://prom:9090/graph"
+    )
     after = State(rules(labels={"team": "sre"}), Clock(T0 + timedelta(minutes=1)))
     assert after.adopt([*shown, foreign]) == 3
     by_name = {a.name: a for a in after.firing()}
@@ -696,6 +700,42 @@ async def test_an_ignored_event_sends_nothing(fake_am: Any) -> None:
     assert len(am.posts) == 2  # the BackOff alert, then the resend of it
     assert alerting.metrics.value("events_total", result="ignored") == 1
     assert "k8s_event_alerting_alerts{alertname=" in alerting.metrics.render()
+
+
+@pytest.mark.parametrize(
+    ("handler", "message", "alertname", "resolved"),
+    [
+        ("on_event", lambda: kube_event(), "KubernetesWarningEvent", False),
+        ("on_gap", lambda: gap(T0, "1", "2"), "KubernetesEventsGap", False),
+        (
+            "on_apiserver_unreachable",
+            lambda: unreachable(T0),
+            "KubernetesControlPlaneUnreachable",
+            False,
+        ),
+        (
+            "on_apiserver_reachable",
+            lambda: reachable(T0),
+            "KubernetesControlPlaneUnreachable",
+            True,
+        ),
+    ],
+)
+async def test_each_handler_sends_its_alert_at_once(
+    fake_am: Any, handler: str, message: Callable[[], Any], alertname: str, resolved: bool
+) -> None:
+    am = await fake_am()
+    c = client([am.url])
+    clock = Clock(T0 + timedelta(seconds=1))
+    alerting = Alerting(State(rules(), clock), c, Metrics(), hold=1.0, resend_interval=60)
+    try:
+        await getattr(alerting.handlers(), handler)(message(), delivery())
+    finally:
+        await c.close()
+    [(_, [sent])] = am.posts
+    assert sent["labels"]["alertname"] == alertname
+    ends = datetime.fromisoformat(sent["endsAt"].replace("Z", "+00:00"))
+    assert (ends <= clock.now) is resolved
 
 
 # ----------------------------------------------------------------------------- settings, CLI

@@ -1,0 +1,565 @@
+"""The alerting subscriber end to end: the simulated API server → the real bridge process → a
+real nats-server (JetStream) → ``python -m k8s_event_consumer.alerting`` as a real process → a
+real Prometheus Alertmanager (tests/alertmanager.py), whose ``GET /api/v2/alerts`` and webhook
+notifications are the truth the tests check against what was written."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from bridge.sim.natsserver import free_port
+from tests.alertmanager import Alertmanager, Webhook
+from tests.integration.harness import checkpoint, eventually, status_events
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = "test"  # harness.bridge_config's cluster.name
+KEPT = ["BackOff", "OOMKilling", "FailedScheduling"]
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Subscriber:
+    """``python -m k8s_event_consumer.alerting --config FILE`` as a real child process."""
+
+    config: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        return int(yaml.safe_load(self.config.read_text())["http"]["port"])
+
+    def start(self) -> Subscriber:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "k8s_event_consumer.alerting", "--config", str(self.config)],
+                stdout=log,
+                stderr=log,
+                env=dict(os.environ),
+            )
+        return self
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(
+                f"http://127.0.0.1:{self.port}{path}", timeout=aiohttp.ClientTimeout(total=3)
+            ) as r,
+        ):
+            return r.status, await r.text()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"subscriber exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
+                )
+            try:
+                if (await self.get("/readyz"))[0] == 200:
+                    return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"subscriber not ready in {timeout}s:\n{self.logs()[-3000:]}")
+
+    async def metric(self, name: str) -> float:
+        _, text = await self.get("/metrics")
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"k8s_event_alerting_{name}")
+        )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        for _ in range(300):
+            if self.proc.poll() is not None:
+                return self.proc.returncode
+            await asyncio.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"subscriber did not stop:\n{self.logs()[-3000:]}")
+
+
+@pytest.fixture
+async def webhook() -> AsyncIterator[Webhook]:
+    w = await Webhook().start()
+    yield w
+    await w.stop()
+
+
+@pytest.fixture
+async def am(tmp_path: Path, webhook: Webhook) -> AsyncIterator[Alertmanager]:
+    a = Alertmanager(tmp_path / "alertmanager", webhook.url)
+    await a.start()
+    yield a
+    a.stop()
+
+
+@pytest.fixture
+def run_alerting(
+    tmp_path: Path, nats_server: Any, am: Alertmanager
+) -> Iterator[Callable[..., Any]]:
+    """Start subscriber processes (same config and durable unless told); all killed at the end."""
+    procs: list[Subscriber] = []
+    config: dict[str, Path] = {}
+
+    def start(**sections: Any) -> Subscriber:
+        if "path" not in config or sections:
+            cfg: dict[str, Any] = {
+                "nats": {"servers": [nats_server.url], "durable": "alerting", "ack_wait": "5s"},
+                "alertmanager": {
+                    "urls": [am.url],
+                    "timeout": "2s",
+                    "attempts": 2,
+                    "retry_backoff": "100ms",
+                    "hold": "1s",
+                },
+                "alerts": {"reasons": KEPT, "resolve_after": "10m", "resend_interval": "1s"},
+                "http": {"host": "127.0.0.1", "port": free_port()},
+                "log": {"level": "debug", "format": "json"},
+            }
+            for section, values in sections.items():
+                cfg[section] = {**cfg.get(section, {}), **values}
+            path = tmp_path / f"alerting-{random.randrange(1 << 30)}.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            config["path"] = path
+        p = Subscriber(config["path"], tmp_path / f"alerting-{len(procs)}.log").start()
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+
+
+# ----------------------------------------------------------------------------- Events
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Events:
+    """Writes Events to the simulated API server and keeps what Alertmanager must show:
+    one alert per (namespace, kind, name, reason) of a kept Warning, with the newest count."""
+
+    sim: Any
+    expected: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    names: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+
+    def create(
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        reason: str,
+        *,
+        type_: str = "Warning",
+        series: bool = False,
+    ) -> tuple[str, str, str, str]:
+        involved: dict[str, Any] = {"kind": kind, "name": name, "apiVersion": "v1"}
+        if kind != "Node":
+            involved["namespace"] = namespace
+        obj: dict[str, Any] = {
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": f"{reason} of {kind} {name}",
+            "type": type_,
+        }
+        if series:  # events.k8s.io style: eventTime, a series once repeated
+            obj.update(
+                eventTime=_micro(),
+                reportingComponent="default-scheduler",
+                reportingInstance="default-scheduler-node-1",
+                action="Scheduling",
+                source={},
+            )
+        else:
+            now = _now()
+            obj.update(
+                count=1,
+                firstTimestamp=now,
+                lastTimestamp=now,
+                source={"component": "kubelet", "host": "node-1"},
+            )
+        created = self.sim.create_event(obj)
+        key = (namespace, kind, name, reason)
+        self.names[key] = created["metadata"]["name"]
+        if type_ == "Warning" and reason in KEPT:
+            self.expected[key] = 1
+        return key
+
+    def bump(self, key: tuple[str, str, str, str]) -> int:
+        obj = self.sim.bump_count(key[0], self.names[key])
+        count = int((obj.get("series") or {}).get("count") or obj.get("count") or 1)
+        if key in self.expected:
+            self.expected[key] = count
+        return count
+
+
+def labels(key: tuple[str, str, str, str]) -> dict[str, str]:
+    namespace, kind, name, reason = key
+    return {
+        "alertname": "KubernetesWarningEvent",
+        "cluster": CLUSTER,
+        "namespace": namespace,
+        "kind": kind,
+        "name": name,
+        "reason": reason,
+    }
+
+
+async def event_alerts(am: Alertmanager) -> list[dict[str, Any]]:
+    return await am.alerts(filters=['alertname="KubernetesWarningEvent"'])
+
+
+async def shows_exactly(am: Alertmanager, expected: dict[tuple[str, str, str, str], int]) -> bool:
+    """Alertmanager lists exactly one alert per expected key, with its exact labels and the
+    newest count, and no other Event alert."""
+    shown = await event_alerts(am)
+    got = sorted((tuple(sorted(a["labels"].items())), a["annotations"].get("count")) for a in shown)
+    want = sorted((tuple(sorted(labels(k).items())), str(c)) for k, c in expected.items())
+    return got == want
+
+
+async def wait_exactly(
+    am: Alertmanager, events: Events, timeout: float = 30.0, settle: float = 2.5
+) -> None:
+    """Until Alertmanager shows exactly ``events.expected``; then still so after ``settle``
+    seconds (two resend rounds: nothing more may come)."""
+    try:
+        await eventually(lambda: shows_exactly(am, events.expected), timeout=timeout)
+    except AssertionError:
+        shown = [(a["labels"], a["annotations"].get("count")) for a in await event_alerts(am)]
+        raise AssertionError(f"expected {events.expected}\nshown {shown}") from None
+    await asyncio.sleep(settle)
+    assert await shows_exactly(am, events.expected)
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+async def test_warning_events_become_one_alert_per_object_and_reason_with_the_newest_count(
+    sim, nats_server, run_bridge, run_alerting, am, webhook
+):
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting()
+    await sub.wait_ready()
+    backoff = ev.create("shop", "Pod", "web-1", "BackOff")
+    sched = ev.create("shop", "Pod", "api-0", "FailedScheduling", series=True)
+    oom = ev.create("default", "Node", "node-1", "OOMKilling")
+    ev.create("shop", "Pod", "web-2", "BackOff")
+    ev.create("shop", "Pod", "web-1", "Pulled", type_="Normal")  # Normal: no alert
+    ev.create("shop", "Pod", "web-3", "FailedMount")  # a reason not kept: no alert
+    ev.create("shop", "Pod", "web-4", "BackOff", type_="Normal")  # kept reason, but Normal
+    for _ in range(3):
+        await asyncio.sleep(0.2)
+        ev.bump(backoff)
+        ev.bump(sched)
+    ev.bump(oom)
+    assert ev.expected == {
+        backoff: 4,
+        sched: 4,  # the events.k8s.io series: 2, 3, 4
+        oom: 2,
+        ("shop", "Pod", "web-2", "BackOff"): 1,
+    }
+    await wait_exactly(am, ev)
+    shown = {a["labels"]["name"]: a for a in await event_alerts(am)}
+    web1 = shown["web-1"]
+    assert web1["annotations"]["message"] == "BackOff of Pod web-1"
+    assert web1["annotations"]["first_seen"] <= web1["annotations"]["last_seen"]
+    assert web1["generatorURL"] == "nats://K8S_EVENTS/alerting"
+    assert shown["node-1"]["labels"]["namespace"] == "default"  # where Node Events are recorded
+    # the webhook was told of these four and nothing else
+    notified = {tuple(sorted(a["labels"].items())) for a in webhook.firing()}
+    assert notified == {tuple(sorted(labels(k).items())) for k in ev.expected}
+    assert await sub.stop() == 0  # SIGTERM: the batch in hand finished, exit 0
+    assert '"event": "stopped"' in sub.logs()
+
+
+async def test_an_unreachable_control_plane_fires_and_its_return_resolves_it(
+    sim, nats_server, run_bridge, run_alerting, am, webhook
+):
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting()
+    await sub.wait_ready()
+    await sim.refuse_connections()
+
+    async def firing() -> list[dict[str, Any]]:
+        return await am.alerts(filters=['alertname="KubernetesControlPlaneUnreachable"'])
+
+    [alert] = await eventually(firing, timeout=30)
+    [published] = await status_events(nats_server.url, "apiserver_unreachable")
+    assert alert["labels"] == {
+        "alertname": "KubernetesControlPlaneUnreachable",
+        "cluster": CLUSTER,
+        "scope": published["data"]["scope"],
+    }
+    assert alert["annotations"]["summary"] == f"control plane unreachable for cluster {CLUSTER}"
+    await asyncio.sleep(5)  # fires past the 4 s end of each send: it is sent again
+    assert len(await firing()) == 1
+    await sim.accept_connections()
+
+    async def resolved() -> bool:
+        return not await firing() and bool(
+            webhook.resolved(alertname="KubernetesControlPlaneUnreachable")
+        )
+
+    await eventually(resolved, timeout=30)
+    assert await status_events(nats_server.url, "apiserver_reachable")
+    assert len(webhook.firing(alertname="KubernetesControlPlaneUnreachable")) >= 1
+
+
+async def test_a_gap_raises_the_events_gap_alert(sim, nats_server, run_bridge, run_alerting, am):
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting(alerts={"reasons": KEPT, "resend_interval": "1h"})  # sent as it comes
+    await sub.wait_ready()
+    key = ev.create("shop", "Pod", "web-1", "BackOff")
+    await wait_exactly(am, ev, settle=0)
+    bridge.signal(signal.SIGTERM)
+    assert await bridge.wait_exit() == 0
+    cp = await checkpoint(nats_server.url)
+    for _ in range(5):
+        ev.bump(key)  # versions the bridge will never read: compacted below
+    sim.compact()
+    again = run_bridge()
+    await again.wait_ready()
+
+    async def gap_alert() -> list[dict[str, Any]]:
+        return await am.alerts(filters=['alertname="KubernetesEventsGap"'])
+
+    [alert] = await eventually(gap_alert, timeout=30)
+    [gap] = await status_events(nats_server.url, "gap")
+    assert alert["labels"] == {
+        "alertname": "KubernetesEventsGap",
+        "cluster": CLUSTER,
+        "scope": gap["data"]["scope"],
+    }
+    assert alert["annotations"]["from_resource_version"] == str(cp)
+    assert alert["annotations"]["to_resource_version"] == gap["data"]["toResourceVersion"]
+    assert alert["annotations"]["certainty"] == "likely"
+    # the relist brought the newest version: the Event alert has the newest count
+    await wait_exactly(am, ev)
+
+
+async def test_event_alerts_resolve_after_their_quiet_time_each_on_its_own(
+    sim, nats_server, run_bridge, run_alerting, am, webhook
+):
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting(alerts={"reasons": KEPT, "resolve_after": "5s", "resend_interval": "1s"})
+    await sub.wait_ready()
+    quiet = ev.create("shop", "Pod", "web-1", "BackOff")
+    busy = ev.create("shop", "Pod", "web-2", "BackOff")
+    await wait_exactly(am, ev, settle=0)
+    # Event times have whole seconds: created in second T, both end at T+5 (>= 4 s from now);
+    # seen again 2.5 s on, the busy one ends at T+7 at the earliest
+    await asyncio.sleep(2.5)
+    ev.bump(busy)  # seen again: its quiet time starts again
+
+    async def quiet_resolved() -> bool:
+        names = {a["labels"]["name"] for a in await event_alerts(am)}
+        return "web-1" not in names
+
+    await eventually(quiet_resolved, timeout=15, interval=0.05)
+    [left] = await event_alerts(am)
+    assert left["labels"] == labels(busy) and left["annotations"]["count"] == "2"
+    await eventually(lambda: _none(am), timeout=15)
+    # and the webhook is told of both resolutions (within group_interval)
+    await eventually(lambda: _resolved(webhook, {quiet[2], busy[2]}), timeout=10)
+
+
+async def _none(am: Alertmanager) -> bool:
+    return not await event_alerts(am)
+
+
+async def _resolved(webhook: Webhook, names: set[str]) -> bool:
+    got = {a["labels"]["name"] for a in webhook.resolved(alertname="KubernetesWarningEvent")}
+    return got == names
+
+
+@pytest.mark.parametrize("recover_window", [None, 0], ids=["read-back", "durable-only"])
+async def test_a_subscriber_killed_mid_stream_resumes_with_no_alert_missing_or_doubled(
+    sim, nats_server, run_bridge, run_alerting, am, recover_window
+):
+    """With the stream read back at start (the default) and without (``recover_window: 0``:
+    only the durable consumer resuming can bring what came while it was dead)."""
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    alerts = {"reasons": KEPT, "resend_interval": "1s", "recover_window": recover_window}
+    sub = run_alerting(alerts=alerts)
+    await sub.wait_ready()
+    rng = random.Random(7)
+    keys = [
+        ev.create(f"ns-{i % 3}", "Pod", f"pod-{i}", KEPT[i % len(KEPT)], series=i % 5 == 0)
+        for i in range(30)
+    ]
+    for step in range(240):
+        ev.bump(rng.choice(keys))
+        if step == 80:
+            assert await sub.metric("events_total") > 0
+            sub.kill()  # SIGKILL while messages are in flight
+        if step == 160:
+            sub = run_alerting()
+        if step % 20 == 0:
+            await asyncio.sleep(0.05)
+    await sub.wait_ready()
+    await wait_exactly(am, ev, timeout=60)
+    replayed = await sub.metric("replayed_total")
+    assert replayed > 0 if recover_window is None else replayed == 0
+
+
+async def test_alertmanager_stopped_while_events_flow_gets_every_alert_once_it_is_back(
+    sim, nats_server, run_bridge, run_alerting, am
+):
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting()
+    await sub.wait_ready()
+    before = [ev.create("shop", "Pod", f"early-{i}", "BackOff") for i in range(3)]
+    await wait_exactly(am, ev, settle=0)
+    am.stop()  # Alertmanager keeps alerts in memory only: these three are gone with it
+    later = [ev.create("shop", "Pod", f"late-{i}", "OOMKilling") for i in range(3)]
+    for key in [before[0], *later]:  # early-1 and early-2 come back only by being re-sent
+        ev.bump(key)
+    await eventually(lambda: _held(sub), timeout=20)
+    await asyncio.sleep(2)
+    await am.start()
+    await wait_exactly(am, ev, timeout=30)
+
+
+async def _held(sub: Subscriber) -> bool:
+    return await sub.metric("held_total") >= 1
+
+
+async def test_alertmanager_and_subscriber_down_together_lose_no_alert(
+    sim, nats_server, run_bridge, run_alerting, am
+):
+    """Alertmanager stopped, Events flow (held), the subscriber SIGKILLed, then both back: the
+    held messages come again to the new subscriber (the durable) and what was sent before is
+    read back from the stream (the replay at start) and sent again."""
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    sub = run_alerting()
+    await sub.wait_ready()
+    before = [ev.create("shop", "Pod", f"early-{i}", "BackOff") for i in range(3)]
+    await wait_exactly(am, ev, settle=0)
+    am.stop()
+    later = [ev.create("shop", "Pod", f"late-{i}", "FailedScheduling") for i in range(3)]
+    ev.bump(before[0])
+    ev.bump(later[0])
+    await eventually(lambda: _held(sub), timeout=20)
+    sub.kill()
+    await am.start()
+    sub = run_alerting()
+    await sub.wait_ready()
+    await wait_exactly(am, ev, timeout=30)
+
+
+async def test_messages_held_while_alertmanager_hangs_come_again_to_a_restarted_subscriber(
+    sim, nats_server, run_bridge, run_alerting, am
+):
+    """No read-back of the stream (``recover_window: 0``): only the durable's redelivery of
+    the held messages can bring their alerts to Alertmanager. Alertmanager is frozen (SIGSTOP:
+    it keeps its memory, every request times out) while Events flow and the subscriber is
+    SIGKILLed; both come back."""
+    ev = Events(sim)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    alerts = {"reasons": KEPT, "resolve_after": "10m", "resend_interval": "1s"}
+    sub = run_alerting(alerts={**alerts, "recover_window": 0})
+    await sub.wait_ready()
+    early = ev.create("shop", "Pod", "early-0", "BackOff")
+    await wait_exactly(am, ev, settle=0)
+    assert am.proc is not None
+    am.proc.send_signal(signal.SIGSTOP)
+    try:
+        later = [ev.create("shop", "Pod", f"late-{i}", "OOMKilling") for i in range(3)]
+        ev.bump(early)
+        ev.bump(later[0])
+        await eventually(lambda: _held(sub), timeout=20)
+        sub.kill()
+    finally:
+        am.proc.send_signal(signal.SIGCONT)
+    sub = run_alerting()
+    await sub.wait_ready()
+    await wait_exactly(am, ev, timeout=30)
+    assert await sub.metric("replayed_total") == 0
+
+
+async def test_a_restarted_subscriber_keeps_the_unreachable_alert_firing(
+    sim, nats_server, run_bridge, run_alerting, am, webhook
+):
+    """The subscriber sends the open alert with an end 4 resend intervals ahead (4 s here). A
+    subscriber restarted without reading the stream back takes it back from Alertmanager and
+    keeps sending it: it is still firing long after its last end, until the API server is
+    back."""
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    alerts = {"reasons": KEPT, "resolve_after": "10m", "resend_interval": "1s"}
+    sub = run_alerting(alerts={**alerts, "recover_window": 0})
+    await sub.wait_ready()
+    await sim.refuse_connections()
+
+    async def firing() -> list[dict[str, Any]]:
+        return await am.alerts(filters=['alertname="KubernetesControlPlaneUnreachable"'])
+
+    await eventually(firing, timeout=30)
+    sub.kill()
+    sub = run_alerting()
+    await sub.wait_ready()
+    assert await sub.metric("adopted_total") == 1
+    await asyncio.sleep(7)  # past the end the killed subscriber last sent
+    assert len(await firing()) == 1
+    assert not webhook.resolved(alertname="KubernetesControlPlaneUnreachable")
+    await sim.accept_connections()
+    await eventually(lambda: _gone(firing), timeout=30)
+
+
+async def _gone(firing: Callable[[], Any]) -> bool:
+    return not await firing()
