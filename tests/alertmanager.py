@@ -21,6 +21,7 @@ restart forgets them (silences and the notification log are on disk).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -78,9 +79,26 @@ def _runs(binary: Path) -> bool:
     return done.returncode == 0
 
 
+_built: list[Path | AlertmanagerError] = []  # this process's one attempt
+
+
 def ensure_alertmanager() -> Path:
-    """The alertmanager binary, built with e2e/build-alertmanager.sh when it is missing (a
-    minute or two with a cold Go build cache)."""
+    """The alertmanager binary, built with e2e/build-alertmanager.sh when it is missing (about
+    20 s with a warm Go build cache, 70 s with a cold one, more when the modules must be
+    downloaded too). One attempt per process: a failed build fails every later call at once
+    with the same error, never a skip."""
+    if not _built:
+        try:
+            _built.append(_ensure())
+        except AlertmanagerError as exc:
+            _built.append(exc)
+    found = _built[0]
+    if isinstance(found, AlertmanagerError):
+        raise found
+    return found
+
+
+def _ensure() -> Path:
     binary = binary_path()
     if _runs(binary):
         return binary
@@ -95,6 +113,17 @@ def ensure_alertmanager() -> Path:
     if not _runs(built):
         raise AlertmanagerError(f"{built} was built but does not run --version")
     return built
+
+
+def build_when_selected(session: Any, fixture: str = "am") -> None:
+    """For a ``pytest_collection_finish`` hook: build Alertmanager right after collection when
+    a selected test uses ``fixture``, outside pytest-timeout's per-test limit (a cold build can
+    take longer than a test may)."""
+    if session.config.option.collectonly:
+        return
+    if any(fixture in getattr(item, "fixturenames", ()) for item in session.items):
+        with contextlib.suppress(AlertmanagerError):  # each test then fails with it
+            ensure_alertmanager()
 
 
 @dataclass

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from bridge.sim.natsserver import free_port
-from tests.alertmanager import Alertmanager, Webhook
+from tests.alertmanager import Alertmanager, AlertmanagerError, Webhook, ensure_alertmanager
 from tests.integration.harness import checkpoint, eventually, status_events
 
 pytestmark = pytest.mark.integration
@@ -119,7 +119,11 @@ async def webhook() -> AsyncIterator[Webhook]:
 
 @pytest.fixture
 async def am(tmp_path: Path, webhook: Webhook) -> AsyncIterator[Alertmanager]:
-    a = Alertmanager(tmp_path / "alertmanager", webhook.url)
+    try:
+        binary = ensure_alertmanager()
+    except AlertmanagerError as exc:
+        pytest.fail(f"Alertmanager unavailable: {exc}", pytrace=False)
+    a = Alertmanager(tmp_path / "alertmanager", webhook.url, binary)
     await a.start()
     yield a
     a.stop()
