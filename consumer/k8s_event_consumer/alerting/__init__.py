@@ -5,7 +5,8 @@ control plane is unreachable or that Events may be missing, as Prometheus Alertm
 
 - ``alerts``: the pure state machine (Events and status events → alerts, one per label set);
 - ``alertmanager``: the client, POSTing to every Alertmanager's ``/api/v2/alerts``;
-- ``running``: the wiring (durable consumer, resend loop, HTTP, signals);
+- ``running``: the wiring (durable consumer, resend loop, signals); ``http``: the probes and
+  ``/metrics``;
 - ``settings``: YAML file plus ``ALERTING_<SECTION>__<KEY>`` environment variables.
 
 What it sends and when is described in docs/consumers.md.

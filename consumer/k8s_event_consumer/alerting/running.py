@@ -1,9 +1,10 @@
-"""The running subscriber: settings → NATS and Alertmanager clients → alerts taken back from
-Alertmanager → the durable consumer, the resend loop and the HTTP server → signals → stop.
+"""The running subscriber: settings → clients → the durable consumer bound → the stream's last
+window read back and the own alerts taken back from Alertmanager → the consumer and the resend
+loop → signals → stop.
 
 ``Alerting`` holds the handlers and the resend loop around one ``alerts.State`` and one
-``alertmanager.Client``; ``serve`` wires them to NATS, which it reaches through the kit
-(``connecting``, ``consuming``) only.
+``alertmanager.Client``; ``serve`` wires them. NATS is reached through the kit
+(``connecting``, ``consuming``); nats-py is imported here for its exception types only.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from datetime import UTC, datetime, timedelta
 
 import nats.errors
 import nats.js.errors
-from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from k8s_event_consumer.alerting import alertmanager, logs
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State
+from k8s_event_consumer.alerting.http import HttpServer
 from k8s_event_consumer.alerting.metrics import Labels, Metrics
 from k8s_event_consumer.alerting.settings import Settings
 from k8s_event_consumer.connecting import NatsOptions, connect
@@ -270,40 +271,6 @@ def nats_options(cfg: Settings) -> NatsOptions:
     )
 
 
-class _Http:
-    """``/healthz`` (alive), ``/readyz`` (200 once the durable consumer is bound),
-    ``/metrics``."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-        self.ready = False
-        self._runner: web.AppRunner | None = None
-
-    async def start(self, host: str, port: int) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def _readyz(self, _: web.Request) -> web.Response:
-        if self.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not consuming yet\n")
-
-    async def _metrics(self, _: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render(), content_type="text/plain")
-
-
 async def _until(stopping: asyncio.Event, seconds: float) -> bool:
     """Wait ``seconds`` or until stopping; True when stopping."""
     with contextlib.suppress(TimeoutError):
@@ -327,7 +294,7 @@ async def serve(cfg: Settings) -> int:
         hold=cfg.alertmanager.hold,
         resend_interval=cfg.alerts.resend_interval,
     )
-    http = _Http(metrics)
+    http = HttpServer(metrics)
     if cfg.http.port is not None:
         await http.start(cfg.http.host, cfg.http.port)
     log.info(

@@ -1,0 +1,41 @@
+"""The subscriber's HTTP server: ``/healthz``, ``/readyz``, ``/metrics``."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from k8s_event_consumer.alerting.metrics import Metrics
+
+
+class HttpServer:
+    """``/healthz`` (alive), ``/readyz`` (200 once the durable consumer is bound),
+    ``/metrics``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.ready = False
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not consuming yet\n")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain")
