@@ -768,7 +768,7 @@ def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_
         ("alerts: {labels: {cluster: x}}\n", {}, "alerts.labels"),
         ("nats: {servers: ['http://x']}\n", {}, "nats.servers"),
         ("", {"ALERTING_ALERTMANGER__URLS": "[]"}, "ALERTING_ALERTMANGER__URLS"),
-        ("", {"ALERTING_ALERTS__REASONS": "BackOff"}, "ALERTING_ALERTS__REASONS"),
+        ("", {"ALERTING_ALERTS__REASONS": "BackOff"}, 'field "alerts" from source'),
     ],
 )
 def test_a_config_error_prints_one_line_naming_the_key_and_exits_2(

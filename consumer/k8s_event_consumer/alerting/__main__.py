@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import yaml
 
-from k8s_event_consumer.alerting import logs, settings
+from k8s_event_consumer import logs
+from k8s_event_consumer.alerting import settings
 
 EXIT_CONFIG = 2
 

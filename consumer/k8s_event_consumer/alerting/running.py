@@ -21,7 +21,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 
-from k8s_event_consumer.alerting import alertmanager, logs
+from k8s_event_consumer import logs
+from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State
 from k8s_event_consumer.alerting.http import HttpServer
 from k8s_event_consumer.alerting.metrics import Labels, Metrics
@@ -45,7 +46,7 @@ from k8s_event_consumer.events import (
     Status,
 )
 
-log = logs.get("running")
+log = logs.get("alerting")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
