@@ -1,7 +1,9 @@
 """The subscribers the stream exists for, on a living cluster (cluster.py), each Kubernetes
-version of the tier: Events written by kwok's kubelets and the controllers -> the bridge ->
-JetStream -> the remediation worker acting on the real API server (deploy/consumers/'s RBAC),
-with the control plane taken down and brought back while the worker has work in hand.
+version of the tier — the seeds' pattern as an operator runs it: Events written by kwok's
+kubelets and the controllers -> the bridge -> JetStream -> the alerting subscriber's alerts in
+a real Alertmanager, and the remediation worker's actions on the real API server (under
+deploy/consumers/'s RBAC), with the control plane taken down and brought back while the
+worker has work in hand: no alert missing or doubled, no action lost or done twice.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import nats
 import pytest
 import yaml
 
+from bridge.sim.natsserver import free_port
 from k8s_event_consumer import KubeEvent, Start, replay
 from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Unavailable
 from k8s_event_consumer.remediation.settings import KubernetesSettings
+from tests.alertmanager import Alertmanager, Webhook
 from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
 from tests.e2e.controlplane import BRIDGE_NAMESPACE, REPO, ControlPlane
@@ -115,19 +119,68 @@ def worker_kubeconfig(cluster: LivingCluster) -> Path:
     return cluster.service_account_kubeconfig(BRIDGE_NAMESPACE, "k8s-event-remediation")
 
 
-@pytest.mark.timeout(420)
-async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_outage(
+def alerting_config(tmp: Path, nats_url: str, am: Alertmanager) -> Path:
+    cfg = {
+        "nats": {"servers": [nats_url], "ack_wait": "10s"},
+        "alertmanager": {"urls": [am.url], "timeout": "2s", "hold": "1s"},
+        "alerts": {"reasons": ["BackOff"], "resolve_after": "10m", "resend_interval": "2s"},
+        "http": {"host": "127.0.0.1", "port": free_port()},
+    }
+    path = tmp / "alerting.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+async def consumer_idle(nats_url: str, durable: str) -> bool:
+    nc = await nats.connect(nats_url)
+    try:
+        info = await nc.jetstream().consumer_info("K8S_EVENTS", durable)
+    finally:
+        await nc.close()
+    return info.num_pending == 0 and info.num_ack_pending == 0
+
+
+@pytest.mark.timeout(480)
+async def test_alerts_and_remediation_work_through_a_control_plane_outage(
     own_living_cluster: LivingCluster, nats_server: Any, tmp_path: Path
 ) -> None:
     """Three Pods crash-loop (two with Error, one OOMKilled with a 128Mi limit) until each
-    BackOff count reached MIN_COUNT in the stream; then the kube-apiserver stops, and the
-    worker starts with that backlog: it consumes it, can act on nothing and holds each
-    message (nak with delay), for as long as the API server is away. When it is back, each
-    action is done once: the two Pods deleted (their ReplicaSet makes new ones, which crash
-    and are deleted in turn), the OOMKilled one's Deployment annotated with 192Mi, each
-    recorded as an Event of its own; nothing done twice, whatever was held and redelivered."""
+    BackOff count reached MIN_COUNT in the stream, the alerting subscriber turning each into
+    one Alertmanager alert; then the kube-apiserver stops: the bridge says so and the
+    control-plane alert fires; the remediation worker (restarted, say) starts with that
+    backlog, can act on nothing and holds each message (nak with delay) for as long as the
+    API server is away. When it is back the control-plane alert resolves and each action is
+    done once: the two Pods deleted (their ReplicaSet makes new ones, which crash and are
+    deleted in turn), the OOMKilled one's Deployment annotated with 192Mi, each recorded as
+    an Event of its own. At the end Alertmanager holds exactly one alert per Pod and reason
+    the stream carries, with the newest count, each notified once."""
     cluster = own_living_cluster
+    webhook = await Webhook().start()
+    am = await Alertmanager(tmp_path / "alertmanager", webhook.url).start()
     bridge = await start_bridge(tmp_path, nats_server.url, cluster)
+    alerting = ConsumerProcess(
+        "k8s_event_consumer.alerting",
+        alerting_config(tmp_path, nats_server.url, am),
+        tmp_path / "alerting.log",
+    ).start()
+    try:
+        await seeds_pattern(cluster, nats_server.url, tmp_path, bridge, am, webhook, alerting)
+    finally:
+        alerting.kill()
+        bridge.kill()
+        am.stop()
+        await webhook.stop()
+
+
+async def seeds_pattern(
+    cluster: LivingCluster,
+    nats_url: str,
+    tmp_path: Path,
+    bridge: BridgeProcess,
+    am: Alertmanager,
+    webhook: Webhook,
+    alerting: ConsumerProcess,
+) -> None:
     kubeconfig = worker_kubeconfig(cluster)
     ns = new_namespace(cluster)
     cluster.apply(crash_deployment("crash", ns, 2))
@@ -139,7 +192,7 @@ async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_
     events: list[KubeEvent] = []
 
     async def backlog() -> bool:
-        events[:] = await stream_events(nats_server.url)
+        events[:] = await stream_events(nats_url)
         return len(reached()) >= 3
 
     await eventually(backlog, timeout=120, interval=1)
@@ -147,13 +200,25 @@ async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_
     crash_uids = {uid for uid, name in first.items() if name.startswith("crash-")}
     assert len(crash_uids) == 2 and len(first) == 3, first
 
+    async def alerted() -> bool:
+        shown = await am.alerts(filters=['alertname="KubernetesWarningEvent"', f'namespace="{ns}"'])
+        return {a["labels"]["name"] for a in shown} >= set(first.values())
+
+    await eventually(alerted, timeout=60, interval=0.5)
+
     cluster.stop_apiserver()
     await eventually(
-        lambda: status_events(nats_server.url, "apiserver_unreachable"), timeout=60, interval=1
+        lambda: status_events(nats_url, "apiserver_unreachable"), timeout=60, interval=1
     )
+
+    async def control_plane_alert() -> list[dict[str, Any]]:
+        return await am.alerts(filters=['alertname="KubernetesControlPlaneUnreachable"'])
+
+    (down,) = await eventually(control_plane_alert, timeout=30, interval=0.5)
+    assert down["labels"]["cluster"] == CLUSTER
     worker = ConsumerProcess(
         "k8s_event_consumer.remediation",
-        remediation_config(tmp_path, nats_server.url, kubeconfig),
+        remediation_config(tmp_path, nats_url, kubeconfig),
         tmp_path / "remediation.log",
     ).start()
     try:
@@ -170,6 +235,13 @@ async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_
 
         cluster.start_apiserver()
 
+        async def control_plane_resolved() -> bool:
+            return not await control_plane_alert() and bool(
+                webhook.resolved(alertname="KubernetesControlPlaneUnreachable", cluster=CLUSTER)
+            )
+
+        await eventually(control_plane_resolved, timeout=60, interval=0.5)
+
         def acted() -> list[dict[str, Any]]:
             return worker.log_events("acted")
 
@@ -184,18 +256,14 @@ async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_
             cluster.kubectl("scale", "deployment", name, "-n", ns, "--replicas=0")
         await asyncio.sleep(3)
 
-        async def idle() -> bool:
-            nc = await nats.connect(nats_server.url)
-            try:
-                info = await nc.jetstream().consumer_info("K8S_EVENTS", "k8s-event-remediation")
-            finally:
-                await nc.close()
-            return info.num_pending == 0 and info.num_ack_pending == 0
-
-        await eventually(idle, timeout=90, interval=1)
+        await eventually(
+            lambda: consumer_idle(nats_url, "k8s-event-remediation"), timeout=90, interval=1
+        )
+        await eventually(
+            lambda: consumer_idle(nats_url, "k8s-event-alerting"), timeout=60, interval=1
+        )
     finally:
         worker.kill()
-        bridge.kill()
 
     actions = acted()
     keys = collections.Counter(a["key"] for a in actions)
@@ -222,6 +290,29 @@ async def test_the_remediation_worker_holds_its_actions_through_a_control_plane_
         assert e["reportingComponent"] == "k8s-event-remediation"
         trigger = e["metadata"]["annotations"]["remediation.k8s-event-bridge.io/trigger"]
         assert trigger.count("/") == 1  # the CloudEvent id: <event uid>/<resourceVersion>
+
+    # the alerts: exactly one per Pod and reason the stream carries, with its newest count
+    newest: dict[tuple[str, str], int] = {}
+    for e in await stream_events(nats_url):
+        if e.reason == "BackOff" and e.namespace == ns:
+            key = (e.involved.name, e.reason)
+            newest[key] = max(newest.get(key, 0), e.count)
+    shown = {
+        (a["labels"]["name"], a["labels"]["reason"]): a
+        for a in await am.alerts(
+            filters=['alertname="KubernetesWarningEvent"', f'namespace="{ns}"']
+        )
+    }
+    assert set(shown) == set(newest)  # none missing, none made up
+    for key, alert in shown.items():
+        assert alert["labels"]["cluster"] == CLUSTER and alert["labels"]["kind"] == "Pod"
+        assert alert["annotations"]["count"] == str(newest[key]), key
+    fired = collections.Counter(
+        a["labels"]["name"]
+        for a in webhook.firing(alertname="KubernetesWarningEvent", namespace=ns)
+    )
+    assert set(fired) <= {name for name, _ in newest} and all(n == 1 for n in fired.values())
+    assert len(webhook.firing(alertname="KubernetesControlPlaneUnreachable")) == 1
 
 
 @pytest.mark.timeout(300)
