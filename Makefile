@@ -20,9 +20,11 @@ K8S ?= newest
 demo-cluster: $(BIN)/.installed
 	$(BIN)/python -m tests.e2e.demo_cluster --version $(K8S)
 
-# build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions
+# build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions,
+# and the Alertmanager the alerting subscriber's tests send to
 control-plane:
 	bash e2e/build-control-plane.sh all
+	bash e2e/build-alertmanager.sh
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge consumer tests fuzz soak

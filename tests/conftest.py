@@ -44,3 +44,34 @@ def run_bridge(tmp_path, nats_server, kubeconfig):
 
     yield start
     bridges.kill_all()
+
+
+def pytest_collection_finish(session):
+    """Build Alertmanager (e2e/build-alertmanager.sh, cached) right after collection when a
+    selected test runs it, outside pytest-timeout's per-test limit, with the build's output on
+    the terminal. A failed build fails those tests with its message (never a skip)."""
+    if session.config.option.collectonly:
+        return
+    if not any(getattr(item.module, "Alertmanager", None) for item in session.items):
+        return
+    import time
+
+    from tests.alertmanager import AlertmanagerError, binary_path, ensure_alertmanager
+
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    capman = session.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None:
+        tr.write_line(f"alertmanager: {binary_path()} (a first build takes a minute or two)")
+    t0 = time.monotonic()
+    try:
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                ensure_alertmanager()
+        else:
+            ensure_alertmanager()
+    except AlertmanagerError as exc:
+        if tr is not None:
+            tr.write_line(f"alertmanager: build FAILED: {exc}", red=True)
+        return
+    if tr is not None:
+        tr.write_line(f"alertmanager: ready ({time.monotonic() - t0:.1f}s)")
