@@ -21,7 +21,6 @@ restart forgets them (silences and the notification log are on disk).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -113,17 +112,6 @@ def _ensure() -> Path:
     if not _runs(built):
         raise AlertmanagerError(f"{built} was built but does not run --version")
     return built
-
-
-def build_when_selected(session: Any, fixture: str = "am") -> None:
-    """For a ``pytest_collection_finish`` hook: build Alertmanager right after collection when
-    a selected test uses ``fixture``, outside pytest-timeout's per-test limit (a cold build can
-    take longer than a test may)."""
-    if session.config.option.collectonly:
-        return
-    if any(fixture in getattr(item, "fixturenames", ()) for item in session.items):
-        with contextlib.suppress(AlertmanagerError):  # each test then fails with it
-            ensure_alertmanager()
 
 
 @dataclass
