@@ -806,14 +806,9 @@ def test_check_config_prints_the_effective_config_without_secrets(
 
 
 def test_the_docs_name_every_setting() -> None:
-    """Every key of the settings is in the documentation (consumer/ALERTING-DOCS.md until it
-    is merged into docs/consumers.md)."""
+    """Every key of the settings is in docs/consumers.md (the alerting subscriber)."""
     root = Path(__file__).resolve().parents[2]
-    merged = root / "docs" / "consumers.md"
-    if merged.exists() and "ALERTING_ALERTS__" in merged.read_text():
-        doc = merged.read_text()
-    else:
-        doc = (root / "consumer" / "ALERTING-DOCS.md").read_text()
+    doc = (root / "docs" / "consumers.md").read_text()
     missing = [
         f"{section}.{key}"
         for section, field_ in settings.Settings.model_fields.items()

@@ -332,7 +332,7 @@ def test_check_config_prints_the_effective_config_and_a_bad_key_exits_2(
     good.write_text("kubernetes: {cluster: c}\nnats: {password: hunter2, user: u}\n")
     assert main(["check-config", "--config", str(good)]) == 0
     out = capsys.readouterr().out
-    assert '"cluster": "c"' in out and "hunter2" not in out and '"***"' in out
+    assert "cluster: c" in out and "hunter2" not in out and "password: '***'" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("kubernetes: {cluster: c}\nremediation: {restart: {min_cuont: 3}}\n")
     assert main(["check-config", "--config", str(bad)]) == 2

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 import sys
+
+import yaml
 
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"k8s-event-remediation: {exc}", file=sys.stderr)
         return 2
     if args.command == "check-config":
-        print(json.dumps(redacted(settings), indent=2))
+        print(yaml.safe_dump(redacted(settings), sort_keys=False), end="")
         return 0
     logs.setup(settings.log.level, settings.log.format)
     return asyncio.run(run(settings))
