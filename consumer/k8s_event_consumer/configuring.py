@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError
 
 from k8s_event_consumer.connecting import NatsOptions
 from k8s_event_consumer.consuming import ConsumerOptions
@@ -192,6 +192,22 @@ class HttpSettings(Section):
 class LogSettings(Section):
     level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
     format: Literal["json", "text"] = "json"
+
+
+class SubscriberSettings(BaseSettings):
+    """A subscriber's settings: each sets its ``model_config`` (env prefix) and sections."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Earlier sources win: the environment overrides the YAML file (passed as init).
+        return (env_settings, init_settings)
 
 
 def read_yaml(path: str) -> dict[str, Any]:

@@ -159,9 +159,9 @@ async def test_alerts_and_remediation_work_through_a_control_plane_outage(
     am = await Alertmanager(tmp_path / "alertmanager", webhook.url).start()
     bridge = await start_bridge(tmp_path, nats_server.url, cluster)
     alerting = ConsumerProcess(
-        "k8s_event_consumer.alerting",
         alerting_config(tmp_path, nats_server.url, am),
         tmp_path / "alerting.log",
+        module="k8s_event_consumer.alerting",
     ).start()
     try:
         await seeds_pattern(cluster, nats_server.url, tmp_path, bridge, am, webhook, alerting)
@@ -217,7 +217,6 @@ async def seeds_pattern(
     (down,) = await eventually(control_plane_alert, timeout=30, interval=0.5)
     assert down["labels"]["cluster"] == CLUSTER
     worker = ConsumerProcess(
-        "k8s_event_consumer.remediation",
         remediation_config(tmp_path, nats_url, kubeconfig),
         tmp_path / "remediation.log",
     ).start()
@@ -327,7 +326,6 @@ async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
     kubeconfig = worker_kubeconfig(cluster)
     ns = new_namespace(cluster)
     worker = ConsumerProcess(
-        "k8s_event_consumer.remediation",
         remediation_config(tmp_path, nats_server.url, kubeconfig, dry_run=True),
         tmp_path / "remediation.log",
     ).start()

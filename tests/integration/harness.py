@@ -83,37 +83,29 @@ def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, **sections: Any) -
 
 
 @dataclass
-class BridgeProcess:
-    """``python -m bridge run --config FILE`` as a real child process."""
+class ChildProcess:
+    """A service of this repository as a real child process: its log file (JSON lines), its
+    HTTP endpoints (``http.port`` of its config), signals."""
 
     config: Path
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
-    prelude: str = ""  # Python run before the CLI in the child (e.g. to move fixed paths)
     proc: subprocess.Popen[bytes] | None = None
+    what = "process"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=log, env={**os.environ, **self.env}
+            )
+        return self
 
     @property
     def port(self) -> int:
         return int(yaml.safe_load(self.config.read_text())["http"]["port"])
-
-    def start(self) -> BridgeProcess:
-        env = {**os.environ, **self.env}
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    f"{self.prelude}\nimport sys\nfrom bridge.cli import main\n"
-                    "sys.exit(main(sys.argv[1:]))",
-                    "run",
-                    "--config",
-                    str(self.config),
-                ],
-                stdout=log,
-                stderr=log,
-                env=env,
-            )
-        return self
 
     async def get(self, path: str) -> tuple[int, str]:
         async with (
@@ -130,7 +122,7 @@ class BridgeProcess:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(
-                    f"bridge exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
+                    f"{self.what} exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
                 )
             try:
                 status, _ = await self.get("/readyz")
@@ -139,7 +131,67 @@ class BridgeProcess:
             except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.1)
-        raise AssertionError(f"bridge not ready in {timeout}s:\n{self.logs()[-3000:]}")
+        raise AssertionError(f"{self.what} not ready in {timeout}s:\n{self.logs()[-3000:]}")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        for _ in range(int(timeout * 20)):
+            if self.proc.poll() is not None:
+                return self.proc.returncode
+            await asyncio.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"{self.what} did not exit in {timeout}s:\n{self.logs()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_events(self, event: str | None = None) -> list[dict[str, Any]]:
+        """Its JSON log lines (``event``: only those of that event)."""
+        out = []
+        for ln in self.logs().splitlines():
+            if ln.startswith("{"):
+                try:
+                    doc = msgspec.json.decode(ln)
+                except msgspec.DecodeError:
+                    continue
+                if event is None or doc.get("event") == event:
+                    out.append(doc)
+        return out
+
+
+@dataclass
+class BridgeProcess(ChildProcess):
+    """``python -m bridge run --config FILE`` as a real child process."""
+
+    prelude: str = ""  # Python run before the CLI in the child (e.g. to move fixed paths)
+    what = "bridge"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-c",
+            f"{self.prelude}\nimport sys\nfrom bridge.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))",
+            "run",
+            "--config",
+            str(self.config),
+        ]
+
+    def start(self) -> BridgeProcess:
+        super().start()
+        return self
 
     async def metric(self, name: str, labels: str = "") -> float:
         _, text = await self.get("/metrics")
@@ -156,94 +208,21 @@ class BridgeProcess:
                     total += float(ln.rsplit(" ", 1)[1])
         return total
 
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    async def wait_exit(self, timeout: float = 30.0) -> int:
-        assert self.proc is not None
-        for _ in range(int(timeout * 20)):
-            if self.proc.poll() is not None:
-                return self.proc.returncode
-            await asyncio.sleep(0.05)
-        self.proc.kill()
-        raise AssertionError(f"bridge did not exit in {timeout}s:\n{self.logs()[-3000:]}")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def log_events(self) -> list[dict[str, Any]]:
-        out = []
-        for ln in self.logs().splitlines():
-            if ln.startswith("{"):
-                try:
-                    out.append(msgspec.json.decode(ln))
-                except msgspec.DecodeError:
-                    pass
-        return out
-
 
 @dataclass
-class ConsumerProcess:
+class ConsumerProcess(ChildProcess):
     """``python -m <module> run --config FILE``: a subscriber of k8s_event_consumer (the
     alerting subscriber, the remediation worker) as a real child process."""
 
-    module: str
-    config: Path
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+    module: str = "k8s_event_consumer.remediation"
+    what = "subscriber"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", self.module, "run", "--config", str(self.config)]
 
     def start(self) -> ConsumerProcess:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module, "run", "--config", str(self.config)],
-                stdout=log,
-                stderr=log,
-                env={**os.environ, **self.env},
-            )
+        super().start()
         return self
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    async def wait_exit(self, timeout: float = 30.0) -> int:
-        assert self.proc is not None
-        for _ in range(int(timeout * 20)):
-            if self.proc.poll() is not None:
-                return self.proc.returncode
-            await asyncio.sleep(0.05)
-        self.proc.kill()
-        raise AssertionError(f"{self.module} did not exit in {timeout}s:\n{self.logs()[-3000:]}")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def log_events(self, event: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for ln in self.logs().splitlines():
-            if ln.startswith("{"):
-                try:
-                    doc = msgspec.json.decode(ln)
-                except msgspec.DecodeError:
-                    continue
-                if event is None or doc.get("event") == event:
-                    out.append(doc)
-        return out
 
 
 class Bridges:

@@ -6,11 +6,8 @@ notifications are the truth the tests check against what was written."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,13 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
 from bridge.sim.natsserver import free_port
 from tests.alertmanager import Alertmanager, AlertmanagerError, Webhook, ensure_alertmanager
-from tests.integration.harness import checkpoint, eventually, status_events
+from tests.integration.harness import ConsumerProcess, checkpoint, eventually, status_events
 
 pytestmark = pytest.mark.integration
 
@@ -36,55 +32,17 @@ KEPT = ["BackOff", "OOMKilling", "FailedScheduling"]
 
 
 @dataclass
-class Subscriber:
-    """``python -m k8s_event_consumer.alerting --config FILE`` as a real child process."""
+class Subscriber(ConsumerProcess):
+    """``python -m k8s_event_consumer.alerting run --config FILE`` as a real child process."""
 
-    config: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def port(self) -> int:
-        return int(yaml.safe_load(self.config.read_text())["http"]["port"])
+    module: str = "k8s_event_consumer.alerting"
 
     def start(self) -> Subscriber:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "k8s_event_consumer.alerting", "--config", str(self.config)],
-                stdout=log,
-                stderr=log,
-                env=dict(os.environ),
-            )
+        super().start()
         return self
 
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    async def get(self, path: str) -> tuple[int, str]:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.get(
-                f"http://127.0.0.1:{self.port}{path}", timeout=aiohttp.ClientTimeout(total=3)
-            ) as r,
-        ):
-            return r.status, await r.text()
-
     async def wait_ready(self, timeout: float = 30.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"subscriber exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
-                )
-            try:
-                if (await self.get("/readyz"))[0] == 200:
-                    return
-            except (TimeoutError, aiohttp.ClientError):
-                pass
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"subscriber not ready in {timeout}s:\n{self.logs()[-3000:]}")
+        await super().wait_ready(timeout)
 
     async def metric(self, name: str) -> float:
         _, text = await self.get("/metrics")
@@ -94,20 +52,9 @@ class Subscriber:
             if line.startswith(f"k8s_event_alerting_{name}")
         )
 
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
     async def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        for _ in range(300):
-            if self.proc.poll() is not None:
-                return self.proc.returncode
-            await asyncio.sleep(0.05)
-        self.proc.kill()
-        raise AssertionError(f"subscriber did not stop:\n{self.logs()[-3000:]}")
+        self.signal(signal.SIGTERM)
+        return await self.wait_exit(15)
 
 
 @pytest.fixture

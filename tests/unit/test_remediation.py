@@ -295,32 +295,15 @@ def test_config_remediation_yaml_documents_every_key_with_its_default() -> None:
 
     import yaml
 
+    from tests.config_keys import doc_keys, model_keys
+
     doc = yaml.safe_load(
         (Path(__file__).parents[2] / "config" / "remediation.yaml").read_text(encoding="utf-8")
     )
     cluster = {"cluster": doc["kubernetes"]["cluster"]}
     assert Settings(**doc).model_dump() == Settings(kubernetes=cluster).model_dump()
 
-    def keys(model: Any, prefix: str = "") -> set[str]:
-        out = set()
-        for name in type(model).model_fields:
-            value = getattr(model, name)
-            if hasattr(type(value), "model_fields"):
-                out |= keys(value, f"{prefix}{name}.")
-            else:
-                out.add(f"{prefix}{name}")
-        return out
-
-    def doc_keys(d: dict[str, Any], prefix: str = "") -> set[str]:
-        out = set()
-        for k, v in d.items():
-            if isinstance(v, dict) and v:
-                out |= doc_keys(v, f"{prefix}{k}.")
-            else:
-                out.add(f"{prefix}{k}")
-        return out
-
-    assert keys(Settings(kubernetes=cluster)) == doc_keys(doc)
+    assert model_keys(Settings(kubernetes=cluster)) == doc_keys(doc)
 
 
 def test_check_config_prints_the_effective_config_and_a_bad_key_exits_2(

@@ -9,6 +9,7 @@ import yaml
 
 from bridge import cli, settings
 from bridge.errors import ConfigError
+from tests.config_keys import doc_keys, model_keys
 
 
 def run_cli(*args, env=None):
@@ -130,26 +131,7 @@ def test_example_config_documents_every_key():
     doc = yaml.safe_load(Path(__file__).parents[2].joinpath("config/bridge.yaml").read_text())
     assert settings.Settings(**doc).model_dump() == settings.Settings().model_dump()
 
-    def keys(model, prefix=""):
-        out = set()
-        for name in type(model).model_fields:
-            value = getattr(model, name)
-            if hasattr(type(value), "model_fields"):
-                out |= keys(value, f"{prefix}{name}.")
-            else:
-                out.add(f"{prefix}{name}")
-        return out
-
-    def doc_keys(d, prefix=""):
-        out = set()
-        for k, v in d.items():
-            if isinstance(v, dict) and v:
-                out |= doc_keys(v, f"{prefix}{k}.")
-            else:
-                out.add(f"{prefix}{k}")
-        return out
-
-    assert keys(settings.Settings()) == doc_keys(doc)
+    assert model_keys(settings.Settings()) == doc_keys(doc)
 
 
 def test_log_level_is_case_insensitive(monkeypatch):

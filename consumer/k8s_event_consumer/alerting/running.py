@@ -27,7 +27,7 @@ from k8s_event_consumer.alerting.alerts import Alert, Rules, State
 from k8s_event_consumer.alerting.http import HttpServer
 from k8s_event_consumer.alerting.metrics import Labels, Metrics
 from k8s_event_consumer.alerting.settings import Settings
-from k8s_event_consumer.connecting import NatsOptions, connect
+from k8s_event_consumer.connecting import connect
 from k8s_event_consumer.consuming import (
     Consumer,
     ConsumerConflict,
@@ -255,23 +255,6 @@ def client(cfg: Settings) -> alertmanager.Client:
     )
 
 
-def nats_options(cfg: Settings) -> NatsOptions:
-    n = cfg.nats
-    return NatsOptions(
-        servers=list(n.servers),
-        name=n.name,
-        user=n.user,
-        password=n.password.get_secret_value() if n.password else None,
-        token=n.token.get_secret_value() if n.token else None,
-        creds_file=n.creds_file,
-        nkey_seed_file=n.nkey_seed_file,
-        tls_ca_file=n.tls.ca_file,
-        tls_cert_file=n.tls.cert_file,
-        tls_key_file=n.tls.key_file,
-        connect_timeout=n.connect_timeout,
-    )
-
-
 async def _until(stopping: asyncio.Event, seconds: float) -> bool:
     """Wait ``seconds`` or until stopping; True when stopping."""
     with contextlib.suppress(TimeoutError):
@@ -311,7 +294,7 @@ async def serve(cfg: Settings) -> int:
     try:
         while nc is None:
             try:
-                nc = await connect(nats_options(cfg))
+                nc = await connect(cfg.nats.options())
             except (nats.errors.Error, OSError, TimeoutError) as exc:
                 log.warning("nats_unavailable", servers=cfg.nats.servers, error=str(exc))
                 if await _until(stopping, 2.0):

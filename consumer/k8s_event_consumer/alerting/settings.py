@@ -12,7 +12,7 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
@@ -132,7 +132,7 @@ class AlertsSettings(Section):
         return v
 
 
-class Settings(BaseSettings):
+class Settings(configuring.SubscriberSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
@@ -145,18 +145,6 @@ class Settings(BaseSettings):
     alerts: AlertsSettings = AlertsSettings()
     http: HttpSettings = HttpSettings()
     log: LogSettings = LogSettings()
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Earlier sources win: the environment overrides the YAML file (passed as init).
-        return (env_settings, init_settings)
 
     @property
     def generator_url(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
@@ -85,7 +85,7 @@ class RemediationSettings(Section):
     memory: MemorySettings = MemorySettings()
 
 
-class Settings(BaseSettings):
+class Settings(configuring.SubscriberSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
     )
@@ -94,17 +94,6 @@ class Settings(BaseSettings):
     nats: NatsSettings = NatsSettings()
     remediation: RemediationSettings = RemediationSettings()
     log: LogSettings = LogSettings()
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (env_settings, init_settings)
 
 
 def load(path: str | None = None) -> Settings:
