@@ -77,10 +77,20 @@ def remediation_config(tmp: Path, nats_url: str, kubeconfig: Path, **remediation
             "restart": {"min_count": MIN_COUNT},
             **remediation,
         },
+        "http": {"host": "127.0.0.1", "port": free_port()},
     }
     path = tmp / "remediation.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+async def metric(process: ConsumerProcess, line: str) -> float:
+    """The value of one sample of its /metrics (``name{labels}`` as written), 0 if absent."""
+    _, text = await process.get("/metrics")
+    for ln in text.splitlines():
+        if ln.startswith(line + " "):
+            return float(ln.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def record_events(cluster: LivingCluster, namespace: str) -> list[dict[str, Any]]:
@@ -230,6 +240,8 @@ async def seeds_pattern(
         await eventually(holding, timeout=60, interval=0.5)
         await asyncio.sleep(6)  # held again and again: still nothing done
         assert worker.log_events("acted") == []
+        assert await metric(worker, "k8s_event_remediation_held_total") >= 6
+        assert (await worker.get("/readyz"))[0] == 200  # consuming, though it can not act
         assert max(h["delivery"] for h in worker.log_events("held")) >= 2
 
         cluster.start_apiserver()
@@ -261,10 +273,14 @@ async def seeds_pattern(
         await eventually(
             lambda: consumer_idle(nats_url, "k8s-event-alerting"), timeout=60, interval=1
         )
+        deletes_counted = await metric(
+            worker, 'k8s_event_remediation_actions_total{action="delete_pod",result="acted"}'
+        )
     finally:
         worker.kill()
 
     actions = acted()
+    assert deletes_counted == len([a for a in actions if a["action"] == "delete_pod"])
     keys = collections.Counter(a["key"] for a in actions)
     assert keys and all(n == 1 for n in keys.values()), keys  # nothing done twice
     deleted = [a["uid"] for a in actions if a["action"] == "delete_pod"]
@@ -349,6 +365,9 @@ async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
 
         await eventually(recorded, timeout=60, interval=1)
         await asyncio.sleep(3)
+        dry_counted = await metric(
+            worker, 'k8s_event_remediation_actions_total{action="delete_pod",result="acted"}'
+        )
     finally:
         worker.kill()
         bridge.kill()
@@ -359,6 +378,7 @@ async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
     assert all("would delete Pod" in e["message"] for e in records)
     acted = worker.log_events("acted")
     assert len(acted) == 2 and all(a["dry_run"] for a in acted), json.dumps(acted)
+    assert dry_counted == 2
     cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 

@@ -20,8 +20,7 @@ from bridge.core.converting import Converter
 from k8s_event_consumer.alerting import alertmanager, settings
 from k8s_event_consumer.alerting.__main__ import main
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State, rfc3339
-from k8s_event_consumer.alerting.metrics import Metrics
-from k8s_event_consumer.alerting.running import Alerting
+from k8s_event_consumer.alerting.running import COUNTERS, METRICS_PREFIX, Alerting
 from k8s_event_consumer.consuming import Delivery, Retry
 from k8s_event_consumer.events import (
     ApiserverReachable,
@@ -30,6 +29,7 @@ from k8s_event_consumer.events import (
     KubeEvent,
     decode,
 )
+from k8s_event_consumer.metrics import Metrics
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 CLUSTER = "prod-eu-1"
@@ -676,7 +676,13 @@ def delivery(n: int = 1) -> Delivery:
 
 async def test_an_alert_no_alertmanager_takes_holds_its_message_and_the_next_at_once() -> None:
     c = client([closed_port_url()])
-    alerting = Alerting(State(rules(), Clock(T0)), c, Metrics(), hold=7.0, resend_interval=60)
+    alerting = Alerting(
+        State(rules(), Clock(T0)),
+        c,
+        Metrics(METRICS_PREFIX, COUNTERS),
+        hold=7.0,
+        resend_interval=60,
+    )
     try:
         with pytest.raises(Retry) as first:
             await alerting.on_event(kube_event(), delivery())
@@ -694,7 +700,13 @@ async def test_an_alert_no_alertmanager_takes_holds_its_message_and_the_next_at_
 async def test_an_ignored_event_sends_nothing(fake_am: Any) -> None:
     am = await fake_am()
     c = client([am.url])
-    alerting = Alerting(State(rules(), Clock(T0)), c, Metrics(), hold=1.0, resend_interval=60)
+    alerting = Alerting(
+        State(rules(), Clock(T0)),
+        c,
+        Metrics(METRICS_PREFIX, COUNTERS),
+        hold=1.0,
+        resend_interval=60,
+    )
     try:
         await alerting.on_event(kube_event(type_="Normal", reason="Pulled"), delivery())
         await alerting.on_event(kube_event(uid="x", reason="BackOff"), delivery())
@@ -731,7 +743,9 @@ async def test_each_handler_sends_its_alert_at_once(
     am = await fake_am()
     c = client([am.url])
     clock = Clock(T0 + timedelta(seconds=1))
-    alerting = Alerting(State(rules(), clock), c, Metrics(), hold=1.0, resend_interval=60)
+    alerting = Alerting(
+        State(rules(), clock), c, Metrics(METRICS_PREFIX, COUNTERS), hold=1.0, resend_interval=60
+    )
     try:
         await getattr(alerting.handlers(), handler)(message(), delivery())
     finally:

@@ -24,8 +24,6 @@ from nats.aio.client import Client as NATS
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State
-from k8s_event_consumer.alerting.http import HttpServer
-from k8s_event_consumer.alerting.metrics import Labels, Metrics
 from k8s_event_consumer.alerting.settings import Settings
 from k8s_event_consumer.connecting import connect
 from k8s_event_consumer.consuming import (
@@ -45,8 +43,21 @@ from k8s_event_consumer.events import (
     KubeEvent,
     Status,
 )
+from k8s_event_consumer.metrics import Labels, Metrics
+from k8s_event_consumer.serving import HttpServer
 
 log = logs.get("alerting")
+
+METRICS_PREFIX = "k8s_event_alerting_"
+COUNTERS = (
+    ("events_total", "Kubernetes Events read, by result: alerted or ignored"),
+    ("status_events_total", "status events of the bridge read, by what"),
+    ("sends_total", "alert sends per Alertmanager, by result: ok, unavailable, rejected"),
+    ("held_total", "messages held (nak'd) because no Alertmanager took their alerts"),
+    ("resends_total", "rounds of the resend loop, by result: ok or failed"),
+    ("replayed_total", "messages of the stream read back into the state at start"),
+    ("adopted_total", "alerts taken back from Alertmanager at start"),
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -268,7 +279,7 @@ async def serve(cfg: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    metrics = Metrics()
+    metrics = Metrics(METRICS_PREFIX, COUNTERS)
     state = State(rules(cfg))
     am = client(cfg)
     alerting = Alerting(

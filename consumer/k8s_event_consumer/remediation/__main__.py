@@ -12,55 +12,95 @@ import contextlib
 import signal
 import sys
 
+import nats.errors
 import yaml
+from nats.aio.client import Client as NATS
 
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
 from k8s_event_consumer.connecting import connect
 from k8s_event_consumer.consuming import Consumer, Handlers, KVSeen, Start
+from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import settings as settings_mod
 from k8s_event_consumer.remediation.kube import Kube
 from k8s_event_consumer.remediation.settings import Settings
-from k8s_event_consumer.remediation.worker import Worker
+from k8s_event_consumer.remediation.worker import COUNTERS, METRICS_PREFIX, Worker
+from k8s_event_consumer.serving import HttpServer
 
 log = logs.get("remediation")
 
 
+async def _connect(settings: Settings, stopping: asyncio.Event) -> NATS | None:
+    """NATS, tried every 2 s until it answers (the worker may start before it), or None when
+    stopped meanwhile."""
+    while not stopping.is_set():
+        try:
+            return await connect(settings.nats.options())
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            log.warning("nats_unavailable", servers=settings.nats.servers, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 2.0)
+    return None
+
+
 async def run(settings: Settings) -> int:
-    nats = settings.nats
-    nc = await connect(nats.options())
-    kube = Kube(settings.kubernetes)
-    await kube.connect()
-    seen = await KVSeen.open(nc, nats.seen_bucket)
-    consumer = await Consumer.open(
-        nc,
-        stream=nats.stream,
-        durable=nats.durable,
-        subjects=nats.subjects,
-        # held messages are never given up on: max_deliver -1
-        options=nats.consumer_options(max_deliver=-1),
-        start=Start.all() if nats.start == "all" else Start.new(),
-        seen=seen,
-    )
-    worker = Worker(settings, kube)
+    nats_cfg = settings.nats
+    stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(consumer.stop()))
-    log.info(
-        "started",
-        cluster=settings.kubernetes.cluster,
-        dry_run=settings.remediation.dry_run,
-        durable=nats.durable,
-        stream=nats.stream,
-    )
+        loop.add_signal_handler(sig, stopping.set)
+    kube = Kube(settings.kubernetes)
     try:
-        await consumer.run(Handlers(on_event=worker.on_event))
+        await kube.connect()
+    except Exception as exc:  # a kubeconfig that can not be used: nothing to retry
+        log.error("kubernetes_config_unusable", error=f"{type(exc).__name__}: {exc}")
+        return 1
+    metrics = Metrics(METRICS_PREFIX, COUNTERS)
+    worker = Worker(settings, kube, metrics=metrics)
+    http = HttpServer(metrics)
+    if settings.http.port is not None:
+        await http.start(settings.http.host, settings.http.port)
+    nc = await _connect(settings, stopping)
+    try:
+        if nc is None:
+            return 0
+        consumer = await Consumer.open(
+            nc,
+            stream=nats_cfg.stream,
+            durable=nats_cfg.durable,
+            subjects=nats_cfg.subjects,
+            # held messages are never given up on: max_deliver -1
+            options=nats_cfg.consumer_options(max_deliver=-1),
+            start=Start.all() if nats_cfg.start == "all" else Start.new(),
+            seen=await KVSeen.open(nc, nats_cfg.seen_bucket),
+        )
+        stopper = loop.create_task(_stop_on(stopping, consumer))
+        http.ready = True
+        log.info(
+            "started",
+            cluster=settings.kubernetes.cluster,
+            dry_run=settings.remediation.dry_run,
+            durable=nats_cfg.durable,
+            stream=nats_cfg.stream,
+        )
+        try:
+            await consumer.run(Handlers(on_event=worker.on_event))
+        finally:
+            stopper.cancel()
+            log.info("stopped", **vars(worker.counts), **vars(consumer.stats))
     finally:
-        log.info("stopped", **vars(worker.counts), **vars(consumer.stats))
+        http.ready = False
+        await http.stop()
         await kube.close()
-        with contextlib.suppress(Exception):
-            await nc.close()
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
     return 0
+
+
+async def _stop_on(stopping: asyncio.Event, consumer: Consumer) -> None:
+    await stopping.wait()
+    await consumer.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

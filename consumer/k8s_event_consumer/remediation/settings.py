@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ExistingFile,
+    HttpSettings,
     LogSettings,
     PositiveDuration,
     Section,
@@ -93,6 +94,7 @@ class Settings(configuring.SubscriberSettings):
     kubernetes: KubernetesSettings
     nats: NatsSettings = NatsSettings()
     remediation: RemediationSettings = RemediationSettings()
+    http: HttpSettings = HttpSettings()
     log: LogSettings = LogSettings()
 
 

@@ -31,11 +31,22 @@ from typing import Any
 from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Retry
 from k8s_event_consumer.events import KubeEvent
+from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import rules
 from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Unavailable
 from k8s_event_consumer.remediation.settings import Settings
 
 log = logs.get("remediation")
+METRICS_PREFIX = "k8s_event_remediation_"
+COUNTERS = (
+    (
+        "actions_total",
+        "actions, by action (delete_pod, suggest_memory) and result: acted, already_done, "
+        "rate_limited, target_gone",
+    ),
+    ("held_total", "messages held (nak'd) because the API server could not be reached"),
+    ("events_total", "Kubernetes Events read, by result: planned (an action) or ignored"),
+)
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
 KEY_ANNOTATION = "remediation.k8s-event-bridge.io/action"
 
@@ -52,35 +63,41 @@ class Counts:
 
 class Worker:
     def __init__(
-        self, settings: Settings, kube: Kube, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: Settings,
+        kube: Kube,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = settings.remediation
         self.kube = kube
         self.clock = clock
         self.counts = Counts()
+        self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS)
         self._last_action: dict[str, float] = {}  # object uid → when
         self._instance = socket.gethostname()
 
     async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
         if ev.cluster != self.settings.kubernetes.cluster or ev.involved.kind != "Pod":
-            self.counts.ignored += 1
+            self._ignored()
             return
         try:
             await self._handle(ev)
         except Unavailable as exc:
             self.counts.held += 1
+            self.metrics.inc("held_total")
             log.warning("held", id=ev.id, delivery=d.num_delivered, why=str(exc))
             raise Retry(self.cfg.hold, f"API server unavailable: {exc}") from exc
 
     async def _handle(self, ev: KubeEvent) -> None:
         if not ev.warning:
-            self.counts.ignored += 1
+            self._ignored()
             return
         try:
             pod = await self.kube.get("v1", "Pod", ev.involved.namespace, ev.involved.name)
         except NotFound:
-            self.counts.ignored += 1
+            self._ignored()
             log.debug("pod_gone", id=ev.id, pod=f"{ev.involved.namespace}/{ev.involved.name}")
             return
         owner = None
@@ -95,8 +112,9 @@ class Worker:
                 owner = None
         action = rules.plan(ev, pod, owner, self.cfg)
         if action is None:
-            self.counts.ignored += 1
+            self._ignored()
             return
+        self.metrics.inc("events_total", result="planned")
         await self._do(action, ev)
 
     async def _do(self, action: rules.Action, ev: KubeEvent) -> None:
@@ -111,12 +129,12 @@ class Worker:
         if action.effect_present and not dry:
             if not recorded:
                 await self._record(action, ev, record, dry)
-            self.counts.already_done += 1
+            self._result(action, "already_done")
             log.info("already_done", key=action.key, id=ev.id, record=record)
             return
         if recorded:
             if dry:
-                self.counts.already_done += 1
+                self._result(action, "already_done")
                 log.info("already_done", key=action.key, id=ev.id, record=record)
                 return
             log.info("resuming", key=action.key, id=ev.id, record=record)
@@ -124,7 +142,7 @@ class Worker:
             last = self._last_action.get(t.uid)
             now = self.clock()
             if last is not None and now - last < self.cfg.rate_limit:
-                self.counts.rate_limited += 1
+                self._result(action, "rate_limited")
                 log.info("rate_limited", key=action.key, id=ev.id, seconds_ago=round(now - last, 1))
                 return
             self._last_action[t.uid] = now
@@ -138,10 +156,10 @@ class Worker:
                 )
         except (NotFound, Conflict) as exc:
             # gone, or replaced by a new object of the same name: nothing left to act on
+            self._result(action, "target_gone")
             log.info("target_gone", key=action.key, id=ev.id, detail=str(exc))
             return
-        self.counts.acted += 1
-        self.counts.by_action[action.kind] = self.counts.by_action.get(action.kind, 0) + 1
+        self._result(action, "acted")
         log.info(
             "acted",
             action=action.kind,
@@ -153,6 +171,20 @@ class Worker:
             why=action.why,
             annotations=action.annotations or None,
         )
+
+    def _ignored(self) -> None:
+        self.counts.ignored += 1
+        self.metrics.inc("events_total", result="ignored")
+
+    def _result(self, action: rules.Action, result: str) -> None:
+        self.metrics.inc("actions_total", action=action.kind, result=result)
+        if result == "acted":
+            self.counts.acted += 1
+            self.counts.by_action[action.kind] = self.counts.by_action.get(action.kind, 0) + 1
+        elif result == "already_done":
+            self.counts.already_done += 1
+        elif result == "rate_limited":
+            self.counts.rate_limited += 1
 
     async def _record(self, action: rules.Action, ev: KubeEvent, name: str, dry: bool) -> None:
         t = action.target

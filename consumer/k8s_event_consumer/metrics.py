@@ -1,12 +1,12 @@
-"""The subscriber's counters and gauges, in Prometheus' text format (prefix
-``k8s_event_alerting_``), kept by hand: a few families, no client library needed."""
+"""A subscriber's counters and gauges, in Prometheus' text format (each subscriber its own
+prefix: ``k8s_event_alerting_``, ``k8s_event_remediation_``), kept by hand: a few families,
+no client library needed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-PREFIX = "k8s_event_alerting_"
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -19,18 +19,13 @@ class _Family:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """``counters``: (name, help) of each counter family; gauges are added with ``gauge``."""
+
+    def __init__(self, prefix: str, counters: Iterable[tuple[str, str]]) -> None:
+        self.prefix = prefix
         self._families: dict[str, _Family] = {}
         self._gauges: dict[str, Callable[[], Mapping[Labels, float]]] = {}
-        for name, help_ in (
-            ("events_total", "Kubernetes Events read, by result: alerted or ignored"),
-            ("status_events_total", "status events of the bridge read, by what"),
-            ("sends_total", "alert sends per Alertmanager, by result: ok, unavailable, rejected"),
-            ("held_total", "messages held (nak'd) because no Alertmanager took their alerts"),
-            ("resends_total", "rounds of the resend loop, by result: ok or failed"),
-            ("replayed_total", "messages of the stream read back into the state at start"),
-            ("adopted_total", "alerts taken back from Alertmanager at start"),
-        ):
+        for name, help_ in counters:
             self._families[name] = _Family(name, "counter", help_)
 
     def inc(self, name: str, n: float = 1.0, **labels: str) -> None:
@@ -49,7 +44,7 @@ class Metrics:
     def render(self) -> str:
         lines: list[str] = []
         for fam in self._families.values():
-            full = PREFIX + fam.name
+            full = self.prefix + fam.name
             lines.append(f"# HELP {full} {fam.help}")
             lines.append(f"# TYPE {full} {fam.kind}")
             values = self._gauges[fam.name]() if fam.name in self._gauges else fam.values

@@ -1,10 +1,10 @@
-"""The subscriber's HTTP server: ``/healthz``, ``/readyz``, ``/metrics``."""
+"""A subscriber's HTTP server: ``/healthz``, ``/readyz``, ``/metrics``."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from k8s_event_consumer.alerting.metrics import Metrics
+from k8s_event_consumer.metrics import Metrics
 
 
 class HttpServer:
