@@ -317,7 +317,13 @@ class Consumer:
                 await self._pause(1.0)
                 continue
             for msg in msgs:
-                await self.handle(msg, handlers)
+                try:
+                    await self.handle(msg, handlers)
+                except (nats.errors.Error, TimeoutError, OSError) as exc:
+                    # NATS away while settling it (the ack, the Seen bucket): not acked, so
+                    # JetStream delivers it again after ack_wait; the rest of the batch too
+                    self.stats.failed += 1
+                    log.warning("settle_failed %s: %s", type(exc).__name__, exc)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

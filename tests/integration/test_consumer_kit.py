@@ -329,3 +329,33 @@ async def test_replay_reads_from_a_sequence_or_a_time_and_a_durable_can_start_ov
     async with running(c2, Handlers(on_event=rec.on_event)):
         await rec.until(lambda: len(rec.events) == 7)
     assert [e.id for e, _ in rec.events][2:] == ["p/1", "p/2", "p/3", "p/4", "p/5"]
+
+
+async def test_nats_failing_while_a_message_is_settled_does_not_stop_the_consumer(
+    nc: Any,
+) -> None:
+    """The Seen bucket (or the ack) unreachable for a moment: the message is not acked, comes
+    again after ack_wait, and is handled then; the consumer keeps running."""
+    await publish(nc, event("n", 1))
+    rec = Recorder()
+    failures = [nats.errors.ConnectionClosedError()]
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.ids: set[str] = set()
+
+        async def contains(self, id_: str) -> bool:
+            if failures:
+                raise failures.pop()
+            return id_ in self.ids
+
+        async def add(self, id_: str) -> None:
+            self.ids.add(id_)
+
+    c = await Consumer.open(
+        nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST, seen=Flaky()
+    )
+    async with running(c, Handlers(on_event=rec.on_event)):
+        await rec.until(lambda: len(rec.events) == 1)
+    assert [d.num_delivered for _, d in rec.events] == [2]
+    assert c.stats.failed == 1 and c.stats.handled == 1
