@@ -322,3 +322,13 @@ def test_check_config_prints_the_effective_config_and_a_bad_key_exits_2(
     assert "remediation.restart.min_cuont: unknown key" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_what_the_rate_limit_remembers_is_bounded() -> None:
+    kube = FakeKube()
+    w, now = worker(kube, rate_limit="10m")
+    for i in range(3000):
+        w._acted_on(f"uid-{i}", now[0])
+        now[0] += 1.0  # one action a second: only the last 10 minutes count
+    assert len(w._last_action) <= 1024 + 1
+    assert "uid-2999" in w._last_action and "uid-0" not in w._last_action

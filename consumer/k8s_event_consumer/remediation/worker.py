@@ -145,7 +145,7 @@ class Worker:
                 self._result(action, "rate_limited")
                 log.info("rate_limited", key=action.key, id=ev.id, seconds_ago=round(now - last, 1))
                 return
-            self._last_action[t.uid] = now
+            self._acted_on(t.uid, now)
             await self._record(action, ev, record, dry)
         try:
             if action.kind == rules.DELETE_POD:
@@ -171,6 +171,14 @@ class Worker:
             why=action.why,
             annotations=action.annotations or None,
         )
+
+    def _acted_on(self, uid: str, now: float) -> None:
+        """Remember when ``uid`` was acted on; what is older than the rate limit is forgotten
+        (bounded whatever the cluster does)."""
+        if len(self._last_action) >= 1024:
+            horizon = now - self.cfg.rate_limit
+            self._last_action = {u: t for u, t in self._last_action.items() if t > horizon}
+        self._last_action[uid] = now
 
     def _ignored(self) -> None:
         self.counts.ignored += 1
