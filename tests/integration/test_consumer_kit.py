@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -375,3 +377,45 @@ async def test_nats_failing_while_a_message_is_settled_does_not_stop_the_consume
         await rec.until(lambda: len(rec.events) == 1)
     assert [d.num_delivered for _, d in rec.events] == [2]
     assert c.stats.failed == 1 and c.stats.handled == 1
+
+
+async def test_nats_frozen_mid_stream_the_consumer_survives_and_handles_everything(
+    nats_server: Any, nc: Any
+) -> None:
+    """A nats-server that keeps its connections but answers nothing (SIGSTOP) for longer than
+    ack_wait while messages are being handled: fetches, Seen lookups and acks time out, the
+    consumer keeps running, and once NATS answers again every message is handled. (A handler
+    whose ``Seen.add`` timed out may run again for that message: the kit is at-least-once,
+    deduplicated when only the ack is lost.)"""
+    for i in range(1, 41):
+        await publish(nc, event(f"z{i}", i))
+    client = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
+    calls: list[str] = []
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        calls.append(ev.id)
+        await asyncio.sleep(0.02)
+
+    c = await Consumer.open(
+        client,
+        stream=STREAM,
+        durable="d",
+        subjects=["k8s.events.>"],
+        options=ConsumerOptions(ack_wait=2.0, fetch_timeout=0.5, batch=8),
+        seen=await KVSeen.open(client, "kit_frozen"),
+    )
+    async with running(c, Handlers(on_event=on_event)):
+        await asyncio.sleep(0.2)
+        os.kill(nats_server.proc.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(8)
+        finally:
+            os.kill(nats_server.proc.pid, signal.SIGCONT)
+        for i in range(41, 61):
+            await publish(nc, event(f"z{i}", i))
+        async with asyncio.timeout(60):
+            while len(set(calls)) < 60:
+                await asyncio.sleep(0.2)
+    await client.close()
+    assert set(calls) == {f"z{i}/{i}" for i in range(1, 61)}
+    assert c.stats.failed >= 1  # the freeze was felt, and survived
