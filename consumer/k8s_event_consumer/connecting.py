@@ -6,12 +6,15 @@ outlive a NATS outage reconnects without limit (``max_reconnect_attempts=-1``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 
 log = logging.getLogger("k8s_event_consumer.nats")
@@ -75,3 +78,18 @@ async def connect(opts: NatsOptions) -> NATS:
     if opts.nkey_seed_file:
         kwargs["nkeys_seed"] = opts.nkey_seed_file
     return await nats.connect(**kwargs)
+
+
+async def connect_until(
+    opts: NatsOptions, stopping: asyncio.Event, *, every: float = 2.0
+) -> NATS | None:
+    """``connect``, tried every ``every`` seconds until NATS answers (a subscriber may start
+    before it), or None when ``stopping`` is set meanwhile."""
+    while not stopping.is_set():
+        try:
+            return await connect(opts)
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            log.warning("nats_unavailable servers=%s: %s", opts.servers, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), every)
+    return None

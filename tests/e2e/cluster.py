@@ -282,6 +282,16 @@ class LivingCluster(ControlPlane):
 
     # -- helpers for tests
 
+    def create_namespace(self, name: str) -> str:
+        """A namespace whose ``default`` ServiceAccount exists (the controller-manager makes
+        it; Pods are refused until then)."""
+        self.kubectl("create", "namespace", name)
+        self.wait_for(
+            lambda: self.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+            f"ServiceAccount default in {name}",
+        )
+        return name
+
     def apply(self, doc: dict[str, Any] | str) -> None:
         text = doc if isinstance(doc, str) else json.dumps(doc)
         self.kubectl("apply", "-f", "-", input=text)

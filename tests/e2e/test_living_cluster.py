@@ -50,14 +50,7 @@ def living_kubeconfig(living_cluster: LivingCluster) -> Path:
 
 @pytest.fixture
 def namespace(living_cluster: LivingCluster) -> Any:
-    ns = f"living-{next(_ns)}"
-    living_cluster.kubectl("create", "namespace", ns)
-    living_cluster.wait_for(
-        lambda: (
-            living_cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0
-        ),
-        f"ServiceAccount default in {ns}",
-    )
+    ns = living_cluster.create_namespace(f"living-{next(_ns)}")
     yield ns
     living_cluster.kubectl("delete", "namespace", ns, "--wait=false")
 

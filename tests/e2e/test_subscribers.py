@@ -113,16 +113,6 @@ async def start_bridge(tmp_path: Path, nats_url: str, cluster: LivingCluster) ->
     return bridge
 
 
-def new_namespace(cluster: LivingCluster) -> str:
-    ns = f"subscribers-{next(_ns)}"
-    cluster.kubectl("create", "namespace", ns)
-    cluster.wait_for(
-        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-        f"ServiceAccount default in {ns}",
-    )
-    return ns
-
-
 def worker_kubeconfig(cluster: LivingCluster) -> Path:
     """deploy/consumers/remediation-rbac.yaml applied; a token for its ServiceAccount."""
     cluster.kubectl("apply", "-f", str(REPO / "deploy" / "consumers" / "remediation-rbac.yaml"))
@@ -192,7 +182,7 @@ async def seeds_pattern(
     alerting: ConsumerProcess,
 ) -> None:
     kubeconfig = worker_kubeconfig(cluster)
-    ns = new_namespace(cluster)
+    ns = cluster.create_namespace(f"subscribers-{next(_ns)}")
     cluster.apply(crash_deployment("crash", ns, 2))
     cluster.apply(crash_deployment("oom", ns, 1, reason="OOMKilled"))
 
@@ -340,7 +330,7 @@ async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
     cluster = living_cluster
     bridge = await start_bridge(tmp_path, nats_server.url, cluster)
     kubeconfig = worker_kubeconfig(cluster)
-    ns = new_namespace(cluster)
+    ns = cluster.create_namespace(f"subscribers-{next(_ns)}")
     worker = ConsumerProcess(
         remediation_config(tmp_path, nats_server.url, kubeconfig, dry_run=True),
         tmp_path / "remediation.log",

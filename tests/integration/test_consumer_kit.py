@@ -419,3 +419,29 @@ async def test_nats_frozen_mid_stream_the_consumer_survives_and_handles_everythi
     await client.close()
     assert set(calls) == {f"z{i}/{i}" for i in range(1, 61)}
     assert c.stats.failed >= 1  # the freeze was felt, and survived
+
+
+async def test_a_subscriber_started_before_nats_connects_once_it_answers(tmp_path: Any) -> None:
+    """connect_until: nothing listens yet, it keeps trying; NATS starts, it connects; stopped
+    while NATS is away, it gives up without a client. (nats-py with unlimited reconnects
+    retries a first connect too; connect_until's own loop covers a client that gives up:
+    each alone passes this test, neither fails it.)"""
+    from bridge.sim.natsserver import NatsServer, free_port
+    from k8s_event_consumer.connecting import NatsOptions, connect_until
+
+    port = free_port()
+    opts = NatsOptions(servers=[f"nats://127.0.0.1:{port}"], connect_timeout=0.5)
+    stopping = asyncio.Event()
+    attempt = asyncio.create_task(connect_until(opts, stopping, every=0.2))
+    await asyncio.sleep(1.5)
+    assert not attempt.done()  # still trying
+    server = NatsServer(store_dir=str(tmp_path / "late"), port=port).start()
+    try:
+        client = await asyncio.wait_for(attempt, 15)
+        assert client is not None and client.is_connected
+        await client.close()
+    finally:
+        server.stop()
+
+    stopping.set()
+    assert await asyncio.wait_for(connect_until(opts, stopping), 5) is None

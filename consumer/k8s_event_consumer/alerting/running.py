@@ -25,7 +25,7 @@ from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State
 from k8s_event_consumer.alerting.settings import Settings
-from k8s_event_consumer.connecting import connect
+from k8s_event_consumer.connecting import connect_until
 from k8s_event_consumer.consuming import (
     Consumer,
     ConsumerConflict,
@@ -303,13 +303,9 @@ async def serve(cfg: Settings) -> int:
     nc = None
     tasks: list[asyncio.Task[None]] = []
     try:
-        while nc is None:
-            try:
-                nc = await connect(cfg.nats.options())
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
-                log.warning("nats_unavailable", servers=cfg.nats.servers, error=str(exc))
-                if await _until(stopping, 2.0):
-                    return EXIT_OK
+        nc = await connect_until(cfg.nats.options(), stopping)
+        if nc is None:
+            return EXIT_OK
         consumer = None
         while consumer is None:
             try:

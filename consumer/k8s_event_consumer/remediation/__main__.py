@@ -12,13 +12,11 @@ import contextlib
 import signal
 import sys
 
-import nats.errors
 import yaml
-from nats.aio.client import Client as NATS
 
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
-from k8s_event_consumer.connecting import connect
+from k8s_event_consumer.connecting import connect_until
 from k8s_event_consumer.consuming import Consumer, Handlers, KVSeen, Start
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import settings as settings_mod
@@ -28,19 +26,6 @@ from k8s_event_consumer.remediation.worker import COUNTERS, METRICS_PREFIX, Work
 from k8s_event_consumer.serving import HttpServer
 
 log = logs.get("remediation")
-
-
-async def _connect(settings: Settings, stopping: asyncio.Event) -> NATS | None:
-    """NATS, tried every 2 s until it answers (the worker may start before it), or None when
-    stopped meanwhile."""
-    while not stopping.is_set():
-        try:
-            return await connect(settings.nats.options())
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
-            log.warning("nats_unavailable", servers=settings.nats.servers, error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), 2.0)
-    return None
 
 
 async def run(settings: Settings) -> int:
@@ -60,7 +45,7 @@ async def run(settings: Settings) -> int:
     http = HttpServer(metrics)
     if settings.http.port is not None:
         await http.start(settings.http.host, settings.http.port)
-    nc = await _connect(settings, stopping)
+    nc = await connect_until(nats_cfg.options(), stopping)
     try:
         if nc is None:
             return 0
