@@ -21,10 +21,13 @@ demo-cluster: $(BIN)/.installed
 	$(BIN)/python -m tests.e2e.demo_cluster --version $(K8S)
 
 # build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions,
-# and the Alertmanager the alerting subscriber's tests send to
+# the Alertmanager the alerting subscriber's tests send to, promtool (the alert rules' tests)
+# and helm (the chart's)
 control-plane:
 	bash e2e/build-control-plane.sh all
 	bash e2e/build-alertmanager.sh
+	bash e2e/build-go-tool.sh promtool
+	bash e2e/build-go-tool.sh helm
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge consumer tests fuzz soak

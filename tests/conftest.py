@@ -47,31 +47,47 @@ def run_bridge(tmp_path, nats_server, kubeconfig):
 
 
 def pytest_collection_finish(session):
-    """Build Alertmanager (e2e/build-alertmanager.sh, cached) right after collection when a
-    selected test runs it, outside pytest-timeout's per-test limit, with the build's output on
-    the terminal. A failed build fails those tests with its message (never a skip)."""
+    """Build what the selected tests run and is not built yet, right after collection, outside
+    pytest-timeout's per-test limit, with the builds' output on the terminal: Alertmanager
+    (e2e/build-alertmanager.sh) for a module that uses ``Alertmanager``, and the Go tools a
+    module names in ``GO_TOOLS`` (tests/gotools.py: promtool, helm). All cached. A failed build
+    fails those tests with its message (never a skip)."""
     if session.config.option.collectonly:
         return
-    if not any(getattr(item.module, "Alertmanager", None) for item in session.items):
+    modules = {item.module for item in session.items}
+    wanted: list[str] = []
+    if any(getattr(m, "Alertmanager", None) for m in modules):
+        wanted.append("alertmanager")
+    for m in modules:
+        for tool in getattr(m, "GO_TOOLS", ()):
+            if tool not in wanted:
+                wanted.append(tool)
+    if not wanted:
         return
     import time
 
+    from tests import gotools
     from tests.alertmanager import AlertmanagerError, binary_path, ensure_alertmanager
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     capman = session.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None:
-        tr.write_line(f"alertmanager: {binary_path()} (a first build takes a minute or two)")
-    t0 = time.monotonic()
-    try:
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                ensure_alertmanager()
+    for tool in sorted(wanted):
+        if tool == "alertmanager":
+            build, path = ensure_alertmanager, str(binary_path())
         else:
-            ensure_alertmanager()
-    except AlertmanagerError as exc:
+            build, path = (lambda t=tool: gotools.ensure(t)), str(gotools.binary_path(tool))
         if tr is not None:
-            tr.write_line(f"alertmanager: build FAILED: {exc}", red=True)
-        return
-    if tr is not None:
-        tr.write_line(f"alertmanager: ready ({time.monotonic() - t0:.1f}s)")
+            tr.write_line(f"{tool}: {path} (a first build takes one to three minutes)")
+        t0 = time.monotonic()
+        try:
+            if capman is not None:
+                with capman.global_and_fixture_disabled():
+                    build()
+            else:
+                build()
+        except (AlertmanagerError, gotools.ToolError) as exc:
+            if tr is not None:
+                tr.write_line(f"{tool}: build FAILED: {exc}", red=True)
+            continue
+        if tr is not None:
+            tr.write_line(f"{tool}: ready ({time.monotonic() - t0:.1f}s)")

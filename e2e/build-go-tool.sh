@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build a Go command-line tool the tests use from the Go module proxy, cached outside the repo
+# and keyed by version, like e2e/build-control-plane.sh and e2e/build-alertmanager.sh:
+#
+#   e2e/build-go-tool.sh promtool [vX.Y.Z]   (default: PROMETHEUS_VERSION of e2e/versions.env)
+#   e2e/build-go-tool.sh helm [vX.Y.Z]       (default: HELM_VERSION)
+#
+#   $cache/controlplane/<tool>-<v>/bin/<tool>
+#   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
+#
+# Both build with a plain `go install <module>/cmd/<tool>@<v>` (their go.mod files have no
+# replace directives), in module mode with their own go.sum. What is cached and answers
+# --version is not built again. Any failure exits non-zero with a message.
+# stdout: the bin directory (one line).
+# Needs: go (>= the go directive of the tool's go.mod), access to the Go module proxy.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+tool="${1:-}"
+case "$tool" in
+  promtool) module="github.com/prometheus/prometheus"; pkg="cmd/promtool"
+            version="${2:-${PROMETHEUS_VERSION:?not set in e2e/versions.env}}"
+            ver_pkg="github.com/prometheus/common/version"; check=(--version) ;;
+  helm)     module="helm.sh/helm/v3"; pkg="cmd/helm"
+            version="${2:-${HELM_VERSION:?not set in e2e/versions.env}}"
+            ver_pkg="helm.sh/helm/v3/internal/version"; check=(version --short) ;;
+  *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool or helm)" >&2; exit 1 ;;
+esac
+case "$version" in
+  v[0-9]*.*) ;;
+  *) echo "build-go-tool: ERROR: unknown version '$version' (vX.Y.Z expected)" >&2; exit 1 ;;
+esac
+
+cache_root="${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}/controlplane"
+bin="$cache_root/$tool-$version/bin"
+
+log() { echo "build-go-tool: $*" >&2; }
+die() { echo "build-go-tool: ERROR: $*" >&2; exit 1; }
+trap 'rc=$?; [ $rc -eq 0 ] || echo "build-go-tool: FAILED (exit $rc) building ${tool} ${version}" >&2' EXIT
+
+ok() { [ -x "$bin/$tool" ] && "$bin/$tool" "${check[@]}" >/dev/null 2>&1; }
+
+if ok; then
+  echo "$bin"
+  exit 0
+fi
+
+command -v go >/dev/null 2>&1 || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
+command -v go >/dev/null 2>&1 || die "go is not installed (needed to build ${tool})"
+export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" GOFLAGS="${GOFLAGS:-}"
+
+start=$(date +%s)
+mkdir -p "$bin"
+ldflags="-s -w"
+if [ "$tool" = promtool ]; then
+  # promtool --version says what it is (Prometheus' own release sets these the same way)
+  ldflags+=" -X ${ver_pkg}.Version=${version#v} -X ${ver_pkg}.Branch=HEAD"
+  ldflags+=" -X ${ver_pkg}.BuildUser=k8s-event-bridge -X ${ver_pkg}.BuildDate=19700101-00:00:00"
+else
+  ldflags+=" -X ${ver_pkg}.version=${version}"
+fi
+log "building ${module}/${pkg}@${version}"
+GOBIN="$bin" go install -trimpath -ldflags "$ldflags" "${module}/${pkg}@${version}" \
+  || die "go install ${module}/${pkg}@${version} failed"
+ok || die "the built $bin/$tool does not run ${check[*]}"
+log "built ${tool} ${version} in $(( $(date +%s) - start ))s"
+echo "$bin"
