@@ -14,7 +14,7 @@ import signal
 import socket
 from typing import Any
 
-from bridge import logs
+from bridge import __version__, logs
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError, PublishError
 from bridge.jetstream import connection, streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
@@ -39,7 +39,7 @@ class Bridge:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(__version__)
         self.health = Health(settings.http.unready_after)
         self.http = HttpServer(settings.http.host, settings.http.port, self.health, self.metrics)
         self.stop_requested = asyncio.Event()
@@ -131,6 +131,8 @@ class Bridge:
                     "transitions": e.transitions,
                     "at": now_rfc3339(),
                 }
+            # it reads and publishes from here on (it holds the Lease, or runs alone)
+            self.metrics.leader.set(1)
             await until_stopped(stop, self.pipeline.open())
             self.http.status = self.pipeline.status
         except PublishError as exc:
@@ -140,7 +142,10 @@ class Bridge:
         except Stopped:
             log.info("stopped_during_startup")
             return EXIT_OK
-        return await self.pipeline.run(stop, fence=hold)
+        try:
+            return await self.pipeline.run(stop, fence=hold)
+        finally:
+            self.metrics.leader.set(0)
 
     async def _lead(self, kube: KubeClient, cluster: str) -> None:
         """Stand by, warm and ready, until this process holds the Lease."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from bridge import logs, settings
+from bridge import __version__, logs, settings
 from bridge.errors import EXIT_CONFIG, ConfigError
 
 
@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="k8s-event-bridge",
         description="Watch Kubernetes Events and publish them as CloudEvents to NATS JetStream.",
     )
+    p.add_argument("--version", action="version", version=f"k8s-event-bridge {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the service")
     run.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")

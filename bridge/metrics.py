@@ -1,15 +1,31 @@
-"""Prometheus metrics, prefix ``k8s_event_bridge_``, in a registry of their own."""
+"""Prometheus metrics, prefix ``k8s_event_bridge_``, in a registry of their own.
+
+The names follow Prometheus' conventions: counters end in ``_total``, a quantity with a unit
+says it (``_seconds``, ``_bytes``), labels take a bounded set of values (``scope`` is one per
+configured namespace, the rest are fixed words). deploy/monitoring/ (alert rules, dashboard) is
+checked against what a real bridge exposes (tests/integration/test_monitoring.py).
+"""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 PREFIX = "k8s_event_bridge"
+# why a message is given up: bridge.jetstream.publishing (too large for max_payload, or
+# JetStream's 10054, over the stream's max_msg_size)
+DROP_REASONS = ("too_large", "jetstream_10054")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -72,8 +88,16 @@ class HotHistogram(Collector):
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, version: str = "") -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        # process_* (memory, CPU, open fds, start time: restarts show as its changes) and
+        # python_info, as every Python exporter has them
+        ProcessCollector(registry=r)
+        r.register(PLATFORM_COLLECTOR)
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info", "Always 1: the running version", ["version"], registry=r
+        )
+        self.build_info.labels(version).set(1)
         self.received = HotCounter(
             f"{PREFIX}_events_received",
             "Events read from the API server (watch and list items)",
@@ -93,9 +117,16 @@ class Metrics:
             registry=r,
         )
         self.failed = Counter(
-            f"{PREFIX}_events_failed",
-            "Publish attempts that failed, by "
-            "reason (each is retried unless the reason is permanent)",
+            f"{PREFIX}_publish_failures",
+            "Publish attempts that failed, by reason (each is retried unless the reason is "
+            "permanent: then the message is dropped, see messages_dropped_total)",
+            ["reason"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            f"{PREFIX}_messages_dropped",
+            "Messages no server of the stream can take (too large), replaced in the stream by a "
+            "dropped status event, by reason",
             ["reason"],
             registry=r,
         )
@@ -137,8 +168,24 @@ class Metrics:
         self.queue_bytes = Gauge(
             f"{PREFIX}_queue_bytes", "Bytes waiting to be published", registry=r
         )
+        self.queue_max = Gauge(
+            f"{PREFIX}_queue_max_messages",
+            "The queue's bound in messages (queue.max_events): the watch waits when it is full",
+            registry=r,
+        )
+        self.queue_max_bytes = Gauge(
+            f"{PREFIX}_queue_max_bytes",
+            "The queue's bound in bytes (queue.max_bytes): the watch waits when it is full",
+            registry=r,
+        )
         self.inflight = Gauge(
             f"{PREFIX}_publish_inflight", "Publishes waiting for an ack", registry=r
+        )
+        self.publish_wait = Gauge(
+            f"{PREFIX}_publish_oldest_wait_seconds",
+            "Seconds the oldest publish in flight has waited for its JetStream ack; 0 when none "
+            "is in flight",
+            registry=r,
         )
         self.checkpoint_age = Gauge(
             f"{PREFIX}_checkpoint_age_seconds",
@@ -167,6 +214,24 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge(f"{PREFIX}_ready", "1 while /readyz answers 200", registry=r)
+        self.leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 while this process reads and publishes: it holds the Lease, or runs without "
+            "leader election; 0 while it stands by or starts",
+            registry=r,
+        )
+        self.scope_synced = Gauge(
+            f"{PREFIX}_scope_synced",
+            "1 once the scope's first list (or watch from its checkpoint) is done",
+            ["scope"],
+            registry=r,
+        )
+        self.watch_failing = Gauge(
+            f"{PREFIX}_watch_failing_seconds",
+            "Seconds the scope's list or watch has been failing; 0 while it works",
+            ["scope"],
+            registry=r,
+        )
         self.breaker_state = Gauge(
             f"{PREFIX}_apiserver_breaker_state",
             "The circuit breaker in front of the API server, per scope: 0 healthy, 1 open, "
@@ -180,6 +245,20 @@ class Metrics:
             ["scope", "reason"],
             registry=r,
         )
+
+        # Every known label value from 0 on: increase() and rate() see an alert's first event
+        # (a series born at 1 has no earlier sample, so its first increase is invisible).
+        for certainty in ("likely", "possible"):
+            self.gaps.labels(certainty)
+        for reason in DROP_REASONS:
+            self.dropped.labels(reason)
+            self.failed.labels(reason)
+        for reason in ("send", "no_responders", "bad_ack"):
+            self.failed.labels(reason)
+        for cause in ("closed", "quiet", "expired", "error", "auth"):
+            self.watch_restarts.labels(cause)
+        for cause in ("expired", "no_resource_version"):
+            self.relists.labels(cause)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -251,6 +251,7 @@ class Publisher:
 
     def _give_up(self, p: Outgoing, reason: str, detail: str) -> None:
         self._m.failed.labels(reason).inc()
+        self._m.dropped.labels(reason).inc()
         log.error(
             "publish_impossible",
             reason=reason,

@@ -28,6 +28,10 @@ class ScopeHealth:
         self.synced = True
         self.bad_since = None
 
+    def failing_for(self) -> float:
+        """Seconds the scope's list or watch has been failing; 0 while it works."""
+        return 0.0 if self.bad_since is None else self._clock() - self.bad_since
+
     def watch_failed(self, error: str) -> None:
         self.last_error = error
         if self.bad_since is None:

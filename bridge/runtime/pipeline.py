@@ -69,6 +69,9 @@ class Pipeline:
         metrics.queue_depth.set_function(lambda: len(self.queue))
         metrics.queue_bytes.set_function(lambda: self.queue.bytes)
         metrics.inflight.set_function(lambda: publisher.in_flight)
+        metrics.publish_wait.set_function(publisher.oldest_wait)
+        metrics.queue_max.set(settings.queue.max_events)
+        metrics.queue_max_bytes.set(settings.queue.max_bytes)
         health.publish_wait = publisher.oldest_wait
         publisher.on_dropped = self._dropped
 
@@ -97,6 +100,7 @@ class Pipeline:
                 metrics=self.metrics,
                 health=self.health.scope(name),
             )
+            self._scope_metrics(name)
             self.scopes.append(Scope(ns, key, progress, watcher))
             log.info(
                 "scope_started",
@@ -108,6 +112,12 @@ class Pipeline:
                 else f"list (kubernetes.initial={s.kubernetes.initial})",
                 field_selector=selector,
             )
+
+    def _scope_metrics(self, name: str) -> None:
+        """A scope's synced and failing gauges, read from its health at scrape time."""
+        health = self.health.scope(name)
+        self.metrics.scope_synced.labels(name).set_function(lambda: float(health.synced))
+        self.metrics.watch_failing.labels(name).set_function(health.failing_for)
 
     def _dropped(self, msg: Message, reason: str, detail: str) -> Message:
         """The ``dropped`` status event for a message no server of the stream can take."""

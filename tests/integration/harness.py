@@ -195,6 +195,10 @@ class BridgeProcess(ChildProcess):
 
     async def metric(self, name: str, labels: str = "") -> float:
         _, text = await self.get("/metrics")
+        family = f"k8s_event_bridge_{name}".removesuffix("_total")
+        if f"# TYPE {family} " not in text and f"# TYPE {family}_total " not in text:
+            # a renamed or misspelt metric must fail the test, not read as 0
+            raise AssertionError(f"the bridge exposes no metric {family}")
         total = 0.0
         for ln in text.splitlines():
             if (

@@ -127,7 +127,14 @@ async def test_readyz_and_metrics(sim, nats_server, run_bridge):
         "events_received",
         "events_filtered",
         "events_published",
-        "events_failed",
+        "publish_failures",
+        "messages_dropped",
+        "queue_max_messages",
+        "publish_oldest_wait_seconds",
+        "leader",
+        "scope_synced",
+        "watch_failing_seconds",
+        "build_info",
         "publish_latency_seconds",
         "watch_restarts",
         "relists",
@@ -137,6 +144,9 @@ async def test_readyz_and_metrics(sim, nats_server, run_bridge):
         "apiserver_reachable",
     ):
         assert f"k8s_event_bridge_{name}" in metrics
+    assert "process_resident_memory_bytes" in metrics
+    assert await bridge.metric("leader") == 1  # no leader election: it runs alone
+    assert await bridge.metric("scope_synced", 'scope="*"') == 1
     nats_server.kill()
     await eventually(lambda: readyz(bridge, 503), timeout=15)
     _, text = await bridge.get("/readyz")

@@ -301,7 +301,7 @@ async def test_killing_the_stream_leader_the_bridge_is_on_loses_and_duplicates_n
     load.stop_sampling()
     stall = sampler.longest_stall(killed_at)
     oldest = max(s.oldest_wait for s in sampler.samples)
-    no_responders = await load.bridge.metric("events_failed", 'reason="no_responders"')
+    no_responders = await load.bridge.metric("publish_failures", 'reason="no_responders"')
     print(
         f"\nleader n{on} (the bridge's node) killed: new leader n{new_leader} in "
         f"{elected:.1f}s, longest publish stall {stall:.1f}s, oldest ack wait {oldest:.1f}s, "

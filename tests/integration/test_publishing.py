@@ -218,6 +218,7 @@ async def test_message_over_max_payload_with_headers_is_skipped_without_a_discon
             await asyncio.sleep(0.05)
         assert p.safe_rv == 2
         assert nc.is_connected and pub._m.failed.labels("too_large")._value.get() == 1
+        assert pub._m.dropped.labels("too_large")._value.get() == 1
         assert await stream_ids(nc) == ["uid-2/2"]
         for t in tasks:
             t.cancel()

@@ -32,3 +32,55 @@ def test_hot_counter_and_histogram_render_like_the_library_ones():
     c2.inc(4)
     assert samples(ours) == samples(theirs)
     assert h1.count == len(values)
+
+
+def _families(metrics) -> dict[str, str]:
+    """name -> type, as the exposition's # TYPE lines say."""
+    out = {}
+    for line in metrics.render().decode().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            out[name] = kind
+    return out
+
+
+def test_names_follow_prometheus_conventions():
+    from bridge.metrics import PREFIX, Metrics
+
+    for name, kind in _families(Metrics("1.2.3")).items():
+        if not name.startswith(PREFIX):
+            assert name.startswith(("process_", "python_")), name
+            continue
+        if kind == "counter":
+            assert name.endswith("_total"), name
+        elif not name.endswith("_created"):  # prometheus_client's creation time of a counter
+            assert not name.endswith("_total"), f"{name}: a {kind} named like a counter"
+        for unit in ("_ms", "_milliseconds", "_minutes", "_kb", "_mb", "_kilobytes"):
+            assert not name.endswith(unit), f"{name}: base units only (seconds, bytes)"
+
+
+def test_known_label_values_start_at_zero_so_a_first_increase_is_seen():
+    """A series born at 1 has no earlier sample: increase() over it is 0 and the alert on the
+    first gap or the first dropped message would never fire."""
+    from bridge.jetstream.publishing import PERMANENT_ERRORS
+    from bridge.metrics import DROP_REASONS, Metrics
+
+    # every reason the publisher gives up for is one of them
+    assert {"too_large", *(f"jetstream_{c}" for c in PERMANENT_ERRORS)} == set(DROP_REASONS)
+    text = Metrics().render().decode()
+    for series in (
+        'k8s_event_bridge_gaps_total{certainty="likely"} 0.0',
+        'k8s_event_bridge_gaps_total{certainty="possible"} 0.0',
+        'k8s_event_bridge_messages_dropped_total{reason="too_large"} 0.0',
+        'k8s_event_bridge_messages_dropped_total{reason="jetstream_10054"} 0.0',
+        'k8s_event_bridge_publish_failures_total{reason="no_responders"} 0.0',
+        'k8s_event_bridge_watch_restarts_total{cause="expired"} 0.0',
+        'k8s_event_bridge_relists_total{cause="expired"} 0.0',
+    ):
+        assert series in text, series
+
+
+def test_build_info_names_the_version():
+    from bridge.metrics import Metrics
+
+    assert 'k8s_event_bridge_build_info{version="1.2.3"} 1.0' in Metrics("1.2.3").render().decode()
