@@ -1,8 +1,10 @@
 """Configuration: a YAML file plus ``BRIDGE_<SECTION>__<KEY>`` environment variables.
 
-Environment variables override the file. Every key, with its default, is documented in
-``config/bridge.yaml``. ``load()`` turns every problem into one ``ConfigError`` whose message
-names the key and what is wrong; the command line exits 2 on it.
+Environment variables override the file. The docstring under each field is its description:
+docs/configuration.md and config/bridge.yaml are generated from this model (``python -m
+tools.configref``), every key with its type, default and environment variable. ``load()``
+turns every problem into one ``ConfigError`` whose message names the key and what is wrong;
+the command line exits 2 on it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from annotated_types import doc
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -115,21 +118,33 @@ def _file_exists(value: str | None) -> str | None:
     return value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+# How a type reads in the configuration reference (``doc``, which pydantic ignores): what a key
+# accepts, where a validator decides it (tools/configref.py shows it next to the key).
+Duration = Annotated[float, BeforeValidator(parse_duration), doc("duration")]
 PositiveDuration = Annotated[
-    float, AfterValidator(_require_positive), BeforeValidator(parse_duration)
+    float, AfterValidator(_require_positive), BeforeValidator(parse_duration), doc("duration, > 0")
 ]
-Size = Annotated[int, BeforeValidator(parse_size)]
-BufferSize = Annotated[int, AfterValidator(_at_least_64kib), BeforeValidator(parse_size)]
-ExistingFile = Annotated[str | None, AfterValidator(_file_exists)]
+Size = Annotated[int, BeforeValidator(parse_size), doc("size")]
+BufferSize = Annotated[
+    int, AfterValidator(_at_least_64kib), BeforeValidator(parse_size), doc("size, >= 64KiB")
+]
+ExistingFile = Annotated[str | None, AfterValidator(_file_exists), doc("path of an existing file")]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The docstring under each field is its description (FieldInfo.description): the one text
+    # docs/configuration.md and config/bridge.yaml are generated from.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ClusterSettings(_Section):
+    """The cluster the Events come from."""
+
     name: str | None = None
+    """The cluster's name: the `<cluster>` in the CloudEvent `source`
+    (`k8s://<cluster>/namespaces/<ns>`), in the `k8scluster` extension, in the NATS subjects and
+    in the checkpoint key. Letters, digits, `-` and `_`. null: the kube-system namespace's uid
+    (needs `get` on namespaces/kube-system). Set it to a readable name such as prod-eu-1."""
 
     @field_validator("name")
     @classmethod
@@ -144,10 +159,19 @@ class ClusterSettings(_Section):
 
 
 class BackoffSettings(_Section):
+    """Back-off between retries after an API error (429, 5xx, refused, 401/403): each delay is
+    jittered between the current step and twice it (client-go's jitter 1.0), never above `max`;
+    a Retry-After header from the server is a floor."""
+
     initial: PositiveDuration = 0.8
+    """The first delay."""
     factor: float = Field(2.0, ge=1.0)
+    """Multiplier per failed attempt."""
     max: PositiveDuration = 30.0
+    """The longest delay; not below `initial`."""
     reset_after: PositiveDuration = 120.0
+    """Once the last failure is this old (the connection was healthy in between), the delay
+    starts again from `initial`."""
 
     @model_validator(mode="after")
     def _order(self) -> BackoffSettings:
@@ -157,23 +181,66 @@ class BackoffSettings(_Section):
 
 
 class BreakerSettings(_Section):
+    """The circuit breaker in front of the API server (one per scope; docs/delivery.md). It
+    opens after `failures` requests in a row failed (5xx, 429, refused, reset, timeout) or when
+    the 95th percentile of the last `latency_samples` response times (a list page, a watch
+    opened) passes `latency_p95`. While open: no relists (the costly call that piles onto an
+    overloaded control plane), and one request per back-off step as a probe (a cheap list of
+    one Event, or the watch itself); a probe answered within `latency_p95` closes it. Its
+    state: the metric `k8s_event_bridge_apiserver_breaker_state`, /status, and the status events
+    `apiserver_degraded` / `apiserver_recovered`."""
+
     failures: int = Field(3, ge=1)
+    """Failed requests in a row that open it."""
     latency_p95: PositiveDuration = 2.0
+    """The p95 response time above which it opens."""
     latency_samples: int = Field(20, ge=1, le=1000)
+    """How many recent response times the p95 is taken over; at least 5 of them (or all, when
+    fewer) before latency can open it."""
 
 
 class KubernetesSettings(_Section):
+    """The API server, and which Events the bridge watches there."""
+
     kubeconfig: str | None = None
+    """Path of a kubeconfig file. null: the in-cluster config (the Pod's service account) when
+    running inside a Pod, else the usual kubeconfig rules ($KUBECONFIG, then ~/.kube/config)."""
     context: str | None = None
-    namespaces: list[str] = []
+    """The kubeconfig context to use. null: the kubeconfig's current-context."""
+    namespaces: list[str] = Field([], examples=[["default", "kube-system"]])
+    """Namespaces to watch, one watch (and one checkpoint) per namespace. `[]`: one
+    cluster-wide watch of every namespace."""
     field_selector: str = ""
+    """Extra server-side field selector for the list and the watch, e.g. `type=Warning` or
+    `reason=BackOff` (only `=`, `==` and `!=` exist; no sets). The client-side filter still
+    runs. `""`: none (the bridge adds selectors from `filter` when they narrow the stream)."""
     initial: Literal["all", "new"] = "all"
+    """What to do on the very first start, when no checkpoint exists. all: publish every Event
+    that exists now, then watch; new: skip them, only watch."""
     page_size: int = Field(500, ge=1, le=10000)
+    """Page size (`limit`) of a list request, in Events."""
     read_timeout: PositiveDuration = 120.0
+    """Socket read timeout. A default kube-apiserver sends no bookmarks on Event watches, so a
+    scope with nothing new is silent: a watch that sends nothing for this long ends as a normal
+    close and is opened again at once from the same resourceVersion (no warning, no status
+    event, `watch_restarts{cause="quiet"}`). A dead connection is found sooner, as a failure:
+    the watch's socket has TCP keepalive, probing after a quarter of this and giving up after
+    half of it. A list or a request that gets no answer for this long is a failure too."""
     connect_timeout: PositiveDuration = 10.0
+    """TCP connect timeout to the API server."""
     watch_timeout_min: Duration = 300.0
+    """Each watch asks the server to close it after a random timeoutSeconds in
+    [watch_timeout_min, watch_timeout_max), then watches again: the shortest (at least 1s)."""
     watch_timeout_max: Duration = 600.0
+    """The longest server-side watch timeout; not below watch_timeout_min."""
     event_ttl: PositiveDuration = 3600.0
+    """The API server's --event-ttl: how long an Event lives after its last update. Event
+    watches are served from etcd without bookmarks, so a quiet scope or a narrow filter falls
+    behind etcd's compaction and the next watch gets 410. If the relist then shows no Event
+    newer than where the bridge was, that was less than event_ttl ago, the bridge watched the
+    scope without a break up to the 410 (so it would have seen a deletion) and deletions are
+    not published (`filter.include_deleted` false), nothing can have been missed and no `gap`
+    event is published (docs/delivery.md)."""
     backoff: BackoffSettings = BackoffSettings()
     breaker: BreakerSettings = BreakerSettings()
 
@@ -185,20 +252,39 @@ class KubernetesSettings(_Section):
 
 
 class FilterSettings(_Section):
-    reasons: list[str] = []
-    exclude_reasons: list[str] = []
-    types: list[Literal["Normal", "Warning"]] = []
-    kinds: list[str] = []
-    namespaces: list[str] = []
-    exclude_namespaces: list[str] = []
+    """Which Events are published: only those that pass every condition. In each list, `[]`
+    means no condition; names are matched exactly (case-sensitive)."""
+
+    reasons: list[str] = Field([], examples=[["BackOff", "OOMKilling"]])
+    """Publish only Events with one of these reasons, e.g. [BackOff, OOMKilling, FailedMount]."""
+    exclude_reasons: list[str] = Field([], examples=[["Pulled", "Created", "Started"]])
+    """Never publish Events with one of these reasons."""
+    types: list[Literal["Normal", "Warning"]] = Field([], examples=[["Warning"]])
+    """Publish only Events of these types."""
+    kinds: list[str] = Field([], examples=[["Pod", "Node"]])
+    """Publish only Events whose involvedObject.kind is one of these, e.g. [Pod, Node]."""
+    namespaces: list[str] = Field([], examples=[["prod"]])
+    """Publish only Events from these namespaces (the watch still covers
+    `kubernetes.namespaces`)."""
+    exclude_namespaces: list[str] = Field([], examples=[["kube-system"]])
+    """Never publish Events from these namespaces."""
     min_count: int = Field(1, ge=1)
+    """Publish only Events seen at least this many times (series.count, else count)."""
     include_deleted: bool = False
+    """Also publish DELETED Events (an Event expiring at the end of its TTL). false: ADDED and
+    MODIFIED only."""
 
 
 class TLSSettings(_Section):
+    """TLS to NATS: used when a server URL is tls:// or wss://, or when `ca_file` or `cert_file`
+    is set."""
+
     ca_file: ExistingFile = None
+    """CA bundle (PEM) to verify the server with. null: the system's CAs."""
     cert_file: ExistingFile = None
+    """Client certificate (PEM) for mutual TLS; `cert_file` and `key_file` go together."""
     key_file: ExistingFile = None
+    """Client private key (PEM) for mutual TLS."""
 
     @model_validator(mode="after")
     def _pair(self) -> TLSSettings:
@@ -208,27 +294,67 @@ class TLSSettings(_Section):
 
 
 class NatsSettings(_Section):
-    servers: list[str] = ["nats://127.0.0.1:4222"]
+    """NATS: the servers, the JetStream stream the CloudEvents go to (created by the bridge
+    unless told not to), and how the bridge authenticates."""
+
+    servers: list[str] = Field(
+        ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
+    )
+    """NATS server URLs (nats://, tls://, ws://, wss://); at least one. The connection is
+    retried forever and fails over between them."""
     stream: str = "K8S_EVENTS"
-    # the JetStream domain of the server the bridge talks to (a leaf node's own JetStream):
-    # its API is $JS.<domain>.API; None: the account's default JetStream
+    """The JetStream stream the CloudEvents go to (A-Z a-z 0-9 _ -)."""
     domain: str | None = None
+    """The JetStream domain to use (A-Z a-z 0-9 _ -): the stream and the checkpoint bucket are
+    then made and used through $JS.<domain>.API, that domain's JetStream and no other (with a
+    domain nobody serves, the bridge waits, not ready, rather than fall back). A leaf node with
+    its own JetStream answers the plain API itself, so in the topology of docs/deploy.md this
+    pins the target rather than changes it. null: the JetStream the server answers with (the
+    account's default)."""
     subject_prefix: str = "k8s.events"
+    """Subject prefix: Events go to `<prefix>.<cluster>.<namespace>.<kind>.<reason>`, status
+    events to `<prefix>.<cluster>._bridge.<what>`. Dot-separated tokens of A-Z a-z 0-9 _ -,
+    no wildcards."""
     create_stream: bool = True
+    """Create the stream (subjects `<prefix>.>`, file storage) when it is missing, also when it
+    was deleted while the bridge runs. An existing stream whose config differs is reported,
+    never changed (one that does not take `<prefix>.>` stops the bridge). false: it must exist
+    already."""
     max_age: PositiveDuration = 7 * 86400.0
+    """Stream retention when the bridge creates it: messages older than this are removed. Not
+    shorter than `duplicate_window`."""
     max_bytes: Size = -1
+    """Stream size limit when the bridge creates it; -1: unlimited."""
     num_replicas: int = Field(1, ge=1, le=5)
+    """Stream replicas when the bridge creates it; also used for the checkpoint KV bucket."""
     duplicate_window: PositiveDuration = 7200.0
+    """JetStream's duplicate window: a message with a Nats-Msg-Id seen within it is dropped.
+    Make it longer than the longest restart or outage you expect (an Event's TTL is 1h by
+    default); not longer than `max_age`."""
     ack_timeout: PositiveDuration = 5.0
+    """How long to wait for JetStream's ack of one publish before publishing it again with the
+    same Nats-Msg-Id."""
     max_inflight: int = Field(1024, ge=1, le=65536)
+    """Most publishes awaiting an ack at once."""
     max_inflight_bytes: BufferSize = 16 * 2**20
+    """Most bytes of publishes awaiting an ack at once (one message more may go, so that a
+    message larger than the rest of the room is never stuck). With the queue's bounds it caps
+    what a JetStream that stops acking can make the bridge hold."""
     connect_timeout: Duration = 5.0
+    """Timeout of one connect attempt to a NATS server."""
     name: str = "k8s-event-bridge"
+    """The client connection's name, shown by the NATS server (connz, logs)."""
     user: str | None = None
+    """User name for user/password auth. null: none."""
     password: SecretStr | None = None
+    """Password for user/password auth (needs `user`). Never printed by check-config or
+    logged; prefer the environment (from a Kubernetes Secret) to writing it here."""
     token: SecretStr | None = None
+    """Token auth. Never printed by check-config or logged."""
     nkey_seed_file: ExistingFile = None
+    """An NKey seed file (NKey auth). null: none."""
     creds_file: ExistingFile = None
+    """A .creds file (JWT + NKey seed, decentralised auth). null: none."""
     tls: TLSSettings = TLSSettings()
 
     @field_validator("servers")
@@ -281,12 +407,23 @@ class NatsSettings(_Section):
 
 
 class CloudEventsSettings(_Section):
+    """How a CloudEvent is written into a NATS message."""
+
     mode: Literal["structured", "binary"] = "structured"
+    """structured: the body is the JSON CloudEvent, header Content-Type:
+    application/cloudevents+json. binary: the attributes in ce-* headers (percent-encoded), the
+    body is the Event (data)."""
 
 
 class CheckpointSettings(_Section):
+    """How far each watch got, kept in JetStream KV: where the bridge resumes after a
+    restart."""
+
     bucket: str = "k8s_event_bridge"
+    """The KV bucket holding the resourceVersion to resume from, one key per cluster and watch
+    scope (A-Z a-z 0-9 _ -). Created when missing."""
     interval: PositiveDuration = 1.0
+    """Write a checkpoint at most this often (only when it moved), and once more on stop."""
 
     @field_validator("bucket")
     @classmethod
@@ -297,31 +434,67 @@ class CheckpointSettings(_Section):
 
 
 class QueueSettings(_Section):
+    """The bounded queue between the watcher and the publisher. When it is full, the watcher
+    stops reading (back-pressure); nothing is dropped."""
+
     max_events: int = Field(4096, ge=1)
+    """Most Events held."""
     max_bytes: BufferSize = 16 * 2**20
+    """Most bytes held (one Event larger than this is still let into an empty queue)."""
 
 
 class HttpSettings(_Section):
+    """The HTTP server: /healthz, /readyz, /metrics and /status."""
+
     host: str = "0.0.0.0"
+    """The address to listen on. 0.0.0.0: every IPv4 interface (`::` for IPv6)."""
     port: int = Field(8080, ge=0, le=65535)
+    """The port to listen on (0 picks a free port)."""
     unready_after: PositiveDuration = 60.0
+    """/readyz answers 503 once a watch or NATS has been unhealthy for longer than this, or a
+    publish has waited this long for its ack; shorter blips do not flap readiness."""
 
 
 class LogSettings(_Section):
-    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
+    """Logs: one line per event, on stderr."""
+
+    level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        BeforeValidator(_lower),
+        doc("one of debug|info|warning|error (any case)"),
+    ] = "info"
+    """The lowest level logged."""
     format: Literal["json", "text"] = "json"
+    """json: one JSON object per line; text: for a person at a terminal."""
 
 
 class LeaderElectionSettings(_Section):
+    """Two or more replicas: one leads (watches and publishes), the others stand by warm (NATS
+    connected, stream and checkpoint bucket checked, /readyz 200, role "standby" in /status)
+    and take over from the checkpoint when the leader's Lease (coordination.k8s.io/v1) is
+    released or expires. Needs get, create and update on leases in `namespace` (deploy/ grants
+    it). The timings are client-go's defaults; rules: lease_duration > renew_deadline > 1.2 x
+    retry_period."""
+
     enabled: bool = False
+    """Elect a leader through a Lease. false: one replica, no Lease."""
     lease_name: str = Field("k8s-event-bridge", min_length=1, max_length=253)
-    # default: $POD_NAMESPACE, else the service account's namespace in a Pod, else "default"
+    """The Lease's name."""
     namespace: str | None = None
-    # default: $POD_NAME, else the host name
+    """The Lease's namespace. null: $POD_NAMESPACE, else the service account's namespace in a
+    Pod, else "default"."""
     identity: str | None = None
+    """This replica's name in the Lease; it must differ between replicas. null: $POD_NAME
+    (deploy/ sets it from the Pod), else the host name."""
     lease_duration: PositiveDuration = 15.0
+    """A standby takes the Lease once it has seen it unrenewed this long (whole seconds, at
+    least 1s)."""
     renew_deadline: PositiveDuration = 10.0
+    """The leader stops at once (nothing more published, the checkpoint not written again) once
+    no renewal succeeded for this long, so it is gone before anyone may take over."""
     retry_period: PositiveDuration = 2.0
+    """How often the leader renews the Lease, and a standby tries to take it (jittered: every 1
+    to 2.2 retry periods)."""
 
     @model_validator(mode="after")
     def _order(self) -> LeaderElectionSettings:
@@ -337,7 +510,11 @@ class LeaderElectionSettings(_Section):
 
 
 class ShutdownSettings(_Section):
+    """What the bridge does on SIGTERM."""
+
     drain_timeout: Duration = 10.0
+    """Wait at most this long for in-flight acks before writing the checkpoint and exiting.
+    Keep it below the Pod's terminationGracePeriodSeconds."""
 
 
 class Settings(BaseSettings):
@@ -346,6 +523,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
     cluster: ClusterSettings = ClusterSettings()

@@ -2,7 +2,11 @@
 environment variables (which override the file; lists and maps as JSON), the NATS, HTTP and
 log sections, durations, and ``load()``, which turns every problem into one ``ConfigError``
 naming the key and what is wrong (the command lines exit 2 on it). Needs the ``settings``
-extra (pydantic-settings with YAML)."""
+extra (pydantic-settings with YAML).
+
+The docstring under each field is its description (``use_attribute_docstrings``), and ``doc()``
+in a type says how it reads: docs/configuration.md and config/remediation.yaml are generated
+from the models (``python -m tools.configref``)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from annotated_types import doc
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -23,7 +28,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from k8s_event_consumer.connecting import NatsOptions
 from k8s_event_consumer.consuming import ConsumerOptions
@@ -81,20 +91,26 @@ def _file_exists(value: str | None) -> str | None:
     return value
 
 
+Duration = Annotated[float, BeforeValidator(parse_duration), doc("duration")]
 PositiveDuration = Annotated[
-    float, AfterValidator(_require_positive), BeforeValidator(parse_duration)
+    float, AfterValidator(_require_positive), BeforeValidator(parse_duration), doc("duration, > 0")
 ]
-ExistingFile = Annotated[str | None, AfterValidator(_file_exists)]
+ExistingFile = Annotated[str | None, AfterValidator(_file_exists), doc("path of an existing file")]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class TLSSettings(Section):
+    """TLS: a private CA, and a client certificate for mutual TLS."""
+
     ca_file: ExistingFile = None
+    """CA bundle (PEM) to verify the server with. null: the system's CAs."""
     cert_file: ExistingFile = None
+    """Client certificate (PEM) for mutual TLS; `cert_file` and `key_file` go together."""
     key_file: ExistingFile = None
+    """Client private key (PEM) for mutual TLS."""
 
     @model_validator(mode="after")
     def _pair(self) -> TLSSettings:
@@ -104,27 +120,51 @@ class TLSSettings(Section):
 
 
 class NatsSettings(Section):
-    """The stream and the durable consumer a subscriber reads it with; each subscriber gives
-    ``durable`` and ``name`` its own default."""
+    """NATS: the bridge's stream, and the durable consumer the subscriber reads it with."""
 
-    servers: list[str] = ["nats://127.0.0.1:4222"]
+    # each subscriber subclasses this to give ``durable`` and ``name`` its own default (the
+    # descriptions here still apply: tools/configref.py looks them up in the class's bases)
+
+    servers: list[str] = Field(
+        ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
+    )
+    """NATS server URLs (nats://, tls://, ws://, wss://); at least one. The first connect is
+    tried until NATS answers, then the connection reconnects forever."""
     stream: str = "K8S_EVENTS"
-    # what the durable consumer reads: every Event and status event of every cluster by default
-    subjects: list[str] = ["k8s.events.>"]
+    """The bridge's stream (A-Z a-z 0-9 _ -)."""
+    subjects: list[str] = Field(["k8s.events.>"], examples=[["k8s.events.prod-eu-1.>"]])
+    """The subject filters of the durable consumer: by default every Event and status event of
+    every cluster; `k8s.events.<cluster>.>` for one cluster."""
     durable: str = "k8s-event-consumer"
-    # where a new durable starts: all (the whole stream) or new (only what comes after)
+    """The durable consumer's name (A-Z a-z 0-9 _ -): where the subscriber resumes after a
+    restart."""
     start: Literal["all", "new"] = "all"
+    """Where a new durable starts: all (the whole stream) or new (only what comes after); an
+    existing one keeps its place."""
     name: str = "k8s-event-consumer"
+    """The connection's name, shown by the NATS server (connz, logs)."""
     user: str | None = None
+    """User name for user/password auth. null: none."""
     password: SecretStr | None = None
+    """Password for user/password auth (needs `user`). Never printed by check-config or
+    logged."""
     token: SecretStr | None = None
+    """Token auth. Never printed by check-config or logged."""
     nkey_seed_file: ExistingFile = None
+    """An NKey seed file (NKey auth). null: none."""
     creds_file: ExistingFile = None
+    """A .creds file (JWT + NKey seed, decentralised auth). null: none."""
     tls: TLSSettings = TLSSettings()
+    """TLS to NATS: used when a server URL is tls:// or wss://, or when `ca_file` or
+    `cert_file` is set."""
     connect_timeout: PositiveDuration = 5.0
+    """Timeout of one connect attempt to a NATS server."""
     ack_wait: PositiveDuration = 30.0
+    """JetStream delivers a message again when it is not acked within this."""
     max_ack_pending: int = Field(1000, ge=1)
+    """Most messages handed out and not yet acked."""
     batch: int = Field(64, ge=1, le=1000)
+    """Messages per fetch."""
 
     @field_validator("servers")
     @classmethod
@@ -184,18 +224,32 @@ class NatsSettings(Section):
 
 
 class HttpSettings(Section):
+    """The HTTP server: /healthz, /readyz and /metrics."""
+
     host: str = "0.0.0.0"
-    # /healthz, /readyz, /metrics; null: no HTTP server
+    """The address to listen on. 0.0.0.0: every IPv4 interface (`::` for IPv6)."""
     port: int | None = Field(8080, ge=0, le=65535)
+    """The port to listen on (0 picks a free port). null: no HTTP server."""
 
 
 class LogSettings(Section):
-    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
+    """Logs: one line per event, on stderr."""
+
+    level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        BeforeValidator(_lower),
+        doc("one of debug|info|warning|error (any case)"),
+    ] = "info"
+    """The lowest level logged."""
     format: Literal["json", "text"] = "json"
+    """json: one JSON object per line; text: for a person at a terminal."""
 
 
 class SubscriberSettings(BaseSettings):
     """A subscriber's settings: each sets its ``model_config`` (env prefix) and sections."""
+
+    # a subscriber's own model_config (its env prefix) is merged with this one
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
 
     @classmethod
     def settings_customise_sources(

@@ -2,28 +2,30 @@
 environment variables, which override the file (lists and maps as JSON:
 ``ALERTING_ALERTS__REASONS='["BackOff","OOMKilling"]'``). ``load()`` turns every problem into
 one ``ConfigError`` whose message names the key and what is wrong; the command line exits 2 on
-it. The keys and their defaults are described in docs/consumers.md (the alerting subscriber);
-what the subscribers share (NATS, HTTP, log, the loading) is ``k8s_event_consumer.configuring``.
+it. The docstring under each field is its description: docs/configuration.md (every key with its
+type, default and environment variable) is generated from this model (``python -m
+tools.configref``); what the subscribers share (NATS, HTTP, log, the loading) is
+``k8s_event_consumer.configuring``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ConfigError,
+    Duration,
     ExistingFile,
     HttpSettings,
     LogSettings,
     PositiveDuration,
     Section,
     TLSSettings,
-    parse_duration,
 )
 
 ENV_PREFIX = "ALERTING_"
@@ -47,8 +49,6 @@ DEFAULT_REASONS = [
     "ProvisioningFailed",
 ]
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
 
 class NatsSettings(configuring.NatsSettings):
     durable: str = "k8s-event-alerting"
@@ -56,19 +56,35 @@ class NatsSettings(configuring.NatsSettings):
 
 
 class AlertmanagerSettings(Section):
-    # every Alertmanager of the HA cluster: each gets every alert, as Prometheus sends them
-    urls: list[str] = ["http://127.0.0.1:9093"]
+    """Where the alerts go: Prometheus Alertmanager's API v2, as Prometheus sends to it."""
+
+    urls: list[str] = Field(
+        ["http://127.0.0.1:9093"],
+        examples=[["http://alertmanager-0:9093", "http://alertmanager-1:9093"]],
+    )
+    """Every Alertmanager of the HA cluster (http:// or https://); each gets every alert."""
     timeout: PositiveDuration = 10.0
-    # attempts per Alertmanager and send, with a doubling pause from retry_backoff
+    """Timeout of one request."""
     attempts: int = Field(3, ge=1, le=20)
+    """Attempts per Alertmanager and send, with a doubling pause from `retry_backoff`."""
     retry_backoff: PositiveDuration = 0.5
-    # when no Alertmanager took an alert, its message is held (nak'd) this long, then again
+    """The first pause between attempts."""
     hold: PositiveDuration = 10.0
+    """When no Alertmanager took an alert, its message is held (nak'd) this long, then
+    delivered again."""
     user: str | None = None
+    """User name for basic auth. null: none."""
     password: SecretStr | None = None
+    """Password for basic auth (needs `user`). Never printed by check-config or logged."""
     bearer_token: SecretStr | None = None
+    """A bearer token (not with `user`, nor with `bearer_token_file`). Never printed by
+    check-config or logged."""
     bearer_token_file: ExistingFile = None
+    """A file holding the bearer token, read on every request (a rotated token is picked up).
+    null: none."""
     tls: TLSSettings = TLSSettings()
+    """HTTPS with a private CA, or mutual TLS: used when `ca_file` or `cert_file` is set
+    (https:// URLs are otherwise verified with the system's CAs)."""
 
     @field_validator("urls")
     @classmethod
@@ -92,25 +108,30 @@ class AlertmanagerSettings(Section):
 
 
 class AlertsSettings(Section):
-    # Warning Events with one of these reasons become alerts; []: every Warning Event
-    reasons: list[str] = DEFAULT_REASONS
-    # an Event alert resolves when its Event has not been seen again for this long
+    """Which Events alert, and how long alerts live (docs/consumers.md: the alerts)."""
+
+    reasons: list[str] = Field(DEFAULT_REASONS, examples=[["BackOff", "OOMKilling"]])
+    """Warning Events with one of these reasons alert (exact, case-sensitive); `[]`: every
+    Warning Event."""
     resolve_after: PositiveDuration = 900.0
-    # firing (and lately resolved) alerts are sent again this often, as Prometheus does
+    """An Event alert resolves when its Event has not been seen again for this long."""
     resend_interval: PositiveDuration = 60.0
-    # a resolved alert is still sent with the others for this long, then forgotten
+    """Every alert kept (firing, or lately resolved) is sent again this often, as Prometheus
+    does."""
     resolved_retention: PositiveDuration = 900.0
-    # how long the gap alert fires after the gap was detected
+    """A resolved alert is still sent with the others for this long, then forgotten."""
     gap_alert_for: PositiveDuration = 3600.0
-    # at start, this much of the stream is read back into the state (nothing sent) so the
-    # resend loop restores what a restarted Alertmanager forgot; null: the longer of
-    # resolve_after and gap_alert_for; 0: no read back
+    """How long the gap alert fires after the gap was detected."""
     recover_window: Duration | None = None
-    # static labels added to every alert (e.g. severity, team)
-    labels: dict[str, str] = {}
-    # the alerts' generatorURL; the subscriber also knows its own alerts by it at start;
-    # default: nats://<stream>/<durable>
+    """At start, this much of the stream is read back into the alert state (nothing is sent for
+    it), so the resend loop restores what a restarted Alertmanager forgot. null: the longer of
+    `resolve_after` and `gap_alert_for`; 0: no read-back."""
+    labels: dict[str, str] = Field({}, examples=[{"severity": "warning", "team": "platform"}])
+    """Static labels added to every alert, e.g. severity or team (not one of the subscriber's
+    own label names: alertname, cluster, namespace, kind, name, reason, scope)."""
     generator_url: str | None = None
+    """The alerts' generatorURL, by which the subscriber also knows its own alerts in
+    Alertmanager at start. null: `nats://<stream>/<durable>`."""
 
     @field_validator("labels")
     @classmethod
@@ -144,6 +165,8 @@ class Settings(configuring.SubscriberSettings):
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     alerts: AlertsSettings = AlertsSettings()
     http: HttpSettings = HttpSettings()
+    """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound and the
+    state recovered), /metrics (prefix `k8s_event_alerting_`; docs/consumers.md)."""
     log: LogSettings = LogSettings()
 
     @property

@@ -1,6 +1,7 @@
 """The remediation worker's configuration: a YAML file plus ``REMEDIATION_<SECTION>__<KEY>``
-environment variables (docs/consumers.md lists every key; config/remediation.yaml has each with
-its default)."""
+environment variables. The docstring under each field is its description: docs/configuration.md
+and config/remediation.yaml (every key with its default) are generated from this model
+(``python -m tools.configref``)."""
 
 from __future__ import annotations
 
@@ -28,41 +29,56 @@ _QUALIFIED_NAME = re.compile(
 class NatsSettings(configuring.NatsSettings):
     durable: str = "k8s-event-remediation"
     name: str = "k8s-event-remediation"
-    # ids handled, kept in this KV bucket across restarts (a redelivery is not acted on twice)
     seen_bucket: str = "k8s_event_remediation"
+    """The KV bucket keeping the CloudEvent ids handled, across restarts and replicas (a
+    redelivery is not acted on twice)."""
 
 
 class KubernetesSettings(Section):
-    # the cluster the worker acts on: only Events whose k8scluster is this (the bridge's
-    # cluster.name); required, a stream may carry many clusters
-    cluster: str = Field(min_length=1)
-    # none: in a Pod its service account, else KUBECONFIG / ~/.kube/config
+    """The API server the worker acts on."""
+
+    cluster: str = Field(min_length=1, examples=["prod-eu-1"])
+    """The cluster the worker acts on, the bridge's `cluster.name`: only Events whose k8scluster
+    is this are acted on (one stream may carry many clusters)."""
     kubeconfig: ExistingFile = None
+    """A kubeconfig file. null: in a Pod its service account, else $KUBECONFIG or
+    ~/.kube/config."""
     context: str | None = None
-    # each API request gives up after this long (the API server may be down)
+    """The kubeconfig context to use. null: the kubeconfig's current-context."""
     request_timeout: PositiveDuration = 10.0
+    """Each API request gives up after this long (the API server may be down: the message is
+    then held)."""
 
 
 class RestartSettings(Section):
     """Delete a crash-looping Pod (its controller makes a new one)."""
 
     enabled: bool = True
+    """Delete crash-looping Pods."""
     reasons: list[str] = ["BackOff"]
-    # the Event's count (series-aware) at which the Pod is deleted
+    """Warning Events on a Pod with one of these reasons count."""
     min_count: int = Field(5, ge=1)
-    # only Pods that a controller (ReplicaSet, StatefulSet, ...) will recreate
+    """The Event's count (series-aware) at which the Pod is deleted."""
     only_controlled: bool = True
+    """Only Pods that a controller (ReplicaSet, StatefulSet, ...) will recreate."""
 
 
 class MemorySettings(Section):
     """A container that was OOMKilled: annotate its owner (Deployment, StatefulSet, DaemonSet)
-    with a suggested memory limit; a person or a policy applies it."""
+    with a suggested memory limit, `<annotation>.<container>`; a person or a policy applies it.
+    An Event this applies to never also deletes the Pod (that would not help)."""
 
     enabled: bool = True
+    """Suggest memory limits."""
     reasons: list[str] = ["BackOff", "OOMKilling"]
-    # the suggestion: the container's limit (else request) times this, rounded up to a MiB
+    """Warning Events on a Pod with one of these reasons count, when one of its containers was
+    last terminated OOMKilled (or the reason is OOMKilling)."""
     factor: float = Field(1.5, gt=1.0, le=10.0)
+    """The suggestion: the container's memory limit (else its request) times this, rounded up
+    to a MiB."""
     annotation: str = "remediation.k8s-event-bridge.io/suggested-memory-limit"
+    """The annotation key (prefix/name) the suggestion is written under, `.<container>`
+    appended."""
 
     @field_validator("annotation")
     @classmethod
@@ -73,15 +89,18 @@ class MemorySettings(Section):
 
 
 class RemediationSettings(Section):
-    # dry run: every action is sent with dryRun=All (the API server checks it, changes
-    # nothing) and recorded as a RemediationDryRun Event
+    """What the worker does, and how carefully."""
+
     dry_run: bool = True
-    # at most one action per object in this time
+    """true: every action is sent with dryRun=All (the API server checks it under the worker's
+    RBAC and changes nothing) and recorded as a RemediationDryRun Event."""
     rate_limit: PositiveDuration = 600.0
-    # while the API server can not be reached, a message is held (redelivered) after this
+    """At most one action per object in this time."""
     hold: PositiveDuration = 10.0
-    # the reportingComponent of the Events the worker writes
+    """While the API server can not be reached, a message is held and delivered again after
+    this."""
     component: str = "k8s-event-remediation"
+    """The reportingComponent (and source.component) of the Events the worker writes."""
     restart: RestartSettings = RestartSettings()
     memory: MemorySettings = MemorySettings()
 
@@ -95,6 +114,9 @@ class Settings(configuring.SubscriberSettings):
     nats: NatsSettings = NatsSettings()
     remediation: RemediationSettings = RemediationSettings()
     http: HttpSettings = HttpSettings()
+    """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound, also
+    while the API server is down), /metrics (prefix `k8s_event_remediation_`:
+    `actions_total{action,result}`, `held_total`, `events_total{result}`)."""
     log: LogSettings = LogSettings()
 
 
