@@ -26,6 +26,16 @@ PREFIX = "k8s_event_bridge"
 # why a message is given up: bridge.jetstream.publishing (too large for max_payload, or
 # JetStream's 10054, over the stream's max_msg_size)
 DROP_REASONS = ("too_large", "jetstream_10054")
+# why bad input is skipped: bridge.runtime.intake and bridge.runtime.watching
+SKIP_REASONS = (
+    "invalid_event",
+    "unexpected_shape",
+    "malformed_item",
+    "malformed_line",
+    "no_resource_version",
+    "unknown_type",
+    "not_newer",
+)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -259,6 +269,16 @@ class Metrics:
             self.watch_restarts.labels(cause)
         for cause in ("expired", "no_resource_version"):
             self.relists.labels(cause)
+        for reason in SKIP_REASONS:
+            self.skipped.labels(reason)
+        for status in ("401", "403"):
+            self.auth_failures.labels(status)
+
+    def scope_started(self, scope: str) -> None:
+        """A scope's labelled series, from 0 on."""
+        self.breaker_state.labels(scope).set(0)
+        for reason in ("failures", "latency"):
+            self.breaker_opened.labels(scope, reason)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

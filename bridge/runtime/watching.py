@@ -89,7 +89,7 @@ class Watcher:
         self.backoff = Backoff.from_settings(settings.backoff, clock=clock, rand=rand)
         # in front of the API server: probes on the same back-off steps (core/breaker.py)
         self.breaker = Breaker(settings.breaker, self.backoff, clock=clock)
-        metrics.breaker_state.labels(self.scope).set(0)
+        metrics.scope_started(self.scope)
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
         self._reachable = True
         self._retry_after: float | None = None

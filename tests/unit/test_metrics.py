@@ -84,3 +84,20 @@ def test_build_info_names_the_version():
     from bridge.metrics import Metrics
 
     assert 'k8s_event_bridge_build_info{version="1.2.3"} 1.0' in Metrics("1.2.3").render().decode()
+
+
+def test_every_skip_reason_in_the_code_starts_at_zero():
+    import re
+    from pathlib import Path
+
+    from bridge.metrics import SKIP_REASONS
+
+    runtime = Path(__file__).resolve().parents[2] / "bridge" / "runtime"
+    found = set()
+    for name in ("watching.py", "intake.py"):
+        text = (runtime / name).read_text()
+        found |= set(re.findall(r'_bad\(\s*"(\w+)"', text))
+        found |= set(re.findall(r'skipped\.labels\(\s*"(\w+)"', text))
+        for pair in re.findall(r'reason = "(\w+)" if .* else "(\w+)"', text):
+            found |= set(pair)
+    assert found == set(SKIP_REASONS)

@@ -1,0 +1,270 @@
+"""deploy/monitoring/: the alert rules tested by promtool, and the rules and the dashboard checked
+against what a real bridge exposes on /metrics.
+
+promtool is Prometheus' own (v0.316.0 = Prometheus 3.16, built from the Go module proxy by
+e2e/build-go-tool.sh and cached). The metric check runs a real bridge against the simulated
+API server and a real nats-server, scrapes it, and fails on any metric or label the rules or the
+dashboard name that it does not expose (a rename that forgot the dashboard, a typo in a rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import gotools
+from tests.integration.harness import Writer
+from tools import monitoring
+
+GO_TOOLS = ("promtool",)
+
+MONITORING = monitoring.MONITORING
+RULES = monitoring.RULES
+RULE_TESTS = MONITORING / "rules-tests.yaml"
+
+# Labels Prometheus adds to every series of a target: job and instance always, the rest from
+# Kubernetes service discovery (a ServiceMonitor's defaults).
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+# up is Prometheus' own series of each target.
+SYNTHETIC = {"up": {"job", "instance"}}
+
+PROMQL_WORDS = {
+    # aggregations, set operators, modifiers
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "limitk", "limit_ratio", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "and", "or", "unless", "bool", "offset", "inf", "nan",
+}  # fmt: skip
+GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)?\s*\{([^}]*)\}")
+MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"')
+IDENT = re.compile(r"(?<![\w$.:])([A-Za-z_:][A-Za-z0-9_:]*)(?![\w:])(?!\s*\()")
+TEMPLATE_LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)|\{\{\s*([A-Za-z_]\w*)\s*\}\}")
+
+
+def promtool() -> Path:
+    return gotools.ensure("promtool")
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+# --- promtool -------------------------------------------------------------------------------
+
+
+def test_promtool_checks_the_rules_file_and_the_prometheusrule():
+    done = run(promtool(), "check", "rules", RULES)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 11 rules found" in done.stdout
+    # the PrometheusRule's spec is a rules file too
+    spec = yaml.safe_load(monitoring.PROMETHEUS_RULE.read_text())["spec"]
+    assert spec == yaml.safe_load(RULES.read_text())
+
+
+def test_promtool_runs_the_alert_rules_unit_tests():
+    done = run(promtool(), "test", "rules", RULE_TESTS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_promtool_test_fails_when_a_rule_is_broken(tmp_path):
+    """The unit tests can fail: a rule whose threshold moved is caught."""
+    lag = "k8s_event_bridge_checkpoint_lag_seconds"
+    rules = RULES.read_text().replace(f"{lag} > 300", f"{lag} > 600")
+    assert rules != RULES.read_text()
+    (tmp_path / RULES.name).write_text(rules)
+    (tmp_path / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    done = run(promtool(), "test", "rules", tmp_path / RULE_TESTS.name)
+    assert done.returncode != 0
+    assert "K8sEventBridgeCheckpointNotFresh" in done.stdout + done.stderr
+
+
+def test_every_alert_is_tested_firing_and_quiet():
+    alerts = [r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert sorted(set(alerts) - fires) == [], "alerts no test sees firing"
+    assert sorted(set(alerts) - quiet) == [], "alerts no test sees quiet"
+    assert set(fires | quiet) <= set(alerts), "tests of alerts that do not exist"
+
+
+def test_every_alert_has_a_severity_a_summary_and_a_description_and_a_doc_section():
+    doc = (Path(monitoring.REPO) / "docs" / "monitoring.md").read_text()
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
+            assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+            assert f"### {rule['alert']}" in doc, f"docs/monitoring.md: no section {rule['alert']}"
+
+
+def test_generated_files_are_fresh():
+    stale = [str(p.relative_to(monitoring.REPO)) for p in monitoring.stale()]
+    assert stale == [], f"stale: {stale}: run python -m tools.monitoring"
+
+
+# --- the rules and the dashboard against a real bridge's /metrics -----------------------------
+
+
+def exposed(text: str) -> dict[str, set[str]]:
+    """Series name -> label names, from the text exposition (every sample line)."""
+    out: dict[str, set[str]] = {k: set(v) for k, v in SYNTHETIC.items()}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([A-Za-z_:][A-Za-z0-9_:]*)(\{([^}]*)\})?\s", line)
+        assert m, line
+        labels = set(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', m.group(3) or ""))
+        out.setdefault(m.group(1), set()).update(labels)
+    return out
+
+
+def references(expr: str) -> tuple[set[str], list[tuple[str, str]], set[str]]:
+    """What a PromQL expression names: metrics, (metric, label) pairs of its selectors, and the
+    labels of its by/without/on/ignoring clauses."""
+    grouping = {
+        label.strip() for _, labels in GROUPING.findall(expr) for label in labels.split(",")
+    } - {""}
+    rest = GROUPING.sub(" ", expr)
+    pairs: list[tuple[str, str]] = []
+    for name, matchers in SELECTOR.findall(rest):
+        for label in MATCHER.findall(matchers):
+            pairs.append((name, label))
+    rest = SELECTOR.sub(lambda m: f" {m.group(1) or ''} ", rest)
+    rest = re.sub(r"\[[^\]]*\]", " ", rest)  # ranges
+    rest = re.sub(r'"(?:[^"\\]|\\.)*"', " ", rest)  # strings
+    metrics = {
+        name
+        for name in IDENT.findall(rest)
+        if name not in PROMQL_WORDS and not re.fullmatch(r"\d.*|[eE]\d*", name)
+    }
+    return metrics, pairs, grouping
+
+
+def check(where: str, expr: str, series: dict[str, set[str]], texts: list[str]) -> list[str]:
+    """Every name the expression (and its templates) uses must be exposed."""
+    problems = []
+    metrics, pairs, grouping = references(expr)
+    if not metrics:
+        problems.append(f"{where}: no metric found in {expr!r}")
+    known = set(TARGET_LABELS)
+    for m in metrics:
+        if m not in series:
+            problems.append(f"{where}: {m} is not exposed")
+        else:
+            known |= series[m]
+    for metric, label in pairs:
+        have = (series.get(metric, set()) if metric else known) | TARGET_LABELS
+        if label not in have:
+            problems.append(f"{where}: {metric or 'a selector'} has no label {label}")
+    for label in grouping - known:
+        problems.append(f"{where}: no metric of {expr!r} has the label {label}")
+    for text in texts:
+        for a, b in TEMPLATE_LABEL.findall(text):
+            label = a or b
+            if label not in known:
+                problems.append(f"{where}: the template names label {label}, which {expr!r} lacks")
+    return problems
+
+
+def rule_exprs() -> list[tuple[str, str, list[str]]]:
+    out = []
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            out.append((rule["alert"], rule["expr"], list(rule["annotations"].values())))
+    return out
+
+
+def dashboard_exprs() -> list[tuple[str, str, list[str]]]:
+    board = json.loads(monitoring.DASHBOARD.read_text())
+    out = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            out.append((f"panel {panel['title']!r}", target["expr"], [target["legendFormat"]]))
+    for var in board["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", var["definition"])
+            assert m, var["definition"]
+            out.append((f"variable {var['name']}", m.group(1), [f"{{{{{m.group(2)}}}}}"]))
+    return out
+
+
+@pytest.fixture
+async def scraped(sim, run_bridge) -> dict[str, set[str]]:
+    """A real bridge's series after a few Events went through and a checkpoint was saved."""
+    w = Writer(sim)
+    await w.write(10, bump_ratio=0.0)
+    bridge = run_bridge()
+    await bridge.wait_ready()
+    await w.write(10, bump_ratio=0.5)
+    for _ in range(100):
+        if await bridge.metric("checkpoint_resource_version") > 0 and await bridge.metric(
+            "events_published"
+        ) >= len(w.ids):
+            break
+        await asyncio.sleep(0.1)
+    _, text = await bridge.get("/metrics")
+    return exposed(text)
+
+
+async def test_rules_and_dashboard_name_only_what_a_real_bridge_exposes(scraped):
+    assert "k8s_event_bridge_checkpoint_lag_seconds" in scraped  # the fixture's premise
+    problems = []
+    for where, expr, texts in [*rule_exprs(), *dashboard_exprs()]:
+        problems += check(where, expr, scraped, texts)
+    assert problems == []
+
+
+async def test_the_check_catches_a_renamed_metric_and_a_wrong_label(scraped):
+    assert check("x", "k8s_event_bridge_queue_size > 0", scraped, []) == [
+        "x: k8s_event_bridge_queue_size is not exposed"
+    ]
+    expr = "sum by (scopes) (k8s_event_bridge_checkpoint_lag_seconds)"
+    assert check("x", expr, scraped, []) == [f"x: no metric of {expr!r} has the label scopes"]
+    assert check("x", 'k8s_event_bridge_gaps_total{reason="likely"}', scraped, []) != []
+    assert check("x", "k8s_event_bridge_ready == 0", scraped, ["{{ $labels.scope }}"]) != []
+
+
+def test_references_reads_promql():
+    metrics, pairs, grouping = references(
+        'histogram_quantile(0.99, sum by (le) (rate(a_bucket{namespace=~"$ns", pod=~"x"}'
+        '[$__rate_interval]))) / on (pod) group_left b_total{reason="x"} '
+        'or absent(up{job="j"} == 1) and c offset 5m > 1e3'
+    )
+    assert metrics == {"a_bucket", "b_total", "up", "c"}
+    assert pairs == [
+        ("a_bucket", "namespace"),
+        ("a_bucket", "pod"),
+        ("b_total", "reason"),
+        ("up", "job"),
+    ]
+    assert grouping == {"le", "pod"}
+
+
+async def test_every_metric_the_bridge_exposes_is_in_docs_monitoring(scraped):
+    doc = (monitoring.REPO / "docs" / "monitoring.md").read_text()
+    prefix = "k8s_event_bridge_"
+    families = set()
+    for name in scraped:
+        if not name.startswith(prefix):
+            continue
+        short = name.removeprefix(prefix)
+        if short.endswith("_created"):  # prometheus_client's creation time of a counter
+            short = short.removesuffix("_created") + "_total"
+        for suffix in ("_bucket", "_sum", "_count"):
+            if short.endswith(suffix) and f"{prefix}{short.removesuffix(suffix)}_bucket" in scraped:
+                short = short.removesuffix(suffix)
+        families.add(short)
+    assert len(families) > 25
+    missing = sorted(f for f in families if f"| `{f}` |" not in doc)
+    assert missing == [], "docs/monitoring.md's metrics table lacks these"
