@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from tests import gotools
-from tests.integration.harness import Writer
+from tests.integration.harness import Writer, all_of, eventually
 from tools import monitoring
 
 GO_TOOLS = ("promtool",)
@@ -268,3 +269,48 @@ async def test_every_metric_the_bridge_exposes_is_in_docs_monitoring(scraped):
     assert len(families) > 25
     missing = sorted(f for f in families if f"| `{f}` |" not in doc)
     assert missing == [], "docs/monitoring.md's metrics table lacks these"
+
+
+async def test_what_the_alerts_read_follows_real_faults(sim, nats_server, run_bridge):
+    """The gauges the alerts read move with real faults and come back: the API server refusing
+    connections (K8sEventBridgeWatchFailing), a nats-server that keeps its connections and
+    answers nothing, as a stream without quorum does (K8sEventBridgePublishStalled)."""
+    w = Writer(sim)
+    bridge = run_bridge(queue={"max_events": 321})
+    await bridge.wait_ready()
+
+    async def value(name: str, labels: str = "") -> float:
+        return await bridge.metric(name, labels)
+
+    assert await value("leader") == 1
+    assert await value("queue_max_messages") == 321
+    assert await value("scope_synced", 'scope="*"') == 1
+    assert await value("watch_failing_seconds", 'scope="*"') == 0
+
+    await sim.refuse_connections()
+    assert await eventually(lambda: _above(value("watch_failing_seconds", 'scope="*"'), 1.5))
+    assert await value("apiserver_reachable") == 0
+    assert await value("scope_synced", 'scope="*"') == 1  # it had synced: it stays so
+    await sim.accept_connections()
+    assert await eventually(lambda: _equal(value("watch_failing_seconds", 'scope="*"'), 0))
+
+    assert nats_server.proc is not None
+    nats_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        await w.write(20, bump_ratio=0.0)
+        assert await eventually(lambda: _above(value("publish_oldest_wait_seconds"), 3))
+        waiting = await value("queue_depth") + await value("publish_inflight")
+        assert waiting > 0
+    finally:
+        nats_server.proc.send_signal(signal.SIGCONT)
+    assert await eventually(lambda: _equal(value("publish_oldest_wait_seconds"), 0), timeout=30)
+    ids = await all_of(nats_server.url, w.ids)
+    assert sorted(ids) == sorted(w.ids)
+
+
+async def _above(read, bound: float) -> bool:
+    return (await read) > bound
+
+
+async def _equal(read, wanted: float) -> bool:
+    return (await read) == wanted
