@@ -517,6 +517,8 @@ async def _pair(start_bridge, **sections: Any) -> tuple[BridgeProcess, BridgePro
     b = start_bridge(leader_election={**ELECTION, "identity": "bridge-b"}, **sections)
     await b.wait_ready(timeout=60)  # a warm standby is ready
     assert (await _role(a), await _role(b)) == ("leader", "standby")
+    # what K8sEventBridgeNoLeader sums (deploy/monitoring/)
+    assert (await a.metric("leader"), await b.metric("leader")) == (1, 0)
     return a, b
 
 
@@ -569,6 +571,7 @@ async def test_sigkill_of_the_leader_the_standby_takes_over_after_the_lease_expi
     changed = await _leader_changed(nats_server.url, "bridge-b")
     assert changed["data"]["previousHolder"] == "bridge-a"
     assert await _role(standby) == "leader"
+    assert await standby.metric("leader") == 1
 
 
 async def test_sigterm_of_the_leader_hands_the_lease_over_at_once(
