@@ -1,5 +1,5 @@
-"""The keys of a settings model and of a YAML document, for the tests that check a config file
-in config/ documents every key."""
+"""The keys of a settings model, of a YAML document and of docs/configuration.md, for the tests
+that check a config file in config/ and the reference document every key."""
 
 from __future__ import annotations
 
@@ -26,4 +26,17 @@ def doc_keys(doc: dict[str, Any], prefix: str = "") -> set[str]:
             out |= doc_keys(v, f"{prefix}{k}.")
         else:
             out.add(f"{prefix}{k}")
+    return out
+
+
+def reference_keys(markdown: str, command: str) -> set[str]:
+    """The keys docs/configuration.md's tables name under the heading of ``command`` (``## ...
+    (`k8s-event-alerting`)``), up to the next program's heading."""
+    out: set[str] = set()
+    inside = False
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            inside = f"`{command}`" in line
+        elif inside and line.startswith("| `"):
+            out.add(line.split("`")[1])
     return out

@@ -162,6 +162,9 @@ class Settings(configuring.SubscriberSettings):
     )
 
     nats: NatsSettings = NatsSettings()
+    """NATS: the bridge's stream, and the durable consumer the subscriber reads it with. Its
+    subject filters must let the bridge's status events through (`<prefix>.<cluster>._bridge.>`):
+    the control plane and gap alerts come from them."""
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     alerts: AlertsSettings = AlertsSettings()
     http: HttpSettings = HttpSettings()
