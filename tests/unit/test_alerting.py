@@ -819,19 +819,6 @@ def test_check_config_prints_the_effective_config_without_secrets(
     assert "password: '***'" in out and "resolve_after: 900.0" in out
 
 
-def test_the_docs_name_every_setting() -> None:
-    """Every key of the settings is in docs/consumers.md (the alerting subscriber)."""
-    root = Path(__file__).resolve().parents[2]
-    doc = (root / "docs" / "consumers.md").read_text()
-    missing = [
-        f"{section}.{key}"
-        for section, field_ in settings.Settings.model_fields.items()
-        for key in field_.annotation.model_fields  # type: ignore[union-attr]
-        if f"`{section}.{key}" not in doc
-    ]
-    assert not missing, missing
-
-
 def test_the_deployments_config_is_valid_and_its_command_runs_the_subscriber(
     tmp_path: Path,
 ) -> None:
