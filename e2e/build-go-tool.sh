@@ -20,10 +20,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/versions.env"
 tool="${1:-}"
 case "$tool" in
-  promtool) module="github.com/prometheus/prometheus"; pkg="cmd/promtool"
+  # remove_all_sd: Prometheus' own build tag that leaves out every service discovery plugin
+  # (plugins/plugin_*.go: the cloud SDKs, most of the build); `check rules` and `test rules`
+  # use none of them (`promtool check service-discovery` would)
+  promtool) module="github.com/prometheus/prometheus"; pkg="cmd/promtool"; tags="remove_all_sd"
             version="${2:-${PROMETHEUS_VERSION:?not set in e2e/versions.env}}"
             ver_pkg="github.com/prometheus/common/version"; check=(--version) ;;
-  helm)     module="helm.sh/helm/v3"; pkg="cmd/helm"
+  helm)     module="helm.sh/helm/v3"; pkg="cmd/helm"; tags=""
             version="${2:-${HELM_VERSION:?not set in e2e/versions.env}}"
             ver_pkg="helm.sh/helm/v3/internal/version"; check=(version --short) ;;
   *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool or helm)" >&2; exit 1 ;;
@@ -62,7 +65,7 @@ else
   ldflags+=" -X ${ver_pkg}.version=${version}"
 fi
 log "building ${module}/${pkg}@${version}"
-GOBIN="$bin" go install -trimpath -ldflags "$ldflags" "${module}/${pkg}@${version}" \
+GOBIN="$bin" go install -trimpath -tags "$tags" -ldflags "$ldflags" "${module}/${pkg}@${version}" \
   || die "go install ${module}/${pkg}@${version} failed"
 ok || die "the built $bin/$tool does not run ${check[*]}"
 log "built ${tool} ${version} in $(( $(date +%s) - start ))s"

@@ -1,3 +1,6 @@
+import threading
+import time
+
 import pytest
 
 from bridge.sim.natsserver import NatsServer
@@ -46,12 +49,20 @@ def run_bridge(tmp_path, nats_server, kubeconfig):
     bridges.kill_all()
 
 
+_background: dict[str, tuple[threading.Thread, float]] = {}
+_failed: dict[str, BaseException] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):
-    """Build what the selected tests run and is not built yet, right after collection, outside
-    pytest-timeout's per-test limit, with the builds' output on the terminal: Alertmanager
-    (e2e/build-alertmanager.sh) for a module that uses ``Alertmanager``, and the Go tools a
-    module names in ``GO_TOOLS`` (tests/gotools.py: promtool, helm). All cached. A failed build
-    fails those tests with its message (never a skip)."""
+    """Start building what the selected tests run and is not built yet, right after collection,
+    in the background: Alertmanager (e2e/build-alertmanager.sh) for a module that uses
+    ``Alertmanager``, and the Go tools a module names in ``GO_TOOLS`` (tests/gotools.py:
+    promtool, helm). They build while tests/e2e/conftest.py builds the control plane (the
+    downloads of one overlap the compiles of another: a cold CI run is minutes shorter), and
+    ``pytest_runtestloop`` waits for them before the first test, so no test runs beside a
+    build. All cached: a built tool only answers --version. A failed build fails those tests
+    with its message (never a skip)."""
     if session.config.option.collectonly:
         return
     modules = {item.module for item in session.items}
@@ -62,32 +73,40 @@ def pytest_collection_finish(session):
         for tool in getattr(m, "GO_TOOLS", ()):
             if tool not in wanted:
                 wanted.append(tool)
-    if not wanted:
-        return
-    import time
-
     from tests import gotools
-    from tests.alertmanager import AlertmanagerError, binary_path, ensure_alertmanager
+    from tests.alertmanager import binary_path, ensure_alertmanager
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    capman = session.config.pluginmanager.get_plugin("capturemanager")
     for tool in sorted(wanted):
         if tool == "alertmanager":
             build, path = ensure_alertmanager, str(binary_path())
         else:
             build, path = (lambda t=tool: gotools.ensure(t)), str(gotools.binary_path(tool))
         if tr is not None:
-            tr.write_line(f"{tool}: {path} (a first build takes one to three minutes)")
-        t0 = time.monotonic()
-        try:
-            if capman is not None:
-                with capman.global_and_fixture_disabled():
-                    build()
-            else:
+            tr.write_line(f"{tool}: {path} (built in the background when missing)")
+
+        def run(tool=tool, build=build):
+            try:
                 build()
-        except (AlertmanagerError, gotools.ToolError) as exc:
-            if tr is not None:
-                tr.write_line(f"{tool}: build FAILED: {exc}", red=True)
+            except BaseException as exc:  # reported by pytest_runtestloop
+                _failed[tool] = exc
+
+        thread = threading.Thread(target=run, name=f"build-{tool}", daemon=True)
+        thread.start()
+        _background[tool] = (thread, time.monotonic())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Wait for the background builds before the first test (the tests that need one get its
+    error from ``ensure``)."""
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    for tool, (thread, t0) in sorted(_background.items()):
+        thread.join()
+        if tr is None:
             continue
-        if tr is not None:
-            tr.write_line(f"{tool}: ready ({time.monotonic() - t0:.1f}s)")
+        if tool in _failed:
+            tr.write_line(f"{tool}: build FAILED: {_failed[tool]}", red=True)
+        else:
+            tr.write_line(f"{tool}: ready ({time.monotonic() - t0:.1f}s after collection)")
+    _background.clear()
