@@ -5,11 +5,36 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo demo-cluster test lint unit integration e2e control-plane bench soak model fuzz clean
 
-$(BIN)/.installed: pyproject.toml consumer/pyproject.toml
+# The venv from the lock (requirements/, `make lock`): the locked build tools, the locked test
+# set (every file checked against its hash), then the two local packages, editable, with nothing
+# more (--no-deps, built by the locked setuptools); pip check fails if the lock misses something
+# they need. A changed lock or pyproject reinstalls.
+LOCKS := requirements/build.txt requirements/runtime.txt requirements/test.txt
+$(BIN)/.installed: pyproject.toml consumer/pyproject.toml $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]' -e './consumer[all]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/build.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e ./consumer
+	$(BIN)/pip check
 	touch $@
+
+# Compile the lock files again after a change of dependencies in a pyproject (tests/unit/
+# test_lock.py fails until then): one universal resolution (Linux x86_64 and arm64, CPython
+# 3.11+) with every file's hash, by a pinned uv. Pins still allowed are kept; to move them all
+# to the newest, make lock LOCK_ARGS=--upgrade (or --upgrade-package NAME).
+# runtime.txt: what the image runs, the bridge and consumer[all]. test.txt: that, at the same
+# versions, plus the bridge's test and demo extras (CI). build.txt: pip and setuptools.
+.PHONY: lock
+UV_VERSION := 0.13.9
+UV_COMPILE  = $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+              --custom-compile-command 'make lock' $(LOCK_ARGS)
+lock:
+	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet 'uv==$(UV_VERSION)'
+	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
+	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml --extra all -o requirements/runtime.txt
+	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml --extra all --extra test --extra demo \
+	  -c requirements/runtime.txt -o requirements/test.txt
 
 demo: $(BIN)/.installed
 	$(BIN)/k8s-event-bridge demo
