@@ -1,29 +1,56 @@
 # syntax=docker/dockerfile:1
-# The image that deploy/ runs:
+# The image that deploy/ runs: the bridge and its subscribers (consumer/), from the lock files
+# in requirements/ (`make lock`). docs/deploy.md ("The image") says how to build it:
 #   docker build -t images.example.com/k8s-event-bridge:0.1.0 .
+# tests/unit/test_dockerfile.py checks what this file promises; tests/integration/
+# test_install.py installs the same way outside Docker.
 
-# --- build: the wheels of the bridge, of its subscribers (consumer/) and of their deps ----
+# --- build: every wheel the image needs, nothing fetched that the lock does not hash ------
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
+COPY requirements/ requirements/
+# The locked build tools (pip, setuptools); no build isolation below, so nothing else is
+# fetched to build a wheel.
+RUN python -m venv /build \
+ && /build/bin/pip install --only-binary=:all: --require-hashes -r requirements/build.txt
+# The runtime dependencies, each file checked against the lock's hashes; an sdist among them
+# (nkeys) is built here by the locked setuptools.
+RUN /build/bin/pip wheel --require-hashes --no-build-isolation --wheel-dir /wheels \
+      -r requirements/runtime.txt
+# The bridge and the subscribers from this checkout, without their dependencies (above).
 COPY . .
-RUN pip wheel --wheel-dir /wheels . './consumer[all]'
+RUN /build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . ./consumer
 
-# --- final: a venv with the wheels installed, run as a non-root user -------------------
+# --- final: a venv of those wheels alone (no pip, no index, no compiler), non-root --------
 FROM python:3.11-slim
+# The version in the labels: pyproject.toml's (tests/unit/test_dockerfile.py checks), and the
+# build fails below unless the wheels are that version.
+ARG VERSION=0.1.0
+# Where the source lives: set it when you publish the image (--build-arg SOURCE=...).
+ARG SOURCE=https://git.example.com/k8s-event-bridge
+LABEL org.opencontainers.image.title="k8s-event-bridge" \
+      org.opencontainers.image.description="Kubernetes Events to NATS JetStream as CloudEvents (k8s-event-bridge), and its subscribers k8s-event-alerting and k8s-event-remediation" \
+      org.opencontainers.image.source="$SOURCE" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="$VERSION"
+# Read-only root filesystem: nothing is written at run time but to /tmp (an emptyDir in
+# deploy/); the bytecode is compiled when the wheels are installed.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH
 RUN groupadd --system --gid 65532 nonroot \
  && useradd --system --uid 65532 --gid 65532 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin nonroot
-# Installed from the build stage's wheels only (no index); the wheels do not stay in a layer.
-# The subscribers (python -m k8s_event_consumer.alerting / .remediation, deploy/consumers/)
-# run from the same image.
+# Installed from the build stage's wheels only (no index, no dependency resolution: pip check
+# then proves nothing is missing); the wheels do not stay in a layer. The subscribers
+# (deploy/consumers/) run from the same image. Then the smoke checks: the version, and each
+# program's check-config with its defaults.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-index --find-links /wheels k8s-event-bridge \
-      'k8s-event-bridge-consumer[all]' \
+    /usr/local/bin/python -m venv --without-pip /opt/venv \
+ && /usr/local/bin/python -m pip --python /opt/venv/bin/python install --no-index --no-deps /wheels/*.whl \
+ && /usr/local/bin/python -m pip --python /opt/venv/bin/python check \
+ && /opt/venv/bin/python -c 'import sys; from importlib.metadata import version as v; have = {v("k8s-event-bridge"), v("k8s-event-bridge-consumer")}; sys.exit(None if have == {sys.argv[1]} else f"the wheels are {have}, VERSION is {sys.argv[1]}")' "$VERSION" \
  && k8s-event-bridge check-config > /dev/null \
  && REMEDIATION_KUBERNETES__CLUSTER=check k8s-event-remediation check-config > /dev/null \
  && k8s-event-alerting check-config > /dev/null
