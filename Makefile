@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo demo-cluster test lint unit integration e2e control-plane bench soak model fuzz clean
+.PHONY: demo demo-cluster test lint docs unit integration e2e control-plane bench soak model fuzz clean
 
 # The venv from the lock (requirements/, `make lock`): the locked build tools, the locked test
 # set (every file checked against its hash), then the two local packages, editable, with nothing
@@ -55,10 +55,18 @@ control-plane:
 	bash e2e/build-go-tool.sh helm
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge consumer tests fuzz soak
-	$(BIN)/ruff check bridge consumer tests fuzz soak
+	$(BIN)/ruff format --check bridge consumer tests tools fuzz soak
+	$(BIN)/ruff check bridge consumer tests tools fuzz soak
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m tools.configref --check
+	$(BIN)/python -m tools.monitoring --check
+
+# the generated files: docs/configuration.md and config/*.yaml from the settings models, the
+# dashboard, the PrometheusRule and the chart's copies of deploy/monitoring/ (lint checks them)
+docs: $(BIN)/.installed
+	$(BIN)/python -m tools.configref
+	$(BIN)/python -m tools.monitoring
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit
