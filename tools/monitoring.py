@@ -5,7 +5,8 @@ made from one source each.
 - ``k8s-event-bridge.rules.yaml`` (the plain rules file) is written by hand; ``prometheusrule.yaml``
   carries the same groups for the Prometheus Operator.
 - The Helm chart can not read files outside itself: ``deploy/helm/k8s-event-bridge/files/``
-  holds copies of the rules and the dashboard.
+  holds copies of the rules and the dashboard; so does the kustomize component
+  ``deploy/components/dashboard/`` (of the dashboard).
 
 ``python -m tools.monitoring`` writes them; ``--check`` names each stale file and exits 1
 (tests/integration/test_monitoring.py runs the check).
@@ -25,6 +26,7 @@ RULES = MONITORING / "k8s-event-bridge.rules.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
 CHART_FILES = REPO / "deploy" / "helm" / "k8s-event-bridge" / "files"
+COMPONENTS = REPO / "deploy" / "components"
 
 P = "k8s_event_bridge_"
 SEL = 'namespace=~"$namespace", pod=~"$pod"'
@@ -473,6 +475,7 @@ def wanted() -> dict[Path, str]:
         PROMETHEUS_RULE: prometheus_rule(rules),
         CHART_FILES / "k8s-event-bridge.rules.yaml": rules,
         CHART_FILES / "k8s-event-bridge.dashboard.json": board,
+        COMPONENTS / "dashboard" / "k8s-event-bridge.dashboard.json": board,
     }
 
 

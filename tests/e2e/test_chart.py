@@ -382,10 +382,6 @@ def normalised(obj: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     - the ConfigMap's ``bridge.yaml`` is compared as the config the bridge runs with, not as
       text: deploy/configmap.yaml keeps comments and leaves defaults out, the chart writes
       the leader_election section (lease name, durations) in full;
-    - a PrometheusRule's ``expr`` is compared with its whitespace collapsed (PromQL ignores
-      it): kustomize reads and writes YAML through go-yaml v3, which adds a line break to a
-      folded scalar (``>-``) that has a more-indented line (go-yaml/yaml#827), so the
-      expression ``kubectl apply -k`` sends differs from the file by a blank line.
 
     Everything else is compared as rendered: kind, name, namespace, labels, annotations,
     spec, rules, data, in list order."""
@@ -397,10 +393,6 @@ def normalised(obj: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
         annotations.pop("checksum/config", None)
         if not annotations:
             meta.pop("annotations", None)
-    if obj["kind"] == "PrometheusRule":
-        for group in obj["spec"]["groups"]:
-            for rule in group["rules"]:
-                rule["expr"] = " ".join(str(rule["expr"]).split())
     if obj["kind"] == "ConfigMap" and "bridge.yaml" in obj.get("data", {}):
         obj["data"]["bridge.yaml"] = effective_config(obj["data"]["bridge.yaml"], tmp_path)
     return obj
