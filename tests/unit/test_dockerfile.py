@@ -493,19 +493,10 @@ def _helm_rendered() -> list[dict[str, Any]]:
     return _deployments(list(yaml.safe_load_all(done.stdout)))
 
 
-# deploy/consumers/remediation.yaml has no /tmp emptyDir yet (deploy/ is not this test's to
-# change): strict, so this fails once it has one, and the mark goes.
-_NO_TMP_YET = {"remediation.yaml"}
 MANIFESTS = [
     pytest.param(lambda: _from_file(ROOT / "deploy" / "deployment.yaml"), id="deployment.yaml"),
     *(
-        pytest.param(
-            lambda p=p: _from_file(p),
-            id=f"consumers/{p.name}",
-            marks=[pytest.mark.xfail(strict=True, reason="no emptyDir on /tmp in deploy/")]
-            if p.name in _NO_TMP_YET
-            else [],
-        )
+        pytest.param(lambda p=p: _from_file(p), id=f"consumers/{p.name}")
         for p in sorted((ROOT / "deploy" / "consumers").glob("*.yaml"))
         if _from_file(p)
     ),
