@@ -21,6 +21,7 @@ import copy
 import difflib
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -577,3 +578,48 @@ def test_the_dashboard_config_map_is_labelled_for_grafana(tmp_path: Path) -> Non
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "Kubernetes"}
     assert cm["data"] == {"k8s-event-bridge.json": (MONITORING / "dashboard.json").read_text()}
+
+
+# ----------------------------------------------------------------------------- the README's way
+
+
+def _readme_install_commands() -> list[list[str]]:
+    """The commands of the README's block that installs the bridge in a cluster, each as its
+    arguments (continuation lines joined, comments dropped)."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("In the cluster, with kustomize or Helm")
+    begin = readme.index("```sh\n", start) + len("```sh\n")
+    block = readme[begin : readme.index("\n```", begin)]
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            commands.append(words)
+    return commands
+
+
+@pytest.mark.e2e
+@once
+def test_the_readme_install_commands_pass_a_server_dry_run(
+    api: ControlPlane, tmp_path: Path
+) -> None:
+    """What an operator copies from the README: `kubectl apply -k deploy/` and the `helm
+    install` with its values, each through the real API server (a server-side dry run:
+    there is no image to run here)."""
+    commands = {c[0]: c for c in _readme_install_commands()}
+    assert set(commands) == {"docker", "kubectl", "helm"}
+    kubectl = commands["kubectl"]
+    assert kubectl[1:] == ["apply", "-k", "deploy/"]
+    assert f"deployment.apps/{RELEASE}" in server_dry_run(api, "-k", str(REPO / "deploy"))
+
+    helm_args = commands["helm"][1:]
+    assert helm_args[:2] == ["install", RELEASE]
+    chart_at = helm_args.index("deploy/helm/k8s-event-bridge")
+    helm_args[chart_at] = str(CHART)
+    rendered = helm("template", *[a for a in helm_args[1:] if a != "--create-namespace"])
+    accepted = server_dry_run(api, "-f", "-", manifest=rendered.stdout)
+    operator = "monitoring.coreos.com"
+    for kind in ("deployment.apps", f"servicemonitor.{operator}", f"prometheusrule.{operator}"):
+        assert f"{kind}/{RELEASE}" in accepted
+    config = one(documents(rendered.stdout), "ConfigMap")["data"]["bridge.yaml"]
+    assert yaml.safe_load(config)["cluster"]["name"] == "prod-eu-1"
