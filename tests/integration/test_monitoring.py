@@ -314,3 +314,29 @@ async def _above(read, bound: float) -> bool:
 
 async def _equal(read, wanted: float) -> bool:
     return (await read) == wanted
+
+
+def test_the_dashboard_is_laid_out_and_wired_as_grafana_reads_it():
+    """Unique panel ids, panels on the 24-column grid without overlaps, unique refIds per
+    panel, every $variable a query uses defined, the data source a variable."""
+    board = json.loads(monitoring.DASHBOARD.read_text())
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not cells & mine, f"panel {p['title']!r} overlaps another"
+        cells |= mine
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(set(refs)) == len(refs), p["title"]
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    defined = {v["name"] for v in board["templating"]["list"]}
+    assert defined == {"datasource", "namespace", "pod"}
+    text = monitoring.DASHBOARD.read_text()
+    used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", text)) - {"__rate_interval"}
+    assert used <= defined, used - defined
