@@ -174,3 +174,12 @@ def test_shipped_deploy_config_passes_check_config_with_leader_election(tmp_path
     proc = run_cli("check-config", "--config", str(path))
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["leader_election"]["enabled"] is True
+
+
+def test_version_names_the_installed_package(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"k8s-event-bridge {version('k8s-event-bridge')}\n"
