@@ -19,14 +19,24 @@ class _Family:
 
 
 class Metrics:
-    """``counters``: (name, help) of each counter family; gauges are added with ``gauge``."""
+    """``counters``: (name, help) of each counter family; gauges are added with ``gauge``.
+    ``unlabelled``: the counters without labels, exported from 0 on, so that ``increase()``
+    sees their first step (a series born at 1 has no earlier sample: an alert on it would
+    miss the first time, deploy/monitoring/)."""
 
-    def __init__(self, prefix: str, counters: Iterable[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        counters: Iterable[tuple[str, str]],
+        unlabelled: Iterable[str] = (),
+    ) -> None:
         self.prefix = prefix
         self._families: dict[str, _Family] = {}
         self._gauges: dict[str, Callable[[], Mapping[Labels, float]]] = {}
         for name, help_ in counters:
             self._families[name] = _Family(name, "counter", help_)
+        for name in unlabelled:
+            self._families[name].values[()] = 0.0
 
     def inc(self, name: str, n: float = 1.0, **labels: str) -> None:
         values = self._families[name].values

@@ -332,3 +332,17 @@ def test_what_the_rate_limit_remembers_is_bounded() -> None:
         now[0] += 1.0  # one action a second: only the last 10 minutes count
     assert len(w._last_action) <= 1024 + 1
     assert "uid-2999" in w._last_action and "uid-0" not in w._last_action
+
+
+def test_the_counters_alerts_read_are_exported_from_zero() -> None:
+    """K8sEventRemediationHolding and K8sEventAlertingHolding (deploy/monitoring/) take the
+    increase of held_total: a series born at 1 would hide the first hold."""
+    from k8s_event_consumer.alerting import running
+    from k8s_event_consumer.metrics import Metrics
+    from k8s_event_consumer.remediation import worker
+
+    for module, prefix in ((worker, "k8s_event_remediation_"), (running, "k8s_event_alerting_")):
+        text = Metrics(prefix, module.COUNTERS, module.UNLABELLED).render()
+        assert f"\n{prefix}held_total 0\n" in text
+        # a labelled counter gets no unlabelled series
+        assert f"\n{prefix}events_total 0\n" not in text

@@ -58,6 +58,7 @@ COUNTERS = (
     ("replayed_total", "messages of the stream read back into the state at start"),
     ("adopted_total", "alerts taken back from Alertmanager at start"),
 )
+UNLABELLED = ("held_total", "replayed_total", "adopted_total")  # exported from 0 on
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -279,7 +280,7 @@ async def serve(cfg: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    metrics = Metrics(METRICS_PREFIX, COUNTERS)
+    metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
     state = State(rules(cfg))
     am = client(cfg)
     alerting = Alerting(

@@ -22,7 +22,7 @@ from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import settings as settings_mod
 from k8s_event_consumer.remediation.kube import Kube
 from k8s_event_consumer.remediation.settings import Settings
-from k8s_event_consumer.remediation.worker import COUNTERS, METRICS_PREFIX, Worker
+from k8s_event_consumer.remediation.worker import COUNTERS, METRICS_PREFIX, UNLABELLED, Worker
 from k8s_event_consumer.serving import HttpServer
 
 log = logs.get("remediation")
@@ -40,7 +40,7 @@ async def run(settings: Settings) -> int:
     except Exception as exc:  # a kubeconfig that can not be used: nothing to retry
         log.error("kubernetes_config_unusable", error=f"{type(exc).__name__}: {exc}")
         return 1
-    metrics = Metrics(METRICS_PREFIX, COUNTERS)
+    metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
     worker = Worker(settings, kube, metrics=metrics)
     http = HttpServer(metrics)
     if settings.http.port is not None:

@@ -47,6 +47,7 @@ COUNTERS = (
     ("held_total", "messages held (nak'd) because the API server could not be reached"),
     ("events_total", "Kubernetes Events read, by result: planned (an action) or ignored"),
 )
+UNLABELLED = ("held_total",)  # exported from 0 on
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
 KEY_ANNOTATION = "remediation.k8s-event-bridge.io/action"
 
@@ -74,7 +75,7 @@ class Worker:
         self.kube = kube
         self.clock = clock
         self.counts = Counts()
-        self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS)
+        self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
         self._last_action: dict[str, float] = {}  # object uid → when
         self._instance = socket.gethostname()
 
