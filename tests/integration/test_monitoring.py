@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests import gotools
-from tests.integration.harness import Writer, all_of, eventually
+from tests.integration.harness import ConsumerProcess, Writer, all_of, eventually, free_port
 from tools import monitoring
 
 GO_TOOLS = ("promtool",)
@@ -64,7 +64,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules_file_and_the_prometheusrule():
     done = run(promtool(), "check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 11 rules found" in done.stdout
+    assert "SUCCESS: 13 rules found" in done.stdout
     # the PrometheusRule's spec is a rules file too
     spec = yaml.safe_load(monitoring.PROMETHEUS_RULE.read_text())["spec"]
     assert spec == yaml.safe_load(RULES.read_text())
@@ -178,12 +178,18 @@ def check(where: str, expr: str, series: dict[str, set[str]], texts: list[str]) 
     return problems
 
 
-def rule_exprs() -> list[tuple[str, str, list[str]]]:
-    out = []
-    for group in yaml.safe_load(RULES.read_text())["groups"]:
-        for rule in group["rules"]:
-            out.append((rule["alert"], rule["expr"], list(rule["annotations"].values())))
-    return out
+BRIDGE_GROUP = "k8s-event-bridge"
+SUBSCRIBERS_GROUP = "k8s-event-bridge-subscribers"
+
+
+def rule_exprs(group_name: str) -> list[tuple[str, str, list[str]]]:
+    """The alerts of one group of the rules file: (name, expr, annotation texts)."""
+    groups = {g["name"]: g for g in yaml.safe_load(RULES.read_text())["groups"]}
+    assert set(groups) == {BRIDGE_GROUP, SUBSCRIBERS_GROUP}
+    return [
+        (rule["alert"], rule["expr"], list(rule["annotations"].values()))
+        for rule in groups[group_name]["rules"]
+    ]
 
 
 def dashboard_exprs() -> list[tuple[str, str, list[str]]]:
@@ -221,7 +227,7 @@ async def scraped(sim, run_bridge) -> dict[str, set[str]]:
 async def test_rules_and_dashboard_name_only_what_a_real_bridge_exposes(scraped):
     assert "k8s_event_bridge_checkpoint_lag_seconds" in scraped  # the fixture's premise
     problems = []
-    for where, expr, texts in [*rule_exprs(), *dashboard_exprs()]:
+    for where, expr, texts in [*rule_exprs(BRIDGE_GROUP), *dashboard_exprs()]:
         problems += check(where, expr, scraped, texts)
     assert problems == []
 
@@ -340,3 +346,45 @@ def test_the_dashboard_is_laid_out_and_wired_as_grafana_reads_it():
     text = monitoring.DASHBOARD.read_text()
     used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", text)) - {"__rate_interval"}
     assert used <= defined, used - defined
+
+
+async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(
+    tmp_path, nats_server, kubeconfig, run_bridge
+):
+    """The alerting subscriber and the remediation worker as real processes on the stream of
+    a real bridge (their Alertmanager need not answer for this), scraped: the subscribers'
+    group of rules names only their metrics and labels."""
+    await run_bridge().wait_ready()  # the stream they read
+    configs = {
+        "k8s_event_consumer.alerting": {
+            "alertmanager": {"urls": [f"http://127.0.0.1:{free_port()}"]},
+        },
+        "k8s_event_consumer.remediation": {
+            "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
+        },
+    }
+    series: dict[str, set[str]] = {}
+    procs = []
+    try:
+        for module, cfg in configs.items():
+            cfg |= {
+                "nats": {"servers": [nats_server.url]},
+                "http": {"host": "127.0.0.1", "port": free_port()},
+            }
+            path = tmp_path / f"{module}.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            proc = ConsumerProcess(path, tmp_path / f"{module}.log", module=module).start()
+            procs.append(proc)
+            await proc.wait_ready()
+            _, text = await proc.get("/metrics")
+            for name, labels in exposed(text).items():
+                series.setdefault(name, set()).update(labels)
+    finally:
+        for proc in procs:
+            proc.kill()
+    problems = []
+    for where, expr, texts in rule_exprs(SUBSCRIBERS_GROUP):
+        problems += check(where, expr, series, texts)
+    assert problems == []
+    assert "k8s_event_alerting_held_total" in series  # exported from 0, before any hold
+    assert "k8s_event_remediation_held_total" in series
