@@ -19,6 +19,8 @@ class HttpServer:
         self.port = port
         self.health = health
         self.metrics = metrics
+        # read when scraped: what /readyz would answer now, whether anyone asked it or not
+        metrics.ready.set_function(lambda: 1.0 if health.ready else 0.0)
         # what /status shows besides readiness; set by the app once the pipeline exists
         self.status: Callable[[], dict[str, Any]] = dict
         self._runner: web.AppRunner | None = None
@@ -45,7 +47,6 @@ class HttpServer:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         problems = self.health.problems()
-        self.metrics.ready.set(0 if problems else 1)
         if problems:
             return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
         return web.Response(text="ready\n")

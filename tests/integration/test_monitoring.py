@@ -307,9 +307,13 @@ async def test_what_the_alerts_read_follows_real_faults(sim, nats_server, run_br
         assert await eventually(lambda: _above(value("publish_oldest_wait_seconds"), 3))
         waiting = await value("queue_depth") + await value("publish_inflight")
         assert waiting > 0
+        # past http.unready_after (2 s here): the gauge says so when scraped, though nobody
+        # asked /readyz
+        assert await value("ready") == 0
     finally:
         nats_server.proc.send_signal(signal.SIGCONT)
     assert await eventually(lambda: _equal(value("publish_oldest_wait_seconds"), 0), timeout=30)
+    assert await eventually(lambda: _equal(value("ready"), 1))
     ids = await all_of(nats_server.url, w.ids)
     assert sorted(ids) == sorted(w.ids)
 
