@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 from collections.abc import Iterable
@@ -35,83 +34,24 @@ import yaml
 from aiohttp import web
 
 from bridge.sim.natsserver import free_port
-
-REPO = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = REPO / "e2e" / "build-alertmanager.sh"
-VERSIONS_FILE = REPO / "e2e" / "versions.env"
+from tests import gotools
 
 
 class AlertmanagerError(RuntimeError):
     """Alertmanager could not be built, started or read."""
 
 
-def version() -> str:
-    """``ALERTMANAGER_VERSION`` of e2e/versions.env."""
-    for line in VERSIONS_FILE.read_text().splitlines():
-        key, _, value = line.strip().partition("=")
-        if key == "ALERTMANAGER_VERSION":
-            return value.strip().strip("\"'")
-    raise AlertmanagerError(f"ALERTMANAGER_VERSION is not set in {VERSIONS_FILE}")
-
-
-def cache_root() -> Path:
-    """The same root as e2e/build-alertmanager.sh and e2e/build-control-plane.sh."""
-    if os.environ.get("K8S_EVENT_BRIDGE_CACHE"):
-        return Path(os.environ["K8S_EVENT_BRIDGE_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "k8s-event-bridge"
-
-
 def binary_path() -> Path:
-    return cache_root() / "controlplane" / f"alertmanager-{version()}" / "bin" / "alertmanager"
-
-
-def _runs(binary: Path) -> bool:
-    if not os.access(binary, os.X_OK):
-        return False
-    try:
-        done = subprocess.run(
-            [str(binary), "--version"], capture_output=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-_built: list[Path | AlertmanagerError] = []  # this process's one attempt
+    return gotools.binary_path("alertmanager")
 
 
 def ensure_alertmanager() -> Path:
-    """The alertmanager binary, built with e2e/build-alertmanager.sh when it is missing (about
-    20 s with a warm Go build cache, 70 s with a cold one, more when the modules must be
-    downloaded too). One attempt per process: a failed build fails every later call at once
-    with the same error, never a skip."""
-    if not _built:
-        try:
-            _built.append(_ensure())
-        except AlertmanagerError as exc:
-            _built.append(exc)
-    found = _built[0]
-    if isinstance(found, AlertmanagerError):
-        raise found
-    return found
-
-
-def _ensure() -> Path:
-    binary = binary_path()
-    if _runs(binary):
-        return binary
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=1800, check=False
-    )
-    if done.returncode != 0:
-        raise AlertmanagerError(
-            f"{BUILD_SCRIPT.name} exited {done.returncode}:\n{done.stderr[-4000:]}"
-        )
-    built = Path(done.stdout.strip().splitlines()[-1]) / "alertmanager"
-    if not _runs(built):
-        raise AlertmanagerError(f"{built} was built but does not run --version")
-    return built
+    """The alertmanager binary, built with e2e/build-alertmanager.sh when it is missing
+    (tests/gotools.py: one attempt per process, a failed build fails every later call)."""
+    try:
+        return gotools.ensure("alertmanager")
+    except gotools.ToolError as exc:
+        raise AlertmanagerError(str(exc)) from exc
 
 
 @dataclass

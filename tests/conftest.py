@@ -74,20 +74,16 @@ def pytest_collection_finish(session):
             if tool not in wanted:
                 wanted.append(tool)
     from tests import gotools
-    from tests.alertmanager import binary_path, ensure_alertmanager
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     for tool in sorted(wanted):
-        if tool == "alertmanager":
-            build, path = ensure_alertmanager, str(binary_path())
-        else:
-            build, path = (lambda t=tool: gotools.ensure(t)), str(gotools.binary_path(tool))
         if tr is not None:
+            path = gotools.binary_path(tool)
             tr.write_line(f"{tool}: {path} (built in the background when missing)")
 
-        def run(tool=tool, build=build):
+        def run(tool=tool):
             try:
-                build()
+                gotools.ensure(tool)
             except BaseException as exc:  # reported by pytest_runtestloop
                 _failed[tool] = exc
 

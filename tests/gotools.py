@@ -1,6 +1,7 @@
-"""The Go command-line tools some tests run: ``promtool`` (the alert rules' tests,
-deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh`` from the Go
-module proxy and cached outside the repo, keyed by their versions in ``e2e/versions.env``.
+"""The Go programs some tests run besides the control plane: ``promtool`` (the alert rules'
+tests, deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh``, and
+``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``: from
+the Go module proxy, cached outside the repo, keyed by their versions in ``e2e/versions.env``.
 
 A test module names what it needs in ``GO_TOOLS = ("promtool",)``; tests/conftest.py builds
 those right after collection (outside pytest-timeout's per-test limit) and a test gets the path
@@ -9,20 +10,40 @@ from :func:`ensure`. A failed build fails those tests with its message, never a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from tests.alertmanager import cache_root
-
 REPO = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = REPO / "e2e" / "build-go-tool.sh"
 VERSIONS_FILE = REPO / "e2e" / "versions.env"
-VERSION_KEYS = {"promtool": "PROMETHEUS_VERSION", "helm": "HELM_VERSION"}
-CHECK_ARGS = {"promtool": ["--version"], "helm": ["version", "--short"]}
+VERSION_KEYS = {
+    "promtool": "PROMETHEUS_VERSION",
+    "helm": "HELM_VERSION",
+    "alertmanager": "ALERTMANAGER_VERSION",
+}
+CHECK_ARGS = {
+    "promtool": ["--version"],
+    "helm": ["version", "--short"],
+    "alertmanager": ["--version"],
+}
+# the build command of each (stdout's last line: the bin directory)
+BUILDS = {
+    "promtool": ["e2e/build-go-tool.sh", "promtool"],
+    "helm": ["e2e/build-go-tool.sh", "helm"],
+    "alertmanager": ["e2e/build-alertmanager.sh"],
+}
 
 
 class ToolError(RuntimeError):
     """A tool could not be built or does not run."""
+
+
+def cache_root() -> Path:
+    """The same root as the build scripts and e2e/build-control-plane.sh."""
+    if os.environ.get("K8S_EVENT_BRIDGE_CACHE"):
+        return Path(os.environ["K8S_EVENT_BRIDGE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "k8s-event-bridge"
 
 
 def version(tool: str) -> str:
@@ -52,9 +73,9 @@ _built: dict[str, Path | ToolError] = {}  # this process's one attempt per tool
 
 
 def ensure(tool: str) -> Path:
-    """The tool's binary, built when it is missing (promtool about 3 minutes cold, helm about
-    3). One attempt per process: a failed build fails every later call at once with the same
-    error."""
+    """The tool's binary, built when it is missing (cold: promtool about 5 minutes, helm 2.5,
+    alertmanager 1 or 2). One attempt per process: a failed build fails every later call at
+    once with the same error."""
     if tool not in _built:
         try:
             _built[tool] = _ensure(tool)
@@ -70,8 +91,9 @@ def _ensure(tool: str) -> Path:
     binary = binary_path(tool)
     if _runs(tool, binary):
         return binary
+    script, *args = BUILDS[tool]
     done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), tool],
+        ["bash", str(REPO / script), *args],
         capture_output=True,
         text=True,
         timeout=2400,
@@ -79,7 +101,7 @@ def _ensure(tool: str) -> Path:
     )
     if done.returncode != 0:
         raise ToolError(
-            f"{BUILD_SCRIPT.name} {tool} exited {done.returncode}:\n{done.stderr[-4000:]}"
+            f"{' '.join(BUILDS[tool])} exited {done.returncode}:\n{done.stderr[-4000:]}"
         )
     built = Path(done.stdout.strip().splitlines()[-1]) / tool
     if not _runs(tool, built):
