@@ -9,7 +9,6 @@ dashboard name that it does not expose (a rename that forgot the dashboard, a ty
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -214,12 +213,12 @@ async def scraped(sim, run_bridge) -> dict[str, set[str]]:
     bridge = run_bridge()
     await bridge.wait_ready()
     await w.write(10, bump_ratio=0.5)
-    for _ in range(100):
-        if await bridge.metric("checkpoint_resource_version") > 0 and await bridge.metric(
-            "events_published"
-        ) >= len(w.ids):
-            break
-        await asyncio.sleep(0.1)
+
+    async def through_and_saved() -> bool:
+        published = await bridge.metric("events_published")
+        return published >= len(w.ids) and await bridge.metric("checkpoint_resource_version") > 0
+
+    await eventually(through_and_saved)
     _, text = await bridge.get("/metrics")
     return exposed(text)
 
