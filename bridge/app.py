@@ -73,13 +73,16 @@ class Bridge:
         await kube.connect()  # credentials are a config matter: exit 2 when bad
         clients.push_async_callback(kube.close)
         try:
-            nc = await until_stopped(
+            conn = await until_stopped(
                 stop,
                 connection.connect(
                     s.nats, on_state=self._nats_state, on_reconnected=self._nats_reconnected
                 ),
             )
-            clients.push_async_callback(connection.close, nc)
+            clients.push_async_callback(connection.close, conn)
+            nc = conn.nc
+            # read from the client at scrape time, not kept from the last callback
+            self.metrics.nats_connected.set_function(lambda: 1.0 if nc.is_connected else 0.0)
             js = nc.jetstream(domain=s.nats.domain)
             await until_stopped(
                 stop, jetstream_step("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
@@ -183,7 +186,6 @@ class Bridge:
 
     def _nats_state(self, up: bool) -> None:
         self.health.nats_up(up)
-        self.metrics.nats_connected.set(1 if up else 0)
         if self._publisher is not None:
             self._publisher.set_connected(up)
 

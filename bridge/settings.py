@@ -35,6 +35,8 @@ from pydantic_settings import (
 )
 
 from bridge.errors import ConfigError
+from k8s_event_common import connecting as shared
+from k8s_event_common.secrets import never_echo
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -113,8 +115,9 @@ def _lower(value: Any) -> Any:
 
 
 def _file_exists(value: str | None) -> str | None:
+    # the path is not repeated: a secret pasted here by mistake must not be echoed
     if value is not None and not Path(value).is_file():
-        raise ValueError(f"{value}: no such file")
+        raise ValueError("no such file (the value given is not shown)")
     return value
 
 
@@ -276,8 +279,9 @@ class FilterSettings(_Section):
 
 
 class TLSSettings(_Section):
-    """TLS to NATS: used when a server URL is tls:// or wss://, or when `ca_file` or `cert_file`
-    is set."""
+    """TLS to NATS: wanted when a server URL is tls:// or wss://, or `ca_file`, `cert_file` or
+    `handshake_first` is set. Then no byte of a credential, nor of an Event, goes to a server
+    over a connection that is not TLS."""
 
     ca_file: ExistingFile = None
     """CA bundle (PEM) to verify the server with. null: the system's CAs."""
@@ -285,6 +289,10 @@ class TLSSettings(_Section):
     """Client certificate (PEM) for mutual TLS; `cert_file` and `key_file` go together."""
     key_file: ExistingFile = None
     """Client private key (PEM) for mutual TLS."""
+    handshake_first: bool = False
+    """TLS from the first byte (nats-server `tls { handshake_first: true }`). false: the
+    server's plaintext INFO comes first, and a server that does not require TLS there is
+    refused before anything is sent (log `nats_tls_refused`), then the next one is tried."""
 
     @model_validator(mode="after")
     def _pair(self) -> TLSSettings:
@@ -301,7 +309,8 @@ class NatsSettings(_Section):
         ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
     )
     """NATS server URLs (nats://, tls://, ws://, wss://); at least one. The connection is
-    retried forever and fails over between them."""
+    retried forever and fails over between them. No user name, password or token in a URL
+    (they would be printed wherever the server is named): use `user`, `password`, `token`."""
     stream: str = "K8S_EVENTS"
     """The JetStream stream the CloudEvents go to (A-Z a-z 0-9 _ -)."""
     domain: str | None = None
@@ -351,20 +360,39 @@ class NatsSettings(_Section):
     logged; prefer the environment (from a Kubernetes Secret) to writing it here."""
     token: SecretStr | None = None
     """Token auth. Never printed by check-config or logged."""
-    nkey_seed_file: ExistingFile = None
-    """An NKey seed file (NKey auth). null: none."""
-    creds_file: ExistingFile = None
-    """A .creds file (JWT + NKey seed, decentralised auth). null: none."""
+    nkey_seed_file: Annotated[
+        str | None, AfterValidator(shared.seed_file_checked), doc("path of a user NKey seed file")
+    ] = None
+    """An NKey seed file (NKey auth): a user seed (SU...), checked at start. null: none."""
+    creds_file: Annotated[
+        str | None, AfterValidator(shared.creds_file_checked), doc("path of a .creds file")
+    ] = None
+    """A .creds file (operator mode: a user JWT and its NKey seed), checked at start (both
+    blocks, a user JWT, the seed of that user) and read again at each connect, so a file
+    replaced on disk (a rotated Secret) is used at the next reconnect. Not with
+    `nkey_seed_file`. null: none."""
+    inbox_prefix: str = "_INBOX_k8s_event_bridge"
+    """The prefix of the bridge's reply subjects (JetStream API answers, publish acks): give
+    each program its own, so that a permission on `<inbox_prefix>.>` lets it read its own
+    replies and nobody else's (docs/deploy.md)."""
+    ping_interval: PositiveDuration = 5.0
+    """How often the bridge pings the server. A connection is stale (left for another server)
+    once `max_outstanding_pings` pings went unanswered, or nothing at all was read from the
+    server for `ping_interval * (max_outstanding_pings + 1)` (15s by default)."""
+    max_outstanding_pings: int = Field(2, ge=1, le=10)
+    """Unanswered pings after which the connection is stale."""
     tls: TLSSettings = TLSSettings()
 
     @field_validator("servers")
     @classmethod
     def _servers(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one server URL is needed")
-        for url in v:
-            if not re.match(r"^(nats|tls|ws|wss)://", url):
-                raise ValueError(f"{url!r} is not a nats://, tls://, ws:// or wss:// URL")
+        return shared.servers_checked(v)
+
+    @field_validator("inbox_prefix")
+    @classmethod
+    def _inbox(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", v):
+            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
         return v
 
     @field_validator("stream")
@@ -401,9 +429,33 @@ class NatsSettings(_Section):
             raise ValueError(
                 "duplicate_window must not be longer than max_age (JetStream refuses it)"
             )
-        if self.password is not None and not self.user:
-            raise ValueError("password needs user")
+        try:
+            shared.auth_checked(self.options())
+        except shared.CredentialError as exc:
+            raise ValueError(str(exc)) from None
         return self
+
+    def options(self) -> shared.NatsOptions:
+        """The shared connection's options (secrets included: never print them)."""
+        tls = self.tls
+        return shared.NatsOptions(
+            servers=list(self.servers),
+            name=self.name,
+            user=self.user,
+            password=self.password.get_secret_value() if self.password else None,
+            token=self.token.get_secret_value() if self.token else None,
+            creds_file=self.creds_file,
+            nkey_seed_file=self.nkey_seed_file,
+            tls_ca_file=tls.ca_file,
+            tls_cert_file=tls.cert_file,
+            tls_key_file=tls.key_file,
+            tls_handshake_first=tls.handshake_first,
+            connect_timeout=self.connect_timeout,
+            inbox_prefix=self.inbox_prefix,
+            ping_interval=self.ping_interval,
+            max_outstanding_pings=self.max_outstanding_pings,
+            skip_subject_validation=True,  # every subject is sanitised by bridge.core.subjects
+        )
 
 
 class CloudEventsSettings(_Section):
@@ -580,14 +632,10 @@ def _describe(exc: ValidationError) -> str:
         shown = (
             ""
             if err["type"] == "extra_forbidden" or isinstance(value, dict)
-            else (f" (got {value!r})" if not _secret_key(loc) else "")
+            else (f" (got {value!r})" if not never_echo(loc) else "")
         )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")
     return "invalid configuration: " + "; ".join(lines)
-
-
-def _secret_key(loc: str) -> bool:
-    return loc.rsplit(".", 1)[-1] in {"password", "token"}
 
 
 def _check_env_sections(env: dict[str, str]) -> None:

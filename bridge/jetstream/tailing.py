@@ -13,13 +13,13 @@ from urllib.parse import unquote
 
 import msgspec
 import nats.js.errors
-from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bridge.core import subjects
 from bridge.errors import NoStream
 from bridge.jetstream import connection
 from bridge.settings import NatsSettings, Settings
+from k8s_event_common.connecting import Connection
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -119,8 +119,9 @@ class Received(NamedTuple):
 class Tail:
     """The stream read in order by an ordered consumer: from its start, or from now on."""
 
-    def __init__(self, nc: NATS, sub: Any, domain: str | None = None) -> None:
-        self._nc = nc
+    def __init__(self, conn: Connection, sub: Any, domain: str | None = None) -> None:
+        self._conn = conn
+        self._nc = conn.nc
         self._sub = sub
         self._domain = domain
 
@@ -135,7 +136,8 @@ class Tail:
     ) -> Tail:
         """From the start, from ``since`` (JetStream seeks by time) or from now on. Raises
         ``NoStream`` when the stream does not exist."""
-        nc = await connection.connect(settings)
+        conn = await connection.connect(settings)
+        nc = conn.nc
         config = None
         policy: DeliverPolicy | None = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
         if since is not None:
@@ -152,9 +154,9 @@ class Tail:
                 config=config,
             )
         except nats.js.errors.NotFoundError:
-            await nc.close()
+            await conn.close()
             raise NoStream(f"no stream {settings.stream} on {settings.servers}") from None
-        return cls(nc, sub, settings.domain)
+        return cls(conn, sub, settings.domain)
 
     def __aiter__(self) -> AsyncIterator[Received]:
         return self._messages()
@@ -173,7 +175,7 @@ class Tail:
         return int(info.state.messages)
 
     async def close(self) -> None:
-        await self._nc.close()
+        await self._conn.close()
 
 
 async def tail(

@@ -35,12 +35,13 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from k8s_event_common import connecting as shared
+from k8s_event_common.secrets import SECRET_KEYS, never_echo
 from k8s_event_consumer.connecting import NatsOptions
 from k8s_event_consumer.consuming import ConsumerOptions
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-SECRET_KEYS = frozenset({"password", "token", "bearer_token"})
 
 
 class ConfigError(Exception):
@@ -86,8 +87,9 @@ def _lower(value: Any) -> Any:
 
 
 def _file_exists(value: str | None) -> str | None:
+    # the path is not repeated: a secret pasted here by mistake must not be echoed
     if value is not None and not Path(value).is_file():
-        raise ValueError(f"{value}: no such file")
+        raise ValueError("no such file (the value given is not shown)")
     return value
 
 
@@ -111,6 +113,10 @@ class TLSSettings(Section):
     """Client certificate (PEM) for mutual TLS; `cert_file` and `key_file` go together."""
     key_file: ExistingFile = None
     """Client private key (PEM) for mutual TLS."""
+    handshake_first: bool = False
+    """TLS from the first byte (nats-server `tls { handshake_first: true }`). false: the
+    server's plaintext INFO comes first, and a server that does not require TLS there is
+    refused before anything is sent (log `nats_tls_refused`), then the next one is tried."""
 
     @model_validator(mode="after")
     def _pair(self) -> TLSSettings:
@@ -129,7 +135,9 @@ class NatsSettings(Section):
         ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
     )
     """NATS server URLs (nats://, tls://, ws://, wss://); at least one. The first connect is
-    tried until NATS answers, then the connection reconnects forever."""
+    tried until NATS answers, then the connection reconnects forever. No user name, password
+    or token in a URL (they would be printed wherever the server is named): use `user`,
+    `password`, `token`."""
     stream: str = "K8S_EVENTS"
     """The bridge's stream (A-Z a-z 0-9 _ -)."""
     subjects: list[str] = Field(["k8s.events.>"], examples=[["k8s.events.prod-eu-1.>"]])
@@ -150,13 +158,31 @@ class NatsSettings(Section):
     logged."""
     token: SecretStr | None = None
     """Token auth. Never printed by check-config or logged."""
-    nkey_seed_file: ExistingFile = None
-    """An NKey seed file (NKey auth). null: none."""
-    creds_file: ExistingFile = None
-    """A .creds file (JWT + NKey seed, decentralised auth). null: none."""
+    nkey_seed_file: Annotated[
+        str | None, AfterValidator(shared.seed_file_checked), doc("path of a user NKey seed file")
+    ] = None
+    """An NKey seed file (NKey auth): a user seed (SU...), checked at start. null: none."""
+    creds_file: Annotated[
+        str | None, AfterValidator(shared.creds_file_checked), doc("path of a .creds file")
+    ] = None
+    """A .creds file (operator mode: a user JWT and its NKey seed), checked at start (both
+    blocks, a user JWT, the seed of that user) and read again at each connect, so a file
+    replaced on disk (a rotated Secret) is used at the next reconnect. Not with
+    `nkey_seed_file`. null: none."""
+    inbox_prefix: str = "_INBOX_k8s_event_consumer"
+    """The prefix of the subscriber's reply subjects (JetStream API answers, fetches): give
+    each program its own, so that a permission on `<inbox_prefix>.>` lets it read its own
+    replies and nobody else's (docs/deploy.md)."""
+    ping_interval: PositiveDuration = 5.0
+    """How often the subscriber pings the server. A connection is stale (left for another
+    server) once `max_outstanding_pings` pings went unanswered, or nothing at all was read
+    from the server for `ping_interval * (max_outstanding_pings + 1)` (15s by default)."""
+    max_outstanding_pings: int = Field(2, ge=1, le=10)
+    """Unanswered pings after which the connection is stale."""
     tls: TLSSettings = TLSSettings()
-    """TLS to NATS: used when a server URL is tls:// or wss://, or when `ca_file` or
-    `cert_file` is set."""
+    """TLS to NATS: wanted when a server URL is tls:// or wss://, or `ca_file`, `cert_file` or
+    `handshake_first` is set. Then no byte of a credential, nor of a message, goes to a
+    server over a connection that is not TLS."""
     connect_timeout: PositiveDuration = 5.0
     """Timeout of one connect attempt to a NATS server."""
     ack_wait: PositiveDuration = 30.0
@@ -169,11 +195,13 @@ class NatsSettings(Section):
     @field_validator("servers")
     @classmethod
     def _servers(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one server URL is needed")
-        for url in v:
-            if not re.match(r"^(nats|tls|ws|wss)://", url):
-                raise ValueError(f"{url!r} is not a nats://, tls://, ws:// or wss:// URL")
+        return shared.servers_checked(v)
+
+    @field_validator("inbox_prefix")
+    @classmethod
+    def _inbox(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", v):
+            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
         return v
 
     @field_validator("stream", "durable")
@@ -195,11 +223,14 @@ class NatsSettings(Section):
 
     @model_validator(mode="after")
     def _auth(self) -> NatsSettings:
-        if self.password is not None and not self.user:
-            raise ValueError("password needs user")
+        try:
+            shared.auth_checked(self.options())
+        except shared.CredentialError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     def options(self) -> NatsOptions:
+        """The shared connection's options (secrets included: never print them)."""
         return NatsOptions(
             servers=list(self.servers),
             name=self.name,
@@ -211,7 +242,11 @@ class NatsSettings(Section):
             tls_ca_file=self.tls.ca_file,
             tls_cert_file=self.tls.cert_file,
             tls_key_file=self.tls.key_file,
+            tls_handshake_first=self.tls.handshake_first,
             connect_timeout=self.connect_timeout,
+            inbox_prefix=self.inbox_prefix,
+            ping_interval=self.ping_interval,
+            max_outstanding_pings=self.max_outstanding_pings,
         )
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:
@@ -281,10 +316,6 @@ def read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
-def _secret_key(loc: str) -> bool:
-    return loc.rsplit(".", 1)[-1] in SECRET_KEYS
-
-
 def describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
@@ -300,7 +331,7 @@ def describe(exc: ValidationError) -> str:
             ""
             if err["type"] in ("extra_forbidden", "missing")
             or isinstance(value, dict)
-            or _secret_key(loc)
+            or never_echo(loc)
             else f" (got {value!r})"
         )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")

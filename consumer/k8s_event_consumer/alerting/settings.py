@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from k8s_event_common.connecting import redact_url
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ConfigError,
@@ -53,6 +55,7 @@ DEFAULT_REASONS = [
 class NatsSettings(configuring.NatsSettings):
     durable: str = "k8s-event-alerting"
     name: str = "k8s-event-alerting"
+    inbox_prefix: str = "_INBOX_k8s_event_alerting"
 
 
 class AlertmanagerSettings(Section):
@@ -62,7 +65,8 @@ class AlertmanagerSettings(Section):
         ["http://127.0.0.1:9093"],
         examples=[["http://alertmanager-0:9093", "http://alertmanager-1:9093"]],
     )
-    """Every Alertmanager of the HA cluster (http:// or https://); each gets every alert."""
+    """Every Alertmanager of the HA cluster (http:// or https://); each gets every alert. No
+    user name or password in a URL (it would be a metric label): use `user` and `password`."""
     timeout: PositiveDuration = 10.0
     """Timeout of one request."""
     attempts: int = Field(3, ge=1, le=20)
@@ -93,7 +97,13 @@ class AlertmanagerSettings(Section):
             raise ValueError("at least one Alertmanager URL is needed")
         for url in v:
             if not re.match(r"^https?://[^/\s]+", url):
-                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+                raise ValueError(f"{redact_url(url)!r} is not an http:// or https:// URL")
+            if "@" in urlsplit(url).netloc:
+                # it would be a metric label and in every log line naming the Alertmanager
+                raise ValueError(
+                    f"{redact_url(url)!r} holds a user name or password: set "
+                    "alertmanager.user and alertmanager.password (from a Secret) instead"
+                )
         return [url.rstrip("/") for url in v]
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ _QUALIFIED_NAME = re.compile(
 class NatsSettings(configuring.NatsSettings):
     durable: str = "k8s-event-remediation"
     name: str = "k8s-event-remediation"
+    inbox_prefix: str = "_INBOX_k8s_event_remediation"
     seen_bucket: str = "k8s_event_remediation"
     """The KV bucket keeping the CloudEvent ids handled, across restarts and replicas (a
     redelivery is not acted on twice)."""

@@ -1,0 +1,590 @@
+"""The one NATS connection of the bridge and the subscribers: auth, TLS, redaction, stale
+detection. Neither program trusts the other end of the socket:
+
+- **No credential in clear.** When TLS is wanted (a ``tls://`` or ``wss://`` URL, a CA, a
+  client certificate), CONNECT, which carries the password, token or signed nonce, is only
+  ever written on a TLS connection. nats-py upgrades to TLS only when the server's plaintext
+  INFO asks for it; a server (or anyone in the middle) that does not ask is refused before
+  CONNECT (``nats_tls_refused``) and the next server is tried. ``tls_handshake_first`` makes
+  the TLS handshake the first bytes on the wire (nats-server ``tls { handshake_first: true }``).
+- **No secret printed.** A server URL with a user name or password in it is a configuration
+  error (``url_problem``): the secret would be in every log line that names the server. Log
+  lines name servers by host and port only.
+- **Bad credentials refused at start** (``credentials``), and a ``.creds`` file read again at
+  each connect (a rotated Secret is used at the next reconnect).
+- **An auth error while connected reconnects** (as the Go client does) instead of closing the
+  client for good, which nats-py does on any ``-ERR`` but a stale connection: a revoked or
+  expired user keeps trying, and is let in again once its credentials are replaced.
+- **A hung server is left within seconds.** nats-py pings every ``ping_interval`` and counts
+  a connection stale after ``max_outstanding_pings`` unanswered; a watchdog here also counts it
+  stale once nothing at all was read from the server for ``ping_interval * (max_outstanding_pings
+  + 1)``, whatever nats-py's ping task is doing, and aborts the socket. Either way the transport
+  is never waited on for more than ``CLOSE_DEADLINE``: a socket with unsent data to a peer that
+  reads nothing never finishes closing, and nats-py's reconnect waits for that before it tries
+  another server (nats-io/nats.py#671).
+
+The last three need nats-py's private parts (``PRIVATE_USES``, checked by ``problems()`` before
+they are installed, as in nats-py 2.16; the dependency is pinned to that minor version). When
+one is missing: the TLS guard can not be done without, so a connection that wants TLS without
+``tls_handshake_first`` is refused (``TLSGuardUnavailable``); the others are skipped with one
+warning (``nats_guard_off``) and the connection works as plain nats-py does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from k8s_event_common.credentials import (
+    CredentialError,
+    Signer,
+    check_creds_file,
+    check_seed_file,
+)
+
+# The longest wait for a closing transport before its socket is aborted.
+CLOSE_DEADLINE = 2.0
+
+# The watchdogs running (the event loop holds tasks weakly): each keeps its connection alive
+# until the client is closed, also when the caller kept only the client.
+_watchdogs: set[asyncio.Task[None]] = set()
+
+SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+@dataclass(frozen=True)
+class NatsOptions:
+    """How to reach NATS; each program fills it from its settings."""
+
+    servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    name: str | None = None  # the connection's name, shown by the server (connz, logs)
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    creds_file: str | None = None
+    nkey_seed_file: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_handshake_first: bool = False
+    connect_timeout: float = 5.0
+    inbox_prefix: str = "_INBOX"
+    ping_interval: float = 5.0
+    max_outstanding_pings: int = 2
+    reconnect_time_wait: float = 1.0
+    skip_subject_validation: bool = False
+
+    @property
+    def wants_tls(self) -> bool:
+        return bool(
+            self.tls_ca_file
+            or self.tls_cert_file
+            or self.tls_handshake_first
+            or any(s.startswith(("tls://", "wss://")) for s in self.servers)
+        )
+
+    @property
+    def stale_after(self) -> float:
+        """Seconds of silence from the server after which the connection is stale."""
+        return self.ping_interval * (self.max_outstanding_pings + 1)
+
+
+__all__ = [
+    "CLOSE_DEADLINE",
+    "Connection",
+    "CredentialError",
+    "NatsOptions",
+    "TLSGuardUnavailable",
+    "TLSRefused",
+    "auth_checked",
+    "creds_file_checked",
+    "problems",
+    "redact_url",
+    "seed_file_checked",
+    "servers_checked",
+    "tls_context",
+    "url_problem",
+]
+
+
+class TLSRefused(nats.errors.Error):
+    """TLS is wanted and this server's connection is not TLS: nothing was sent."""
+
+    def __init__(self, server: str) -> None:
+        super().__init__(f"nats: {server} did not require TLS; refused before CONNECT")
+        self.server = server
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TLSGuardUnavailable(RuntimeError):
+    """This nats-py lacks what refusing a plaintext server needs."""
+
+
+# --- configuration checks (each program calls them from its settings) ---
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user name, password or token in it shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<not a URL>"
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with one server URL, never showing a secret in it; None when fine."""
+    if not url.startswith(SCHEMES):
+        return f"{redact_url(url)!r} is not a nats://, tls://, ws:// or wss:// URL"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return f"{redact_url(url)!r} is not a valid URL"
+    if "@" in parts.netloc:
+        return (
+            f"{redact_url(url)!r} holds a user name, password or token: it would be printed "
+            "wherever the server is named; set user and password (or token) instead, from a "
+            "Secret"
+        )
+    if not parts.hostname:
+        return f"{url!r} has no host"
+    return None
+
+
+def tls_context(opts: NatsOptions) -> ssl.SSLContext | None:
+    """The client TLS context, or None when TLS is not wanted. Raises ``CredentialError``
+    naming the file that can not be used."""
+    if not opts.wants_tls:
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=opts.tls_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise CredentialError(f"tls.ca_file: not a CA bundle (PEM): {_ssl_reason(exc)}") from None
+    if opts.tls_cert_file and opts.tls_key_file:
+        try:
+            ctx.load_cert_chain(opts.tls_cert_file, opts.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise CredentialError(
+                f"tls.cert_file/tls.key_file: not a certificate and its key (PEM): "
+                f"{_ssl_reason(exc)}"
+            ) from None
+    return ctx
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__)
+
+
+# --- the private parts of nats-py the guards use ---
+
+
+@dataclass(frozen=True)
+class Private:
+    """One private part of nats-py: a method with these parameters (after self; ``coroutine``
+    says whether it is one), or an attribute holding a value of one of these types."""
+
+    name: str
+    params: tuple[str, ...] | None = None
+    coroutine: bool = True
+    types: tuple[type, ...] = ()
+
+
+# What the guards use of nats-py's Client, as in nats-py 2.16.
+PRIVATE_USES = (
+    Private("_connect_command", params=(), coroutine=False),  # builds CONNECT: the TLS guard
+    Private("_process_err", params=("err_msg",)),  # a -ERR from the server: the auth guard
+    Private("_transport", types=(object,)),  # read / close / wait_closed: the stale guard
+    Private("_current_server", types=(object,)),  # the server being connected to
+)
+
+
+def problems(nc: Any) -> list[str]:
+    """What this nats-py client lacks of ``PRIVATE_USES``; empty when all is as tested."""
+    out: list[str] = []
+    for p in PRIVATE_USES:
+        where = f"Client.{p.name}"
+        if not hasattr(nc, p.name):
+            out.append(f"{where} is missing")
+            continue
+        value = getattr(nc, p.name)
+        if p.params is None:
+            if p.types and value is not None and not isinstance(value, p.types):
+                out.append(f"{where} is a {type(value).__name__}")
+            continue
+        if inspect.iscoroutinefunction(value) != p.coroutine:
+            out.append(f"{where} is {'not ' if p.coroutine else ''}a coroutine function")
+            continue
+        have = tuple(inspect.signature(value).parameters)
+        if have != p.params:
+            out.append(f"{where}({', '.join(have)}) is not ({', '.join(p.params)})")
+    return out
+
+
+def _is_auth_error(text: str) -> bool:
+    t = text.lower()
+    return "authorization violation" in t or "authentication" in t
+
+
+def _server_text(text: str) -> str:
+    """The server's words in a -ERR, without nats-py's prefix and quotes."""
+    t = text.strip()
+    t = t.removeprefix("nats: ").strip()
+    return t.strip("'").strip()
+
+
+class Connection:
+    """A nats-py client with the guards above, reporting through one logger."""
+
+    def __init__(
+        self,
+        opts: NatsOptions,
+        *,
+        logger: str,
+        on_state: Callable[[bool], None] = lambda up: None,
+        on_reconnected: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.opts = opts
+        self.log = logging.getLogger(logger)
+        self._on_state = on_state
+        self._on_reconnected = on_reconnected
+        self._tls = tls_context(opts)
+        self._signer: Signer | None = None
+        self._seed: str | None = None
+        if opts.creds_file:
+            self._signer = Signer(opts.creds_file, self._creds_problem)
+        elif opts.nkey_seed_file:
+            seed, _ = check_seed_file(opts.nkey_seed_file)
+            self._seed = seed.decode()
+        self.nc = NATS()
+        self._last_heard = time.monotonic()
+        self._sampled: dict[str, float] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+        self._guarded_transport: Any = None
+        missing = problems(self.nc)
+        if missing and opts.wants_tls and not opts.tls_handshake_first:
+            raise TLSGuardUnavailable(
+                "this nats-py lacks what refusing a server that does not require TLS needs ("
+                + "; ".join(missing)
+                + "): set tls.handshake_first (nats-server tls { handshake_first: true }) or "
+                "install the tested nats-py"
+            )
+        self._guards = not missing
+        if missing:
+            self._emit(
+                logging.WARNING,
+                "nats_guard_off",
+                reason="; ".join(missing),
+                action="plain nats-py: no stale watchdog, auth errors close the client",
+            )
+        else:
+            self._install_client_guards()
+
+    # --- logging ---
+
+    def _emit(self, level: int, event: str, **fields: Any) -> None:
+        if self.log.isEnabledFor(level):
+            self.log.log(level, event, extra={"fields": fields})
+
+    def _sampled_emit(self, key: str, interval: float, level: int, event: str, **f: Any) -> None:
+        now = time.monotonic()
+        last = self._sampled.get(key)
+        if last is None or now - last >= interval:
+            self._sampled[key] = now
+            self._emit(level, event, **f)
+
+    def _creds_problem(self, problem: str) -> None:
+        self._emit(
+            logging.ERROR,
+            "nats_credentials_invalid",
+            key="creds_file",
+            problem=problem,
+            action="the last good credentials are used until the file is fixed",
+        )
+
+    def server(self) -> str:
+        """The server connected (or being connected) to, as host:port."""
+        url = self.nc.connected_url
+        if url is None:
+            current = getattr(self.nc, "_current_server", None)
+            url = getattr(current, "uri", None)
+        return str(url.hostname or "") + (f":{url.port}" if url and url.port else "") if url else ""
+
+    def auth_failed(self, reason: str) -> None:
+        fields: dict[str, Any] = {"server": self.server(), "reason": reason}
+        if self._signer is not None and self._signer.creds.expired():
+            expires = self._signer.creds.expires
+            assert expires is not None
+            fields["credentials_expired_at"] = time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)
+            )
+        fields["hint"] = "check nats.user/password, token, nkey_seed_file, creds_file"
+        self._sampled_emit(f"auth:{reason}", 60, logging.ERROR, "nats_auth_failed", **fields)
+
+    # --- guards ---
+
+    def _install_client_guards(self) -> None:
+        nc: Any = self.nc
+        build_connect = nc._connect_command
+        process_err = nc._process_err
+        opts = self.opts
+
+        def connect_command() -> bytes:
+            # TLS wanted: CONNECT (with every credential) only on a TLS connection
+            if opts.wants_tls and not self._tls_in_place():
+                server = self.server()
+                self._sampled_emit(
+                    f"tls:{server}",
+                    60,
+                    logging.ERROR,
+                    "nats_tls_refused",
+                    server=server,
+                    reason="TLS is wanted and the server did not require it; nothing was sent",
+                    action="trying the next server",
+                )
+                raise TLSRefused(server)
+            cmd: bytes = build_connect()
+            return cmd
+
+        async def process_err_guarded(err_msg: str) -> None:
+            text = _server_text(err_msg)
+            if _is_auth_error(text) and nc.is_connected:
+                # nats-py would close the client for good; reconnect, as the Go client does
+                self.auth_failed(text)
+                await nc.force_reconnect()
+                return
+            await process_err(err_msg)
+
+        nc._connect_command = connect_command
+        nc._process_err = process_err_guarded
+
+    def _tls_in_place(self) -> bool:
+        transport: Any = getattr(self.nc, "_transport", None)
+        writer = getattr(transport, "_io_writer", None)
+        if writer is not None:
+            return writer.get_extra_info("ssl_object") is not None
+        current = getattr(self.nc, "_current_server", None)
+        scheme = getattr(getattr(current, "uri", None), "scheme", "")
+        return bool(scheme == "wss")
+
+    def _guard_transport(self) -> None:
+        """Once per transport (nats-py keeps one for the client's life): note each read, and
+        never wait on a closing socket for longer than ``CLOSE_DEADLINE``."""
+        transport: Any = getattr(self.nc, "_transport", None)
+        if transport is None or transport is self._guarded_transport:
+            return
+        self._guarded_transport = transport
+        read = transport.read
+        wait_closed = transport.wait_closed
+
+        async def read_noted(buffer_size: int) -> bytes:
+            data: bytes = await read(buffer_size)
+            if data:
+                self._last_heard = time.monotonic()
+            return data
+
+        async def wait_closed_bounded() -> None:
+            try:
+                await asyncio.wait_for(wait_closed(), CLOSE_DEADLINE)
+            except TimeoutError:
+                self._abort(transport)
+
+        transport.read = read_noted
+        transport.wait_closed = wait_closed_bounded
+
+    @staticmethod
+    def _abort(transport: Any) -> None:
+        for name in ("_io_writer", "_bare_io_writer"):
+            writer = getattr(transport, name, None)
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.transport.abort()
+        if getattr(transport, "_io_writer", None) is None:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+    async def _watch(self) -> None:
+        """Count the connection stale after ``stale_after`` seconds without a byte read."""
+        stale_after = self.opts.stale_after
+        tick = min(1.0, stale_after / 5)
+        while not self.nc.is_closed:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if not self.nc.is_connected:
+                self._last_heard = now
+                continue
+            silent = now - self._last_heard
+            if silent > stale_after:
+                self._emit(
+                    logging.WARNING,
+                    "nats_stale",
+                    server=self.server(),
+                    silent_seconds=round(silent, 1),
+                    action="the socket is aborted, another server is tried",
+                )
+                self._last_heard = now
+                self._abort(getattr(self.nc, "_transport", None))
+
+    # --- nats-py's callbacks ---
+
+    async def _error_cb(self, exc: Exception) -> None:
+        if isinstance(exc, TLSRefused):
+            return  # said by the guard
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, nats.errors.AuthorizationError) or _is_auth_error(str(exc)):
+            self.auth_failed(_server_text(str(exc)) or "Authorization Violation")
+            return
+        if "permissions violation" in str(exc).lower():
+            self._sampled_emit(
+                f"perm:{exc}",
+                60,
+                logging.WARNING,
+                "nats_permission_denied",
+                error=_server_text(str(exc)),
+            )
+            return
+        self._sampled_emit(
+            f"err:{type(exc).__name__}", 30, logging.WARNING, "nats_error", error=text
+        )
+
+    async def _disconnected_cb(self) -> None:
+        self._on_state(False)
+        self._emit(logging.WARNING, "nats_disconnected")
+
+    async def _reconnected_cb(self) -> None:
+        self._last_heard = time.monotonic()
+        self._guard_transport()
+        self._on_state(True)
+        self._emit(logging.INFO, "nats_reconnected", server=self.server(), tls=self._tls_in_place())
+        if self._on_reconnected is not None:
+            await self._on_reconnected()
+
+    async def _closed_cb(self) -> None:
+        self._on_state(False)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The arguments of nats-py's ``connect`` (secrets included: never log them)."""
+        o = self.opts
+        kw: dict[str, Any] = {
+            "servers": list(o.servers),
+            "name": o.name,
+            "connect_timeout": o.connect_timeout,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,  # nats-py's 60 closes the client for good
+            "reconnect_time_wait": o.reconnect_time_wait,
+            "ping_interval": o.ping_interval,
+            "max_outstanding_pings": o.max_outstanding_pings,
+            "inbox_prefix": o.inbox_prefix,
+            "skip_subject_validation": o.skip_subject_validation,
+            "error_cb": self._error_cb,
+            "disconnected_cb": self._disconnected_cb,
+            "reconnected_cb": self._reconnected_cb,
+            "closed_cb": self._closed_cb,
+        }
+        if self._tls is not None:
+            kw["tls"] = self._tls
+            kw["tls_handshake_first"] = o.tls_handshake_first
+        if o.user:
+            kw["user"] = o.user
+        if o.password is not None:
+            kw["password"] = o.password
+        if o.token is not None:
+            kw["token"] = o.token
+        if self._signer is not None:
+            kw["signature_cb"] = self._signer.sign
+            kw["user_jwt_cb"] = self._signer.user_jwt
+        elif self._seed is not None:
+            kw["nkeys_seed_str"] = self._seed
+        return kw
+
+    async def connect(self) -> NATS:
+        """Connect (nats-py tries the servers in turn until one takes it, for ever), then
+        keep the connection watched. Cancel to give up."""
+        kw = self.kwargs()
+        if self._signer is not None:
+            # nats-py sends a signature only when it thinks auth is configured
+            self.nc._auth_configured = True
+        try:
+            await self.nc.connect(**kw)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.close(), CLOSE_DEADLINE)
+            raise
+        self._last_heard = time.monotonic()
+        if self._guards:
+            self._guard_transport()
+            self._watchdog = asyncio.create_task(self._watch(), name="nats-watchdog")
+            _watchdogs.add(self._watchdog)
+            self._watchdog.add_done_callback(_watchdogs.discard)
+        self._on_state(True)
+        self._emit(logging.INFO, "nats_connected", server=self.server(), tls=self._tls_in_place())
+        return self.nc
+
+    async def close(self) -> None:
+        """Close, waiting at most a few seconds: a server that went away must not hold up the
+        exit."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.nc.close(), 2 * CLOSE_DEADLINE)
+
+
+# --- validators for each program's settings model (plain functions: no pydantic here) ---
+
+
+def servers_checked(value: list[str]) -> list[str]:
+    """A settings validator for ``servers``: at least one, each a usable URL without a secret
+    in it. Raises ``ValueError`` naming the (redacted) URL."""
+    if not value:
+        raise ValueError("at least one server URL is needed")
+    for url in value:
+        problem = url_problem(url)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+def seed_file_checked(value: str | None) -> str | None:
+    """A settings validator for ``nkey_seed_file``: a readable user seed. The message never
+    shows the path given, nor a byte of the file (a seed pasted here must not be echoed)."""
+    if value is not None:
+        check_seed_file(value)
+    return value
+
+
+def creds_file_checked(value: str | None) -> str | None:
+    """A settings validator for ``creds_file``: a readable ``.creds`` file with a user JWT and
+    the seed that belongs to it."""
+    if value is not None:
+        check_creds_file(value)
+    return value
+
+
+def auth_checked(opts: NatsOptions) -> None:
+    """The checks across keys: one kind of credential file, a password with a user, TLS files
+    that load. Raises ``ValueError`` naming the keys."""
+    if opts.creds_file and opts.nkey_seed_file:
+        raise ValueError(
+            "creds_file and nkey_seed_file are both set: a .creds file holds the seed already; "
+            "set one"
+        )
+    if opts.password is not None and not opts.user:
+        raise ValueError("password needs user")
+    tls_context(opts)

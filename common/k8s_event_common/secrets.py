@@ -1,0 +1,13 @@
+"""Which configuration keys hold secrets: their values are never echoed, in a configuration
+error or anywhere else. A ``*_file`` key holds a path, but a secret pasted there by mistake
+(a seed in ``NKEY_SEED_FILE``) must not be printed back either."""
+
+from __future__ import annotations
+
+SECRET_KEYS = frozenset({"password", "token", "bearer_token"})
+
+
+def never_echo(key: str) -> bool:
+    """Whether the value given for ``key`` (a dotted path, or its last part) must not be shown."""
+    last = key.rsplit(".", 1)[-1]
+    return last in SECRET_KEYS or last.endswith("_file")
