@@ -18,9 +18,10 @@ RUN python -m venv /build \
 # (nkeys) is built here by the locked setuptools.
 RUN /build/bin/pip wheel --require-hashes --no-build-isolation --wheel-dir /wheels \
       -r requirements/runtime.txt
-# The bridge and the subscribers from this checkout, without their dependencies (above).
+# The bridge, the subscribers and what they share (common/) from this checkout, without their
+# dependencies (above).
 COPY . .
-RUN /build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . ./consumer
+RUN /build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels ./common . ./consumer
 
 # --- final: a venv of those wheels alone (no pip, no index, no compiler), non-root --------
 FROM python:3.11-slim
@@ -50,7 +51,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     /usr/local/bin/python -m venv --without-pip /opt/venv \
  && /usr/local/bin/python -m pip --python /opt/venv/bin/python install --no-index --no-deps /wheels/*.whl \
  && /usr/local/bin/python -m pip --python /opt/venv/bin/python check \
- && /opt/venv/bin/python -c 'import sys; from importlib.metadata import version as v; have = {v("k8s-event-bridge"), v("k8s-event-bridge-consumer")}; sys.exit(None if have == {sys.argv[1]} else f"the wheels are {have}, VERSION is {sys.argv[1]}")' "$VERSION" \
+ && /opt/venv/bin/python -c 'import sys; from importlib.metadata import version as v; have = {v("k8s-event-bridge"), v("k8s-event-bridge-consumer"), v("k8s-event-bridge-common")}; sys.exit(None if have == {sys.argv[1]} else f"the wheels are {have}, VERSION is {sys.argv[1]}")' "$VERSION" \
  && k8s-event-bridge check-config > /dev/null \
  && REMEDIATION_KUBERNETES__CLUSTER=check k8s-event-remediation check-config > /dev/null \
  && k8s-event-alerting check-config > /dev/null

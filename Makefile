@@ -10,11 +10,11 @@ BIN    := $(VENV)/bin
 # more (--no-deps, built by the locked setuptools); pip check fails if the lock misses something
 # they need. A changed lock or pyproject reinstalls.
 LOCKS := requirements/build.txt requirements/runtime.txt requirements/test.txt
-$(BIN)/.installed: pyproject.toml consumer/pyproject.toml $(LOCKS)
+$(BIN)/.installed: pyproject.toml consumer/pyproject.toml common/pyproject.toml $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --require-hashes -r requirements/build.txt
 	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e ./consumer
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e ./common -e . -e ./consumer
 	$(BIN)/pip check
 	touch $@
 
@@ -27,13 +27,16 @@ $(BIN)/.installed: pyproject.toml consumer/pyproject.toml $(LOCKS)
 .PHONY: lock
 UV_VERSION := 0.13.9
 UV_COMPILE  = $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
-              --custom-compile-command 'make lock' $(LOCK_ARGS)
+              --custom-compile-command 'make lock' --no-emit-package k8s-event-bridge-common \
+              $(LOCK_ARGS)
 lock:
 	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet 'uv==$(UV_VERSION)'
 	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
-	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml --extra all -o requirements/runtime.txt
-	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml --extra all --extra test --extra demo \
+	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml common/pyproject.toml --extra all \
+	  -o requirements/runtime.txt
+	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml common/pyproject.toml \
+	  --extra all --extra test --extra demo \
 	  -c requirements/runtime.txt -o requirements/test.txt
 
 demo: $(BIN)/.installed
@@ -61,12 +64,14 @@ lint: $(BIN)/.installed
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.configref --check
 	$(BIN)/python -m tools.monitoring --check
+	$(BIN)/python -m tools.natsperms --check
 
 # the generated files: docs/configuration.md and config/*.yaml from the settings models, the
 # dashboard, the PrometheusRule and the chart's copies of deploy/monitoring/ (lint checks them)
 docs: $(BIN)/.installed
 	$(BIN)/python -m tools.configref
 	$(BIN)/python -m tools.monitoring
+	$(BIN)/python -m tools.natsperms
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit

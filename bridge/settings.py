@@ -35,7 +35,7 @@ from pydantic_settings import (
 )
 
 from bridge.errors import ConfigError
-from k8s_event_common import connecting as shared
+from k8s_event_common import options as shared
 from k8s_event_common.secrets import never_echo
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")

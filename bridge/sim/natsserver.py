@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -134,7 +135,8 @@ class NatsServer:
 class NatsCluster:
     """``n`` nats-server processes on loopback forming one JetStream cluster: each node has its
     own store directory, client port, cluster port and monitoring port, and routes to all the
-    others; every node can be killed, stopped and started again on the same ports and store.
+    others; every node can be killed, stopped and started again on the same ports and store,
+    or frozen (``SIGSTOP``: it keeps its sockets open and answers nothing) and thawed.
 
     What the cluster is doing is read from each node's monitoring endpoint (``/healthz``,
     ``/jsz``), so this module needs no NATS client. The methods block: call them through
@@ -171,7 +173,9 @@ class NatsCluster:
         return self.nodes[i].url
 
     def alive(self) -> list[int]:
-        return [i for i, node in enumerate(self.nodes) if node.running]
+        """The nodes that answer: running and not frozen (a frozen node's monitoring endpoint
+        would hold every question for its timeout)."""
+        return [i for i, node in enumerate(self.nodes) if node.running and not node.frozen]
 
     def start(self, i: int | None = None, timeout: float = 10.0) -> NatsCluster:
         """Start node ``i`` (every node when None) on its ports and store; returns once it
@@ -188,10 +192,25 @@ class NatsCluster:
         """SIGTERM node ``i``: a clean shutdown; its store stays for ``start(i)``."""
         self.nodes[i].stop()
 
+    def freeze(self, i: int) -> None:
+        """SIGSTOP node ``i``: a hung server. Its process stays (``running``), its sockets stay
+        open and the kernel still accepts connections and buffers what is sent to it, but it
+        reads and answers nothing, to clients and to the other nodes, until ``thaw(i)``."""
+        self.nodes[i].freeze()
+
+    def thaw(self, i: int) -> None:
+        """SIGCONT node ``i``: it goes on from where it was frozen."""
+        self.nodes[i].thaw()
+
     def healthy(self, i: int) -> bool:
         """Node ``i``'s ``/healthz``: JetStream enabled and current with the meta leader and
         with every stream and consumer it holds a replica of."""
         return self.nodes[i].monitor("/healthz") is not None
+
+    def connz(self, i: int) -> dict[str, Any] | None:
+        """Node ``i``'s ``/connz`` (its client connections, each with ``name``, ``ip`` and
+        ``port``); None when it does not answer."""
+        return self.nodes[i].monitor("/connz?limit=1024")
 
     def jsz(self, i: int) -> dict[str, Any] | None:
         """Node ``i``'s ``/jsz`` with every account's streams; None when it does not answer."""
@@ -230,12 +249,13 @@ class NatsCluster:
             return False
         running = {self.nodes[i].name for i in self.alive()}
         peers = st["cluster"].get("replicas") or []
-        # a killed node may still be listed as current for a while: count running ones only
+        # a killed or frozen node may still be listed as current for a while: count the
+        # nodes that answer only
         current = [p for p in peers if p.get("current") and p.get("name") in running]
         return len(current) >= replicas - 1
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        """Until every running node is healthy and agrees on one meta leader."""
+        """Until every node that answers is healthy and a meta leader is known."""
         self._wait(
             lambda: self.meta_leader() is not None and all(self.healthy(i) for i in self.alive()),
             timeout,
@@ -255,10 +275,11 @@ class NatsCluster:
         raise TimeoutError(f"{what}: not in {timeout}s ({self.describe()})")
 
     def describe(self) -> str:
-        """One line on each node: running, healthy, meta leader."""
+        """One line on each node: running, frozen, healthy, meta leader."""
         return (
             "; ".join(
-                f"{node.name} running={node.running} healthy={node.running and self.healthy(i)}"
+                f"{node.name} running={node.running} frozen={node.frozen} "
+                f"healthy={i in self.alive() and self.healthy(i)}"
                 for i, node in enumerate(self.nodes)
             )
             + f"; meta leader={self.meta_leader()}"
@@ -271,6 +292,7 @@ class NatsCluster:
         return None
 
     def cleanup(self) -> None:
+        """Stop every node (a frozen one is thawed first) and remove the store."""
         for node in self.nodes:
             node.stop()
         if self._own_dir:
@@ -297,6 +319,7 @@ class _Node:
         self.config_path = os.path.join(store_dir, "nats-server.conf")
         self.log_path = os.path.join(store_dir, "nats-server.log")
         self.proc: subprocess.Popen[bytes] | None = None
+        self.frozen = False  # SIGSTOPped: running, answering nothing
 
     @property
     def url(self) -> str:
@@ -331,14 +354,28 @@ class _Node:
         _wait_listening(self.proc, self.port, self.log_path, f"nats-server {self.name}", timeout)
 
     def kill(self) -> None:
-        _kill(self.proc)
+        _kill(self.proc)  # SIGKILL ends a stopped process too
+        self.frozen = False
 
     def stop(self) -> None:
+        self.thaw()  # a stopped process handles SIGTERM only once continued
         _stop(self.proc, 10)
 
+    def freeze(self) -> None:
+        if self.proc is None or not self.running:
+            raise RuntimeError(f"nats-server {self.name} is not running: nothing to freeze")
+        self.proc.send_signal(signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen and self.proc is not None and self.running:
+            self.proc.send_signal(signal.SIGCONT)
+        self.frozen = False
+
     def monitor(self, path: str) -> dict[str, Any] | None:
-        """GET ``path`` on the monitoring port: the JSON body of a 200, else None."""
-        if not self.running:
+        """GET ``path`` on the monitoring port: the JSON body of a 200, else None (at once
+        when the node is down or frozen)."""
+        if not self.running or self.frozen:
             return None
         try:
             with urllib.request.urlopen(

@@ -35,7 +35,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from k8s_event_common import connecting as shared
+from k8s_event_common import options as shared
 from k8s_event_common.secrets import SECRET_KEYS, never_echo
 from k8s_event_consumer.connecting import NatsOptions
 from k8s_event_consumer.consuming import ConsumerOptions

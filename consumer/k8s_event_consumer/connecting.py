@@ -13,19 +13,20 @@ from dataclasses import dataclass
 from nats.aio.client import Client as NATS
 
 from k8s_event_common import connecting as shared
+from k8s_event_common import options
 
 log = logging.getLogger("k8s_event_consumer.nats")
 
 
 @dataclass(frozen=True)
-class NatsOptions(shared.NatsOptions):
+class NatsOptions(options.NatsOptions):
     """``k8s_event_common.connecting.NatsOptions`` with a subscriber's name and inbox."""
 
     name: str = "k8s-event-consumer"
     inbox_prefix: str = "_INBOX_k8s_event_consumer"
 
 
-async def connect(opts: shared.NatsOptions) -> NATS:
+async def connect(opts: options.NatsOptions) -> NATS:
     """A client that reconnects forever once connected; nats-py tries the servers in turn until
     one takes it (cancel to give up). Raises ``k8s_event_common.credentials.CredentialError``
     when a credential or TLS file can not be used."""
@@ -34,7 +35,7 @@ async def connect(opts: shared.NatsOptions) -> NATS:
 
 
 async def connect_until(
-    opts: shared.NatsOptions, stopping: asyncio.Event, *, every: float = 2.0
+    opts: options.NatsOptions, stopping: asyncio.Event, *, every: float = 2.0
 ) -> NATS | None:
     """``connect``, until NATS takes the connection (a subscriber may start before it), or None
     when ``stopping`` is set meanwhile. ``every``: the wait between whole attempts, should

@@ -126,7 +126,7 @@ def test_dockerignore_is_read_as_docker_reads_it(path: str, left_out: bool) -> N
 class Installed:
     venv: Path
     wheels: Path
-    build_log: str  # what building the two local wheels printed (pip -v)
+    build_log: str  # what building the three local wheels printed (pip -v)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -177,7 +177,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     _run(pip, "wheel", "--require-hashes", "--no-build-isolation", "--wheel-dir", wheels,
          "-r", src / "requirements/runtime.txt")  # fmt: skip
     log = _run(pip, "wheel", "-v", "--no-deps", "--no-build-isolation", "--wheel-dir", wheels,
-               src, src / "consumer", cwd=src)  # fmt: skip
+               src / "common", src, src / "consumer", cwd=src)  # fmt: skip
     # the final stage: those wheels alone, no index
     _run(python, "-m", "venv", "--without-pip", venv)
     _run(build / "bin" / "python", "-m", "pip", "--python", venv / "bin" / "python", "install",
@@ -189,11 +189,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_the_local_wheels_build_without_a_warning(installed: Installed) -> None:
     assert "Created wheel for k8s-event-bridge:" in installed.build_log
     assert "Created wheel for k8s-event-bridge-consumer:" in installed.build_log
+    assert "Created wheel for k8s-event-bridge-common:" in installed.build_log
     warnings = [line for line in installed.build_log.splitlines() if "warn" in line.lower()]
     assert not warnings, "\n".join(warnings)
 
 
-@pytest.mark.parametrize("name", ["k8s_event_bridge", "k8s_event_bridge_consumer"])
+@pytest.mark.parametrize(
+    "name", ["k8s_event_bridge", "k8s_event_bridge_consumer", "k8s_event_bridge_common"]
+)
 def test_each_wheel_carries_its_license_as_spdx(installed: Installed, name: str) -> None:
     (wheel,) = installed.wheels.glob(f"{name}-{VERSION}-py3-none-any.whl")
     with zipfile.ZipFile(wheel) as z:
@@ -205,14 +208,18 @@ def test_each_wheel_carries_its_license_as_spdx(installed: Installed, name: str)
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence
 
 
-def test_the_venv_holds_the_runtime_lock_and_the_two_packages_alone(installed: Installed) -> None:
+def test_the_venv_holds_the_runtime_lock_and_the_three_packages_alone(installed: Installed) -> None:
     listed = _run(
         sys.executable, "-m", "pip", "--python", installed.venv / "bin" / "python",
         "list", "--format", "json",
     )  # fmt: skip
     have = {(p["name"].lower().replace("_", "-"), p["version"]) for p in json.loads(listed)}
     locked = {(p.name, str(p.version)) for p in lock("runtime.txt") if p.applies(TARGETS["x86_64"])}
-    ours = {("k8s-event-bridge", VERSION), ("k8s-event-bridge-consumer", VERSION)}
+    ours = {
+        ("k8s-event-bridge", VERSION),
+        ("k8s-event-bridge-consumer", VERSION),
+        ("k8s-event-bridge-common", VERSION),
+    }
     assert have == locked | ours
 
 

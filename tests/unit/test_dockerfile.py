@@ -383,12 +383,12 @@ def test_the_build_stage_fetches_only_what_the_lock_hashes(dockerfile: list[Stag
             assert "--no-build-isolation" in p.flags, f"pip {p.subcommand} builds in isolation"
 
 
-def test_the_build_stage_wheels_the_runtime_lock_and_both_local_packages(
+def test_the_build_stage_wheels_the_runtime_lock_and_the_three_local_packages(
     dockerfile: list[Stage],
 ) -> None:
     wheels = [p for p in pips(dockerfile[0]) if p.subcommand == "wheel"]
     locked = [p for p in wheels if p.options.get("-r") == ["requirements/runtime.txt"]]
-    local = [p for p in wheels if set(p.positional) == {".", "./consumer"}]
+    local = [p for p in wheels if set(p.positional) == {"./common", ".", "./consumer"}]
     assert locked and "--require-hashes" in locked[0].flags
     assert local and "--no-deps" in local[0].flags
     assert {p.options["-w"][0] for p in locked + local} == {"/wheels"}
@@ -440,12 +440,13 @@ def test_the_build_smoke_checks_each_program_s_config(final: Stage) -> None:
 def test_oci_labels_say_what_pyproject_says(final: Stage) -> None:
     labels = final.labels()
     bridge, consumer = pyproject(), pyproject("consumer/pyproject.toml")
+    common = pyproject("common/pyproject.toml")
     oci = "org.opencontainers.image."
     assert labels[oci + "title"] == bridge["name"]
     assert labels[oci + "description"]
     assert re.fullmatch(r"https://[\w.-]+/\S+", labels[oci + "source"])
-    assert labels[oci + "licenses"] == bridge["license"] == consumer["license"]
-    assert labels[oci + "version"] == bridge["version"] == consumer["version"]
+    assert labels[oci + "licenses"] == bridge["license"] == consumer["license"] == common["license"]
+    assert labels[oci + "version"] == bridge["version"] == consumer["version"] == common["version"]
     # the build fails unless the wheels are that version
     checks = [c for i in final.all("RUN") for c in commands(i) if '"$VERSION"' in i.args]
     assert any("-c" in c and "$VERSION" in c for c in checks)

@@ -126,14 +126,28 @@ def requirements(path: str, extras: set[str]) -> list[tuple[str, Requirement]]:
     return out
 
 
+# The three packages of this repository: built from the checkout (--no-deps), never locked.
+LOCAL = {"k8s-event-bridge", "k8s-event-bridge-consumer", "k8s-event-bridge-common"}
 RUNTIME = [
-    *requirements("pyproject.toml", set()),
-    *requirements("consumer/pyproject.toml", {"all"}),
+    (where, req)
+    for where, req in (
+        *requirements("pyproject.toml", set()),
+        *requirements("consumer/pyproject.toml", {"all"}),
+        *requirements("common/pyproject.toml", set()),
+    )
+    if canonicalize_name(req.name) not in LOCAL
 ]
-TEST = [*RUNTIME, *requirements("pyproject.toml", {"test", "demo"})]
+TEST = [
+    *RUNTIME,
+    *(
+        (where, req)
+        for where, req in requirements("pyproject.toml", {"test", "demo"})
+        if canonicalize_name(req.name) not in LOCAL
+    ),
+]
 BUILD = [
     (f"{path} [build-system]", Requirement(r))
-    for path in ("pyproject.toml", "consumer/pyproject.toml")
+    for path in ("pyproject.toml", "consumer/pyproject.toml", "common/pyproject.toml")
     for r in project(path)["build-system"]["requires"]
 ]
 
@@ -180,7 +194,7 @@ def stale(pins: list[Pin], wanted: list[tuple[str, Requirement]], env: dict[str,
     [("runtime.txt", RUNTIME), ("test.txt", TEST), ("build.txt", BUILD)],
     ids=["runtime", "test", "build"],
 )
-def test_lock_satisfies_every_requirement_of_both_pyprojects(
+def test_lock_satisfies_every_requirement_of_the_pyprojects(
     name: str, wanted: list[tuple[str, Requirement]], machine: str
 ) -> None:
     problems = stale(lock(name), wanted, TARGETS[machine])
@@ -196,8 +210,9 @@ def test_ci_tests_the_versions_the_image_runs() -> None:
 
 
 def test_the_fast_paths_run_on_the_exact_versions_locked() -> None:
-    """bridge.jetstream.fastpath and bridge.kube.lean lean on these libraries' internals:
-    the lock holds one version of each, inside pyproject's range."""
+    """bridge.jetstream.fastpath, bridge.kube.lean and k8s_event_common.connecting lean on
+    these libraries' internals: the lock holds one version of each, inside pyproject's
+    range."""
     env = TARGETS["x86_64"]
     for name in ("nats-py", "kubernetes-asyncio"):
         (pin,) = [p for p in lock("runtime.txt") if p.name == name]
@@ -243,3 +258,15 @@ def test_a_lock_line_that_is_not_pinned_and_hashed_is_refused(text: str) -> None
 def test_the_unlocked_extras_are_only_those_named() -> None:
     extras = set(project("pyproject.toml")["project"]["optional-dependencies"])
     assert extras - {"test", "demo"} == UNLOCKED_EXTRAS
+
+
+def test_the_local_packages_depend_on_each_other_by_exact_version_and_are_not_locked() -> None:
+    """The bridge and the subscribers take the shared package (common/) at its own version,
+    from the checkout: neither lock file names it."""
+    common = project("common/pyproject.toml")["project"]
+    for path in ("pyproject.toml", "consumer/pyproject.toml"):
+        deps = [Requirement(r) for r in project(path)["project"]["dependencies"]]
+        (req,) = [r for r in deps if canonicalize_name(r.name) == "k8s-event-bridge-common"]
+        assert str(req.specifier) == f"=={common['version']}", path
+    for name in ("runtime.txt", "test.txt"):
+        assert not LOCAL & {p.name for p in lock(name)}, name

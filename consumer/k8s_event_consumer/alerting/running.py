@@ -21,6 +21,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 
+from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State
@@ -62,6 +63,7 @@ UNLABELLED = ("held_total", "replayed_total", "adopted_total")  # exported from 
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_CONFIG = 2
 RESEND_BATCH = 256  # alerts per POST of the resend loop (Prometheus sends up to 256)
 
 
@@ -304,7 +306,11 @@ async def serve(cfg: Settings) -> int:
     nc = None
     tasks: list[asyncio.Task[None]] = []
     try:
-        nc = await connect_until(cfg.nats.options(), stopping)
+        try:
+            nc = await connect_until(cfg.nats.options(), stopping)
+        except (CredentialError, TLSGuardUnavailable) as exc:  # a TLS file that does not load
+            log.error("config_error", error=f"nats: {exc}")
+            return EXIT_CONFIG
         if nc is None:
             return EXIT_OK
         consumer = None

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from k8s_event_common.connecting import redact_url
+from k8s_event_common.options import redact_url
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ConfigError,

@@ -14,6 +14,7 @@ import sys
 
 import yaml
 
+from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
 from k8s_event_consumer.connecting import connect_until
@@ -45,7 +46,13 @@ async def run(settings: Settings) -> int:
     http = HttpServer(metrics)
     if settings.http.port is not None:
         await http.start(settings.http.host, settings.http.port)
-    nc = await connect_until(nats_cfg.options(), stopping)
+    try:
+        nc = await connect_until(nats_cfg.options(), stopping)
+    except (CredentialError, TLSGuardUnavailable) as exc:  # a TLS file that does not load
+        log.error("config_error", error=f"nats: {exc}")
+        await http.stop()
+        await kube.close()
+        return 2
     try:
         if nc is None:
             return 0
