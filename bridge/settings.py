@@ -36,7 +36,7 @@ from pydantic_settings import (
 
 from bridge.errors import ConfigError
 from k8s_event_common import options as shared
-from k8s_event_common.secrets import never_echo
+from k8s_event_common.secrets import never_echo, redact_text
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -635,7 +635,7 @@ def _describe(exc: ValidationError) -> str:
             else (f" (got {value!r})" if not never_echo(loc) else "")
         )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")
-    return "invalid configuration: " + "; ".join(lines)
+    return redact_text("invalid configuration: " + "; ".join(lines))
 
 
 def _check_env_sections(env: dict[str, str]) -> None:

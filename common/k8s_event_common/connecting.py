@@ -127,6 +127,7 @@ PRIVATE_USES = (
     Private("_process_err", params=("err_msg",)),  # a -ERR from the server: the auth guard
     Private("_transport", types=(object,)),  # read / close / wait_closed: the stale guard
     Private("_current_server", types=(object,)),  # the server being connected to
+    Private("_connect_to_server", params=("s",)),  # opens the socket: the stale guard goes on
 )
 
 
@@ -286,8 +287,17 @@ class Connection:
                 return
             await process_err(err_msg)
 
+        connect_to_server = nc._connect_to_server
+
+        async def connect_to_server_guarded(s: Any) -> None:
+            # the transport exists from here on (nats-py keeps it for the client's life): a
+            # TLS handshake a server never answers must not hang the close that follows either
+            await connect_to_server(s)
+            self._guard_transport()
+
         nc._connect_command = connect_command
         nc._process_err = process_err_guarded
+        nc._connect_to_server = connect_to_server_guarded
 
     def _tls_in_place(self) -> bool:
         transport: Any = getattr(self.nc, "_transport", None)
@@ -403,6 +413,7 @@ class Connection:
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,  # nats-py's 60 closes the client for good
             "reconnect_time_wait": o.reconnect_time_wait,
+            "dont_randomize": o.dont_randomize,
             "ping_interval": o.ping_interval,
             "max_outstanding_pings": o.max_outstanding_pings,
             "inbox_prefix": o.inbox_prefix,
@@ -443,7 +454,6 @@ class Connection:
             raise
         self._last_heard = time.monotonic()
         if self._guards:
-            self._guard_transport()
             self._watchdog = asyncio.create_task(self._watch(), name="nats-watchdog")
             _watchdogs.add(self._watchdog)
             self._watchdog.add_done_callback(_watchdogs.discard)

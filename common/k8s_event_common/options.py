@@ -43,6 +43,7 @@ class NatsOptions:
     ping_interval: float = 5.0
     max_outstanding_pings: int = 2
     reconnect_time_wait: float = 1.0
+    dont_randomize: bool = False  # try the servers in the order given (nats-py shuffles them)
     skip_subject_validation: bool = False
 
     @property

@@ -4,6 +4,8 @@ error or anywhere else. A ``*_file`` key holds a path, but a secret pasted there
 
 from __future__ import annotations
 
+import re
+
 SECRET_KEYS = frozenset({"password", "token", "bearer_token"})
 
 
@@ -11,3 +13,11 @@ def never_echo(key: str) -> bool:
     """Whether the value given for ``key`` (a dotted path, or its last part) must not be shown."""
     last = key.rsplit(".", 1)[-1]
     return last in SECRET_KEYS or last.endswith("_file")
+
+
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the user name, password or token of every URL in it shown as ``***``."""
+    return _USERINFO.sub(r"\1***@", text)

@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 
 from k8s_event_common import options as shared
-from k8s_event_common.secrets import SECRET_KEYS, never_echo
+from k8s_event_common.secrets import SECRET_KEYS, never_echo, redact_text
 from k8s_event_consumer.connecting import NatsOptions
 from k8s_event_consumer.consuming import ConsumerOptions
 
@@ -335,7 +335,7 @@ def describe(exc: ValidationError) -> str:
             else f" (got {value!r})"
         )
         lines.append(f"{loc or '<root>'}: {msg}{shown}")
-    return "invalid configuration: " + "; ".join(lines)
+    return redact_text("invalid configuration: " + "; ".join(lines))
 
 
 def check_env_sections(
