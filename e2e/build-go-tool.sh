@@ -4,13 +4,17 @@
 #
 #   e2e/build-go-tool.sh promtool [vX.Y.Z]   (default: PROMETHEUS_VERSION of e2e/versions.env)
 #   e2e/build-go-tool.sh helm [vX.Y.Z]       (default: HELM_VERSION)
+#   e2e/build-go-tool.sh natsauth             (this repo's e2e/natsauth: NATS operator-mode JWTs)
 #
 #   $cache/controlplane/<tool>-<v>/bin/<tool>
 #   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
 #
-# Both build with a plain `go install <module>/cmd/<tool>@<v>` (their go.mod files have no
-# replace directives), in module mode with their own go.sum. What is cached and answers
-# --version is not built again. Any failure exits non-zero with a message.
+# promtool and helm build with a plain `go install <module>/cmd/<tool>@<v>` (their go.mod files
+# have no replace directives), in module mode with their own go.sum. natsauth is a local module
+# (e2e/natsauth, its go.mod and go.sum pin its libraries): `go build -mod=readonly` in its
+# directory, and its <v> is a hash of its source (tests/gotools.py computes the same), so an
+# edit builds it again. What is cached and answers --version (natsauth: `version`) is not built
+# again. Any failure exits non-zero with a message.
 # stdout: the bin directory (one line).
 # Needs: go (>= the go directive of the tool's go.mod), access to the Go module proxy.
 set -euo pipefail
@@ -29,10 +33,16 @@ case "$tool" in
   helm)     module="helm.sh/helm/v3"; pkg="cmd/helm"; tags=""
             version="${2:-${HELM_VERSION:?not set in e2e/versions.env}}"
             ver_pkg="helm.sh/helm/v3/internal/version"; check=(version --short) ;;
-  *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool or helm)" >&2; exit 1 ;;
+  # the hash: sha256 of `sha256sum go.mod go.sum main.go` (the files' hashes and names), 16 hex
+  natsauth) module=""; pkg=""; tags=""; src="$here/natsauth"
+            [ $# -le 1 ] || { echo "build-go-tool: ERROR: natsauth takes no version (its source is)" >&2; exit 1; }
+            version="$(cd "$src" && sha256sum go.mod go.sum main.go | sha256sum | cut -c1-16)"
+            check=(version) ;;
+  *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool, helm or natsauth)" >&2; exit 1 ;;
 esac
-case "$version" in
-  v[0-9]*.*) ;;
+case "$tool:$version" in
+  natsauth:*) ;;
+  *:v[0-9]*.*) ;;
   *) echo "build-go-tool: ERROR: unknown version '$version' (vX.Y.Z expected)" >&2; exit 1 ;;
 esac
 
@@ -61,12 +71,20 @@ if [ "$tool" = promtool ]; then
   # promtool --version says what it is (Prometheus' own release sets these the same way)
   ldflags+=" -X ${ver_pkg}.Version=${version#v} -X ${ver_pkg}.Branch=HEAD"
   ldflags+=" -X ${ver_pkg}.BuildUser=k8s-event-bridge -X ${ver_pkg}.BuildDate=19700101-00:00:00"
-else
+elif [ "$tool" = helm ]; then
   ldflags+=" -X ${ver_pkg}.version=${version}"
 fi
-log "building ${module}/${pkg}@${version}"
-GOBIN="$bin" go install -trimpath -tags "$tags" -ldflags "$ldflags" "${module}/${pkg}@${version}" \
-  || die "go install ${module}/${pkg}@${version} failed"
+if [ "$tool" = natsauth ]; then
+  # the local module, with the versions its go.sum pins (readonly: a go.mod or go.sum that
+  # needs an update fails the build instead of being rewritten)
+  log "building e2e/natsauth (${version})"
+  (cd "$src" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/natsauth" .) \
+    || die "go build in $src failed"
+else
+  log "building ${module}/${pkg}@${version}"
+  GOBIN="$bin" go install -trimpath -tags "$tags" -ldflags "$ldflags" "${module}/${pkg}@${version}" \
+    || die "go install ${module}/${pkg}@${version} failed"
+fi
 ok || die "the built $bin/$tool does not run ${check[*]}"
 log "built ${tool} ${version} in $(( $(date +%s) - start ))s"
 echo "$bin"

@@ -2,6 +2,8 @@
 tests, deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh``, and
 ``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``: from
 the Go module proxy, cached outside the repo, keyed by their versions in ``e2e/versions.env``.
+``natsauth`` (NATS operator-mode JWTs, tests/natsauth.py) is this repo's own e2e/natsauth, built
+by ``e2e/build-go-tool.sh`` too, keyed by a hash of its source.
 
 A test module names what it needs in ``GO_TOOLS = ("promtool",)``; tests/conftest.py builds
 those right after collection (outside pytest-timeout's per-test limit) and a test gets the path
@@ -10,6 +12,7 @@ from :func:`ensure`. A failed build fails those tests with its message, never a 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -21,16 +24,22 @@ VERSION_KEYS = {
     "helm": "HELM_VERSION",
     "alertmanager": "ALERTMANAGER_VERSION",
 }
+# the tools built from a module of this repo: their source files, hashed for the version
+SOURCES = {
+    "natsauth": (REPO / "e2e" / "natsauth", ("go.mod", "go.sum", "main.go")),
+}
 CHECK_ARGS = {
     "promtool": ["--version"],
     "helm": ["version", "--short"],
     "alertmanager": ["--version"],
+    "natsauth": ["version"],
 }
 # the build command of each (stdout's last line: the bin directory)
 BUILDS = {
     "promtool": ["e2e/build-go-tool.sh", "promtool"],
     "helm": ["e2e/build-go-tool.sh", "helm"],
     "alertmanager": ["e2e/build-alertmanager.sh"],
+    "natsauth": ["e2e/build-go-tool.sh", "natsauth"],
 }
 
 
@@ -46,7 +55,19 @@ def cache_root() -> Path:
     return Path(xdg) / "k8s-event-bridge"
 
 
+def source_hash(tool: str) -> str:
+    """What e2e/build-go-tool.sh keys a tool of this repo by: the first 16 hex digits of the
+    sha256 of ``sha256sum <files>``'s output (each file's hash, two spaces, its name)."""
+    directory, files = SOURCES[tool]
+    listing = "".join(
+        f"{hashlib.sha256((directory / name).read_bytes()).hexdigest()}  {name}\n" for name in files
+    )
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
 def version(tool: str) -> str:
+    if tool in SOURCES:
+        return source_hash(tool)
     key = VERSION_KEYS[tool]
     for line in VERSIONS_FILE.read_text().splitlines():
         name, _, value = line.strip().partition("=")
@@ -74,8 +95,8 @@ _built: dict[str, Path | ToolError] = {}  # this process's one attempt per tool
 
 def ensure(tool: str) -> Path:
     """The tool's binary, built when it is missing (cold: promtool about 5 minutes, helm 2.5,
-    alertmanager 1 or 2). One attempt per process: a failed build fails every later call at
-    once with the same error."""
+    alertmanager 1 or 2, natsauth 10 to 15 seconds). One attempt per process: a failed build
+    fails every later call at once with the same error."""
     if tool not in _built:
         try:
             _built[tool] = _ensure(tool)

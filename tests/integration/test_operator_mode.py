@@ -1,0 +1,342 @@
+"""NATS in operator mode (decentralised auth) for real: a nats-server trusting an operator made
+by e2e/natsauth (tests/natsauth.py), the bridge and a subscriber on user .creds files, and what
+a running bridge does when its user's JWT expires, is revoked, or is rotated on disk. Then an
+NKey user without JWT, on a server without operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import yaml
+
+from bridge.sim.natsserver import NatsServer, free_port
+from tests import gotools
+from tests.integration.harness import (
+    BridgeProcess,
+    Bridges,
+    ConsumerProcess,
+    Writer,
+    bridge_config,
+    eventually,
+    readyz,
+)
+from tests.natsauth import Operator
+
+pytestmark = pytest.mark.integration
+GO_TOOLS = ("natsauth",)
+
+STREAM = "K8S_EVENTS"
+PERMISSIONS = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "permissions.json"
+# what the server tells a client whose user's JWT ran out or was revoked while it was connected,
+# and (both) when it connects again with that JWT
+EXPIRED = "User Authentication Expired"
+REVOKED = "User Authentication Revoked"
+REFUSED = "Authorization Violation"
+
+
+@pytest.fixture
+def operator(tmp_path: Path) -> Iterator[Operator]:
+    """An operator with accounts SYS and APP, and a nats-server in operator mode trusting it."""
+    op = Operator(tmp_path / "operator").setup()
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def bridges(tmp_path: Path) -> Iterator[Bridges]:
+    b = Bridges(tmp_path)
+    yield b
+    b.kill_all()
+
+
+@pytest.fixture
+def subscribers() -> Iterator[list[ConsumerProcess]]:
+    procs: list[ConsumerProcess] = []
+    yield procs
+    for p in procs:
+        p.kill()
+
+
+def start_bridge(
+    bridges: Bridges, tmp_path: Path, url: str, kubeconfig: Path, **nats: Any
+) -> BridgeProcess:
+    cfg = bridge_config(tmp_path, url, kubeconfig, nats={"servers": [url], **nats})
+    return bridges.start(cfg)
+
+
+async def published(bridge: BridgeProcess, n: float) -> bool:
+    return await bridge.metric("events_published") >= n
+
+
+async def auth_failed(bridge: BridgeProcess, *texts: str) -> dict[str, Any] | None:
+    """The bridge's ``nats_auth_failed`` line whose ``reason`` carries one of the server's
+    ``texts``."""
+    for e in bridge.log_events("nats_auth_failed"):
+        reason = str(e.get("reason") or "")
+        if any(t.lower() in reason.lower() for t in texts):
+            return e
+    return None
+
+
+async def stream_ids(url: str, creds: Path) -> list[str]:
+    """The Nats-Msg-Id of every Event in the stream (status events left out), read as the user
+    of ``creds``."""
+    nc = await nats.connect(url, user_credentials=str(creds), allow_reconnect=False)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(STREAM)
+        ids: list[str] = []
+        if info.state.messages:
+            sub = await js.subscribe("k8s.events.>", stream=STREAM, ordered_consumer=True)
+            for _ in range(info.state.messages):
+                try:
+                    m = await sub.next_msg(timeout=2.0)
+                except nats.errors.TimeoutError:
+                    break
+                if "._bridge." not in m.subject:
+                    ids.append((m.headers or {})["Nats-Msg-Id"])
+            await sub.unsubscribe()
+        return ids
+    finally:
+        await nc.close()
+
+
+async def refused(url: str, creds: Path | None = None) -> bool:
+    """A connection (on ``creds``, or with no credentials) is refused."""
+    nc = nats.NATS()
+    try:
+        await nc.connect(
+            url,
+            user_credentials=None if creds is None else str(creds),
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+        )
+    except (nats.errors.Error, OSError):
+        return True
+    finally:
+        await nc.close()  # also after a refusal: nats-py leaves the socket open then
+    return False
+
+
+def replace_file(path: Path, content: bytes) -> None:
+    """Atomically, as a rotated Secret is: a reader sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(content)
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+
+
+async def consumer_metric(proc: ConsumerProcess, name: str) -> float:
+    _, text = await proc.get("/metrics")
+    return sum(
+        float(ln.rsplit(" ", 1)[1])
+        for ln in text.splitlines()
+        if ln.startswith(name) and not ln.startswith("#")
+    )
+
+
+@pytest.mark.parametrize(
+    "permissions", [None, PERMISSIONS], ids=["unrestricted", "least-privilege"]
+)
+async def test_bridge_and_subscriber_run_on_user_creds_in_operator_mode(
+    tmp_path, sim, kubeconfig, operator, bridges, subscribers, permissions
+):
+    """least-privilege: each user has only its program's permissions of
+    deploy/nats/permissions.json."""
+
+    def user(program: str) -> Path:
+        if permissions is None:
+            return operator.user(program)
+        return operator.user(program, program=program, permissions_file=permissions)
+
+    url = operator.server.url
+    assert await refused(url)
+    bridge = start_bridge(
+        bridges, tmp_path, url, kubeconfig, creds_file=str(user("k8s-event-bridge"))
+    )
+    await bridge.wait_ready()
+    w = Writer(sim)
+    await w.write(20)
+    await eventually(lambda: published(bridge, len(w.ids)))
+    reader = operator.user("reader")
+    assert sorted(await stream_ids(url, reader)) == sorted(w.ids)
+
+    # the remediation worker (dry run: it acts on nothing) on its own user
+    cfg = {
+        "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
+        "nats": {"servers": [url], "creds_file": str(user("k8s-event-remediation"))},
+        "remediation": {"dry_run": True},
+        "http": {"host": "127.0.0.1", "port": free_port()},
+    }
+    path = tmp_path / "remediation.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    worker = ConsumerProcess(
+        path, tmp_path / "remediation.log", module="k8s_event_consumer.remediation"
+    ).start()
+    subscribers.append(worker)
+    await worker.wait_ready(30)
+
+    async def read_all() -> bool:
+        return await consumer_metric(worker, "k8s_event_remediation_events_total") >= len(w.ids)
+
+    await eventually(read_all, timeout=30)
+    nc = await nats.connect(url, user_credentials=str(reader), allow_reconnect=False)
+    try:
+        info = await nc.jetstream().consumer_info(STREAM, "k8s-event-remediation")
+    finally:
+        await nc.close()
+    assert info.delivered.stream_seq >= len(w.ids)
+
+
+async def test_a_jwt_expiring_while_connected_fails_readiness_not_the_process(
+    tmp_path, sim, kubeconfig, operator, bridges
+):
+    # long enough for the bridge to start and publish; the test waits on conditions only
+    creds = operator.user("bridge", expires=10)
+    bridge = start_bridge(bridges, tmp_path, operator.server.url, kubeconfig, creds_file=str(creds))
+    await bridge.wait_ready()
+    w = Writer(sim)
+    await w.write(5)
+    await eventually(lambda: published(bridge, len(w.ids)))
+
+    await eventually(lambda: auth_failed(bridge, EXPIRED, REFUSED), timeout=30)
+    await eventually(lambda: readyz(bridge, 503), timeout=15)
+    assert bridge.running()
+
+
+async def test_a_user_revoked_while_connected_fails_readiness_not_the_process(
+    tmp_path, sim, kubeconfig, operator, bridges
+):
+    creds = operator.user("bridge")
+    bridge = start_bridge(bridges, tmp_path, operator.server.url, kubeconfig, creds_file=str(creds))
+    await bridge.wait_ready()
+    w = Writer(sim)
+    await w.write(5)
+    await eventually(lambda: published(bridge, len(w.ids)))
+
+    await operator.revoke("bridge")
+    await eventually(lambda: auth_failed(bridge, REVOKED, REFUSED), timeout=15)
+    await eventually(lambda: readyz(bridge, 503), timeout=15)
+    assert bridge.running()
+
+
+async def test_creds_rotated_on_disk_then_old_user_revoked_reconnects_on_the_new_file(
+    tmp_path, sim, kubeconfig, operator, bridges
+):
+    # the bridge's file: a mounted Secret, replaced as a whole when it is rotated
+    secret = tmp_path / "secret" / "nats.creds"
+    secret.parent.mkdir()
+    secret.write_bytes(operator.user("bridge-1").read_bytes())
+    bridge = start_bridge(
+        bridges, tmp_path, operator.server.url, kubeconfig, creds_file=str(secret)
+    )
+    await bridge.wait_ready()
+    w = Writer(sim)
+    await w.write(5)
+    await eventually(lambda: published(bridge, len(w.ids)))
+
+    replace_file(secret, operator.user("bridge-2").read_bytes())
+    await operator.revoke("bridge-1")  # its connections are gone once this returns
+    before = await bridge.metric("events_published")
+    await w.write(10)
+    await eventually(lambda: published(bridge, before + 10), timeout=30)
+    assert await readyz(bridge, 200)
+    # bridge-1 is refused for good: what was published since came on bridge-2's connection
+    assert await refused(operator.server.url, operator.dir / "bridge-1.creds")
+    assert sorted(await stream_ids(operator.server.url, operator.user("reader"))) == sorted(w.ids)
+
+
+async def test_nkey_user_without_jwt(tmp_path, sim, kubeconfig, bridges):
+    op = Operator(tmp_path / "keys")
+    op.dir.mkdir()
+    seed, public = op.nkey("bridge")
+    conf = tmp_path / "nats-nkey.conf"
+    conf.write_text(f"authorization {{ users: [ {{ nkey: {public} }} ] }}\n")
+    server = NatsServer(store_dir=str(tmp_path / "nats"), args=["-c", str(conf)]).start()
+    try:
+        assert await refused(server.url)
+        bridge = start_bridge(bridges, tmp_path, server.url, kubeconfig, nkey_seed_file=str(seed))
+        await bridge.wait_ready()
+        w = Writer(sim)
+        await w.write(10)
+        await eventually(lambda: published(bridge, len(w.ids)))
+        assert seed.read_text().strip() not in bridge.logs()
+    finally:
+        server.cleanup()
+
+
+async def test_user_permissions_from_a_permissions_file_are_enforced(tmp_path, operator):
+    perms = tmp_path / "permissions.json"
+    perms.write_text(
+        json.dumps(
+            {
+                "narrow": {
+                    "publish": {"allow": ["ok.>"], "deny": ["ok.secret"]},
+                    "subscribe": {"allow": ["ok.>", "_INBOX.>"]},
+                    "allow_responses": True,
+                }
+            }
+        )
+    )
+    creds = operator.user("narrow", program="narrow", permissions_file=perms)
+    pub = operator.claims("narrow")["nats"]["pub"]
+    assert pub == {"allow": ["ok.>"], "deny": ["ok.secret"]}
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    nc = await nats.connect(
+        operator.server.url, user_credentials=str(creds), error_cb=on_error, allow_reconnect=False
+    )
+    try:
+        sub = await nc.subscribe("ok.>")
+        for subject in ("ok.1", "ok.secret", "other", "ok.2"):
+            await nc.publish(subject, b"x")
+        await nc.flush()
+        # in order on one connection: ok.secret would have come between
+        assert [(await sub.next_msg(timeout=2)).subject for _ in range(2)] == ["ok.1", "ok.2"]
+
+        async def violations() -> bool:
+            return sum("permissions violation" in e.lower() for e in errors) >= 2
+
+        await eventually(violations, timeout=5)
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["bogus"],
+        ["init"],
+        ["user", "{d}"],
+        ["user", "{d}", "u", "--expires", "soon"],
+        ["user", "{d}", "u", "--program", "k8s-event-bridge"],
+        ["user", "{d}", "u", "--permissions", str(PERMISSIONS), "--program", "nope"],
+        ["user", "{d}", "sys"],
+        ["nkey", "{d}", "../u"],
+    ],
+    ids=lambda a: " ".join(a) or "none",
+)
+def test_natsauth_refuses_bad_arguments_with_exit_2(tmp_path, args):
+    op = Operator(tmp_path / "op").setup()
+    done = subprocess.run(
+        [str(gotools.ensure("natsauth")), *(a.replace("{d}", str(op.dir)) for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("natsauth: ") and "usage:" in done.stderr
+    assert done.stdout == ""
