@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -386,29 +386,29 @@ async def replay(
     subject: str | None = None,
     start: Start | None = None,
     idle: float = 2.0,
+    name: str | None = None,
 ) -> AsyncIterator[Delivery]:
     """The stream from ``start`` up to its end when called, in order, with no durable and no
-    acks (an ordered consumer); ``subject`` narrows it (default: the stream's first subject).
-    A message that does not decode is logged and passed over."""
+    acks; ``subject`` narrows it (default: the stream's first subject). A message that does
+    not decode is logged and passed over.
+
+    ``name``: read through an ephemeral pull consumer of that name (created, read, deleted;
+    one left by a crash is replaced), so that the credentials need only that consumer's API
+    subjects (``$JS.API.CONSUMER.{CREATE,MSG.NEXT,DELETE}.<stream>.<name>``): the unnamed
+    create subject an ordered consumer uses lets its holder rewrite any consumer of the
+    stream. None: an ordered consumer."""
     js = nc.jetstream()
     info = await js.stream_info(stream)
     last = int(info.state.last_seq)
     if last == 0:
         return
-    cfg = (start or Start.all()).apply(ConsumerConfig())
     subjects = info.config.subjects or [">"]
-    sub = await js.subscribe(
-        subject or subjects[0],
-        stream=stream,
-        ordered_consumer=True,
-        config=cfg,
-    )
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=idle)
-            except (nats.errors.TimeoutError, TimeoutError):
-                return  # nothing (more) from start on
+    if name is None:
+        deliveries = _ordered(js, stream, subject or subjects[0], start, idle)
+    else:
+        deliveries = _named(js, stream, subject or subjects[0], start, idle, name)
+    async with contextlib.aclosing(deliveries) as msgs:  # its consumer gone when done
+        async for msg in msgs:
             meta = msg.metadata
             try:
                 decoded = events.decode(msg.subject, msg.headers, msg.data)
@@ -418,5 +418,49 @@ async def replay(
                 yield Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
             if meta.sequence.stream >= last or meta.num_pending == 0:
                 return
+
+
+async def _ordered(
+    js: Any, stream: str, subject: str, start: Start | None, idle: float
+) -> AsyncGenerator[Msg, None]:
+    cfg = (start or Start.all()).apply(ConsumerConfig())
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
+    try:
+        while True:
+            try:
+                yield await sub.next_msg(timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError):
+                return  # nothing (more) from start on
     finally:
         await sub.unsubscribe()
+
+
+async def _named(
+    js: Any, stream: str, subject: str, start: Start | None, idle: float, name: str
+) -> AsyncGenerator[Msg, None]:
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await js.delete_consumer(stream, name)  # a crash's leftover, with another start
+    cfg = (start or Start.all()).apply(
+        ConsumerConfig(
+            name=name,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=subject,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=max(60.0, 10 * idle),
+        )
+    )
+    await js.add_consumer(stream, cfg)
+    sub = await js.pull_subscribe_bind(name, stream=stream)
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(256, timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError):
+                return  # nothing (more) from start on
+            for msg in msgs:
+                yield msg
+    finally:
+        await sub.unsubscribe()
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await js.delete_consumer(stream, name)

@@ -341,30 +341,39 @@ async def test_each_subscriber_reads_through_its_own_durable_and_acks(
     assert (await remediation.js.stream_info(f"KV_{SEEN_BUCKET}")).state.messages == 20
 
 
-async def test_the_alerting_subscribers_read_back_passes_flow_control(
+async def test_the_alerting_subscribers_read_back_reads_a_large_stream_through_its_own_consumer(
     users: Callable[[str], Any],
 ) -> None:
-    """Its read-back at start is an ordered consumer, which JetStream stops after about 2 MB
-    until the client answers on $JS.FC.<stream>.> (denied, the read-back would hang there)."""
+    """Its read-back at start goes through a named pull consumer of its own
+    (``<durable>-replay``), created, read in batches and deleted: no flow control to answer,
+    no unnamed create subject (which would let it rewrite any consumer of the stream)."""
+    from k8s_event_consumer.consuming import replay
+
     bridge = await users(BRIDGE)
     await bridge.js.add_stream(StreamConfig(name=STREAM, subjects=["k8s.events.>"]))
-    body = b"x" * 4000
-    n = 1500  # 6 MB
-    for i in range(0, n, 250):
+    n = 600
+    for i in range(0, n, 150):
         await asyncio.gather(
             *(
-                bridge.js.publish(f"k8s.events.test.ns.Pod.R{j % 5}", body)
-                for j in range(i, i + 250)
+                bridge.js.publish(subject, body, headers=headers)
+                for subject, body, headers in cloud_events(150, seed=100 + i)
             )
         )
     alerting = await users(ALERTING)
-    sub = await alerting.js.subscribe("k8s.events.>", stream=STREAM, ordered_consumer=True)
-    got = 0
-    while got < n:
-        await sub.next_msg(timeout=10)
-        got += 1
-    await sub.unsubscribe()
+    got = [
+        d.id
+        async for d in replay(
+            alerting.nc, stream=STREAM, subject="k8s.events.>", name=f"{ALERTING}-replay"
+        )
+    ]
+    assert len(got) == n == len(set(got))
+    assert (await bridge.js.stream_info(STREAM)).state.consumer_count == 0  # deleted
     assert not alerting.errors
+    # the unnamed create subject is not among its permissions
+    await alerting.refused_request(
+        f"$JS.API.CONSUMER.CREATE.{STREAM}",
+        json.dumps({"stream_name": STREAM, "config": {"ack_policy": "none"}}).encode(),
+    )
 
 
 @pytest.mark.parametrize("program", [BRIDGE, REMEDIATION])
@@ -455,13 +464,6 @@ async def test_a_subscriber_can_not_touch_the_other_ones_durable_nor_delete_its_
     assert c.config.filter_subject == "k8s.events.>" and c.ack_floor.stream_seq == 20
 
 
-@pytest.mark.xfail(
-    reason="the read-back at start (an ordered consumer, nats-py) creates its consumer through "
-    "$JS.API.CONSUMER.CREATE.K8S_EVENTS, and JetStream lets that subject update any consumer "
-    "named in the request's body; fixed when the read-back needs no such consumer",
-    raises=AssertionError,
-    strict=True,
-)
 async def test_the_alerting_subscriber_can_not_rewrite_the_workers_durable(
     stocked: User, users: Callable[[str], Any]
 ) -> None:
@@ -469,10 +471,13 @@ async def test_the_alerting_subscriber_can_not_rewrite_the_workers_durable(
     await read_all(remediation, ["k8s.events.>"], 20)
     alerting = await users(ALERTING)
     config = {"name": REMEDIATION, "ack_policy": "explicit", "filter_subject": "k8s.events.x.>"}
-    await alerting.nc.request(
+    await alerting.refused_request(
         f"$JS.API.CONSUMER.CREATE.{STREAM}",
         json.dumps({"stream_name": STREAM, "config": config}).encode(),
-        timeout=REFUSED_WITHIN,
+    )
+    await alerting.refused_request(
+        f"$JS.API.CONSUMER.CREATE.{STREAM}.{REMEDIATION}",
+        json.dumps({"stream_name": STREAM, "config": config}).encode(),
     )
     c = await remediation.js.consumer_info(STREAM, REMEDIATION)
     assert c.config.filter_subject == "k8s.events.>"

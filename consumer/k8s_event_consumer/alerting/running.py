@@ -201,7 +201,12 @@ class Alerting:
             self.state.reachable(st)
 
     async def recover(
-        self, nc: NATS, stream: str, subjects: Sequence[str], window: timedelta
+        self,
+        nc: NATS,
+        stream: str,
+        subjects: Sequence[str],
+        window: timedelta,
+        name: str | None = None,
     ) -> int:
         """Read the last ``window`` of the stream into the state, sending nothing: after a
         restart the resend loop then sends every alert still due, even to an Alertmanager
@@ -209,7 +214,8 @@ class Alerting:
         since = datetime.now(UTC) - window
         n = 0
         for subject in subjects:
-            async for d in replay(nc, stream=stream, subject=subject, start=Start.at_time(since)):
+            start = Start.at_time(since)
+            async for d in replay(nc, stream=stream, subject=subject, start=start, name=name):
                 self.apply(d)
                 n += 1
         self.metrics.inc("replayed_total", n)
@@ -339,7 +345,9 @@ async def serve(cfg: Settings) -> int:
                     return EXIT_OK
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
-            await alerting.recover(nc, cfg.nats.stream, cfg.nats.subjects, window)
+            await alerting.recover(
+                nc, cfg.nats.stream, cfg.nats.subjects, window, name=f"{cfg.nats.durable}-replay"
+            )
         await alerting.adopt()
         http.ready = True
         log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)
