@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
+from nats.aio.client import Client as NATS
 
 from k8s_event_consumer.metrics import Metrics
 
 
 class HttpServer:
-    """``/healthz`` (alive), ``/readyz`` (200 once the durable consumer is bound),
-    ``/metrics``."""
+    """``/healthz`` (alive), ``/readyz`` (200 once the durable consumer is bound, while NATS
+    is connected), ``/metrics``."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self.ready = False
+        self._connected: Callable[[], bool] = lambda: True
         self._runner: web.AppRunner | None = None
+
+    def watch(self, nc: NATS) -> None:
+        """Read the connection's state when asked: ``nats_connected`` and /readyz."""
+        self._connected = lambda: bool(nc.is_connected)
+        self.metrics.gauge(
+            "nats_connected",
+            "1 while connected to NATS (read from the client when scraped)",
+            lambda: {(): 1.0 if nc.is_connected else 0.0},
+        )
 
     async def start(self, host: str, port: int) -> None:
         app = web.Application()
@@ -33,9 +46,11 @@ class HttpServer:
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        if self.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not consuming yet\n")
+        if not self.ready:
+            return web.Response(status=503, text="not consuming yet\n")
+        if not self._connected():
+            return web.Response(status=503, text="not connected to NATS\n")
+        return web.Response(text="ready\n")
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(text=self.metrics.render(), content_type="text/plain")

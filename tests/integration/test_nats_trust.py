@@ -316,3 +316,46 @@ def test_the_tls_guard_is_installed_on_this_nats_py() -> None:
     assert connecting.problems(conn.nc) == []
     assert conn.nc._connect_command.__name__ == "connect_command"  # the guard's
     assert isinstance(conn.kwargs()["tls"], ssl.SSLContext)
+
+
+async def test_a_subscribers_nats_connected_and_readyz_are_read_from_the_client(
+    tmp_path: Path, nats_server: NatsServer, sim: Any, kubeconfig: Path
+) -> None:
+    """Read when asked, not kept from the last callback: NATS gone, the gauge is 0 and /readyz
+    503 at once; back, both come back."""
+    import nats as nats_client
+    from nats.js.api import StreamConfig
+
+    nc = await nats_client.connect(nats_server.url)
+    await nc.jetstream().add_stream(StreamConfig(name="K8S_EVENTS", subjects=["k8s.events.>"]))
+    await nc.close()
+    cfg = {
+        "nats": {"servers": [nats_server.url]},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "cluster": "test"},
+        "http": {"host": "127.0.0.1", "port": free_port()},
+        "log": {"level": "debug", "format": "json"},
+    }
+    path = tmp_path / "remediation.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = ConsumerProcess(path, tmp_path / "remediation.log").start()
+    try:
+        await p.wait_ready(timeout=30)
+
+        async def gauge(value: float) -> bool:
+            _, text = await p.get("/metrics")
+            return f"k8s_event_remediation_nats_connected {value:g}" in text.splitlines()
+
+        assert await gauge(1)
+        nats_server.kill()
+
+        async def unready() -> bool:
+            status, text = await p.get("/readyz")
+            return status == 503 and "not connected to NATS" in text
+
+        await eventually(unready, timeout=10)
+        assert await gauge(0)
+        nats_server.start()
+        await p.wait_ready(timeout=30)
+        assert await gauge(1)
+    finally:
+        p.kill()

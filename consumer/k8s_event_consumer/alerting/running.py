@@ -319,6 +319,7 @@ async def serve(cfg: Settings) -> int:
             return EXIT_CONFIG
         if nc is None:
             return EXIT_OK
+        http.watch(nc)
         consumer = None
         while consumer is None:
             try:

@@ -56,6 +56,7 @@ async def run(settings: Settings) -> int:
     try:
         if nc is None:
             return 0
+        http.watch(nc)
         consumer = await Consumer.open(
             nc,
             stream=nats_cfg.stream,
