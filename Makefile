@@ -56,6 +56,7 @@ control-plane:
 	bash e2e/build-alertmanager.sh
 	bash e2e/build-go-tool.sh promtool
 	bash e2e/build-go-tool.sh helm
+	bash e2e/build-go-tool.sh natsauth
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge consumer tests tools fuzz soak
