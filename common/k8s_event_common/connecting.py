@@ -15,10 +15,11 @@ detection. Neither program trusts the other end of the socket:
 - **An auth error while connected reconnects** (as the Go client does) instead of closing the
   client for good, which nats-py does on any ``-ERR`` but a stale connection: a revoked or
   expired user keeps trying, and is let in again once its credentials are replaced.
-- **A hung server is left within seconds.** nats-py pings every ``ping_interval`` and counts
-  a connection stale after ``max_outstanding_pings`` unanswered; a watchdog here also counts it
-  stale once nothing at all was read from the server for ``ping_interval * (max_outstanding_pings
-  + 1)``, whatever nats-py's ping task is doing, and aborts the socket. Either way the transport
+- **A hung server is left within seconds.** nats-py pings every ``ping_interval``; a watchdog
+  here counts the connection stale once nothing at all was read from the server (no PONG, no
+  message) for ``ping_interval * (max_outstanding_pings + 1)``, whatever nats-py's ping task is
+  doing (it can block behind a full socket), logs ``nats_stale`` and aborts the socket; nats-py's
+  own ping check, one ping later, is the backstop. Either way the transport
   is never waited on for more than ``CLOSE_DEADLINE``: a socket with unsent data to a peer that
   reads nothing never finishes closing, and nats-py's reconnect waits for that before it tries
   another server (nats-io/nats.py#671).
@@ -143,6 +144,9 @@ def problems(nc: Any) -> list[str]:
         if p.params is None:
             if p.types and value is not None and not isinstance(value, p.types):
                 out.append(f"{where} is a {type(value).__name__}")
+            continue
+        if not callable(value):
+            out.append(f"{where} is not a method")
             continue
         if inspect.iscoroutinefunction(value) != p.coroutine:
             out.append(f"{where} is {'not ' if p.coroutine else ''}a coroutine function")
@@ -415,7 +419,8 @@ class Connection:
             "reconnect_time_wait": o.reconnect_time_wait,
             "dont_randomize": o.dont_randomize,
             "ping_interval": o.ping_interval,
-            "max_outstanding_pings": o.max_outstanding_pings,
+            # nats-py's own check one ping later: a backstop to the watchdog, which says why
+            "max_outstanding_pings": o.max_outstanding_pings + 1,
             "inbox_prefix": o.inbox_prefix,
             "skip_subject_validation": o.skip_subject_validation,
             "error_cb": self._error_cb,
