@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -156,6 +157,14 @@ class Tail:
         except nats.js.errors.NotFoundError:
             await conn.close()
             raise NoStream(f"no stream {settings.stream} on {settings.servers}") from None
+        except (nats.errors.TimeoutError, TimeoutError):
+            await conn.close()
+            # a user without the consumer API (the bridge's own, least privilege) gets no
+            # answer at all: the server refuses the request and says so in the log above
+            raise NoStream(
+                f"JetStream did not answer for stream {settings.stream}: may these credentials "
+                "create a consumer? (tail needs a reader's user, docs/deploy.md)"
+            ) from None
         return cls(conn, sub, settings.domain)
 
     def __aiter__(self) -> AsyncIterator[Received]:

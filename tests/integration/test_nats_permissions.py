@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import secrets
@@ -520,3 +521,33 @@ async def test_no_program_reads_another_ones_inbox(
     await victim.nc.flush()
     await eavesdropper.nc.flush()
     assert overheard == []
+
+
+async def test_tail_with_the_bridges_user_says_what_is_missing(
+    tmp_path: Path, stocked: User, server: Any, passwords: dict[str, str]
+) -> None:
+    """``tail`` needs a consumer, which the bridge's user may not create: a clear message and
+    exit 1, no traceback, no password."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
+    env.update(
+        BRIDGE_NATS__SERVERS=json.dumps([server.url]),
+        BRIDGE_NATS__USER=BRIDGE,
+        BRIDGE_NATS__PASSWORD=passwords[BRIDGE],
+    )
+    exe = Path(sys.executable).parent / "k8s-event-bridge"
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(exe), "tail", "--all", "--count", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "may these credentials create a consumer" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert passwords[BRIDGE] not in done.stderr + done.stdout
