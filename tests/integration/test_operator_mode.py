@@ -146,7 +146,7 @@ async def consumer_metric(proc: ConsumerProcess, name: str) -> float:
 @pytest.mark.parametrize(
     "permissions", [None, PERMISSIONS], ids=["unrestricted", "least-privilege"]
 )
-async def test_bridge_and_subscriber_run_on_user_creds_in_operator_mode(
+async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mode(
     tmp_path, sim, kubeconfig, operator, bridges, subscribers, permissions
 ):
     """least-privilege: each user has only its program's permissions of
@@ -194,6 +194,28 @@ async def test_bridge_and_subscriber_run_on_user_creds_in_operator_mode(
     finally:
         await nc.close()
     assert info.delivered.stream_seq >= len(w.ids)
+
+    # the alerting subscriber on its own user: its read-back at start (recover_window) and
+    # its durable; no Alertmanager needed to read (what it can not send, it holds)
+    cfg = {
+        "nats": {"servers": [url], "creds_file": str(user("k8s-event-alerting"))},
+        "alertmanager": {"urls": ["http://127.0.0.1:9"], "attempts": 1, "timeout": "1s"},
+        "alerts": {"reasons": ["NoSuchReason"], "recover_window": "1h"},
+        "http": {"host": "127.0.0.1", "port": free_port()},
+    }
+    path = tmp_path / "alerting.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    alerting = ConsumerProcess(
+        path, tmp_path / "alerting.log", module="k8s_event_consumer.alerting"
+    ).start()
+    subscribers.append(alerting)
+    await alerting.wait_ready(30)
+
+    async def alerting_read_all() -> bool:
+        return await consumer_metric(alerting, "k8s_event_alerting_events_total") >= len(w.ids)
+
+    await eventually(alerting_read_all, timeout=30)
+    assert "nats_permission_denied" not in alerting.logs() + worker.logs() + bridge.logs()
 
 
 async def test_a_jwt_expiring_while_connected_fails_readiness_not_the_process(
