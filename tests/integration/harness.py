@@ -82,6 +82,32 @@ def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, **sections: Any) -
     return path
 
 
+# the subscribers' modules and the prefixes of their environment variables
+SUBSCRIBERS = {
+    "k8s_event_consumer.alerting": "ALERTING_",
+    "k8s_event_consumer.remediation": "REMEDIATION_",
+}
+
+
+def subscriber_config(
+    tmp: Path, module: str, nats: dict[str, Any], kubeconfig: Path, **sections: Any
+) -> Path:
+    """A subscriber's config (``module`` of ``SUBSCRIBERS``) with test-sized settings: its own
+    HTTP port, debug logs, the remediation worker on ``kubeconfig`` for cluster "test";
+    ``sections`` override per key."""
+    cfg: dict[str, Any] = {
+        "nats": nats,
+        "http": {"host": "127.0.0.1", "port": free_port()},
+        "log": {"level": "debug", "format": "json"},
+    }
+    if module.endswith(".remediation"):
+        cfg["kubernetes"] = {"kubeconfig": str(kubeconfig), "cluster": "test"}
+    cfg = deep_merge(cfg, sections)
+    path = tmp / f"{module.rsplit('.', 1)[1]}-{random.randrange(1 << 30)}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 @dataclass
 class ChildProcess:
     """A service of this repository as a real child process: its log file (JSON lines), its

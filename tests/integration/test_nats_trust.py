@@ -23,7 +23,13 @@ from bridge.sim.natsserver import NatsServer, free_port
 from k8s_event_common.connecting import Connection
 from k8s_event_common.options import NatsOptions
 from tests.creds import write_creds, write_seed
-from tests.integration.harness import ConsumerProcess, bridge_config, eventually
+from tests.integration.harness import (
+    SUBSCRIBERS,
+    ConsumerProcess,
+    bridge_config,
+    eventually,
+    subscriber_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -252,30 +258,10 @@ def _programs(tmp_path: Path, fake: FakeServer, ca: str, kubeconfig: Path) -> li
     procs: list[Any] = [
         BridgeProcess(bridge_cfg, tmp_path / "bridge.log", env={"BRIDGE_NATS__PASSWORD": PASSWORD})
     ]
-    for module, prefix, extra in (
-        ("k8s_event_consumer.alerting", "ALERTING_", {}),
-        (
-            "k8s_event_consumer.remediation",
-            "REMEDIATION_",
-            {"kubernetes": {"kubeconfig": str(kubeconfig), "cluster": "test"}},
-        ),
-    ):
-        cfg = {
-            "nats": nats,
-            "http": {"host": "127.0.0.1", "port": free_port()},
-            "log": {"level": "debug", "format": "json"},
-            **extra,
-        }
-        path = tmp_path / f"{module}.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        procs.append(
-            ConsumerProcess(
-                path,
-                tmp_path / f"{module}.log",
-                env={f"{prefix}NATS__PASSWORD": PASSWORD},
-                module=module,
-            )
-        )
+    for module, prefix in SUBSCRIBERS.items():
+        path = subscriber_config(tmp_path, module, nats, kubeconfig)
+        env = {f"{prefix}NATS__PASSWORD": PASSWORD}
+        procs.append(ConsumerProcess(path, tmp_path / f"{module}.log", env=env, module=module))
     return procs
 
 

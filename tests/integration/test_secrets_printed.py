@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from bridge.sim.natsserver import NatsServer, free_port
+from bridge.sim.natsserver import NatsServer
 from tests.creds import seed
 from tests.integration.harness import (
+    SUBSCRIBERS,
     BridgeProcess,
     ConsumerProcess,
     Writer,
     bridge_config,
     eventually,
+    subscriber_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -102,29 +103,13 @@ async def test_no_sentinel_secret_appears_in_any_output(
         await eventually(published, timeout=30)
         # the subscribers, on the stream the bridge made
         subscribers = []
-        for module, prefix, extra in (
-            (
-                "k8s_event_consumer.alerting",
-                "ALERTING_",
-                {"alertmanager": {"urls": ["http://127.0.0.1:9"], "user": "am"}},
-            ),
-            (
-                "k8s_event_consumer.remediation",
-                "REMEDIATION_",
-                {"kubernetes": {"kubeconfig": str(kubeconfig), "cluster": "test"}},
-            ),
-        ):
-            cfg = {
-                "nats": nats,
-                "http": {"host": "127.0.0.1", "port": free_port()},
-                "log": {"level": "debug", "format": "json"},
-                **extra,
-            }
-            path = tmp_path / f"{module}.yaml"
-            path.write_text(yaml.safe_dump(cfg))
+        for module, prefix in SUBSCRIBERS.items():
+            extra: dict[str, Any] = {}
             env = {f"{prefix}NATS__PASSWORD": NATS_PASSWORD}
             if prefix == "ALERTING_":
+                extra = {"alertmanager": {"urls": ["http://127.0.0.1:9"], "user": "am"}}
                 env["ALERTING_ALERTMANAGER__PASSWORD"] = AM_PASSWORD
+            path = subscriber_config(tmp_path, module, nats, kubeconfig, **extra)
             p = ConsumerProcess(path, tmp_path / f"{module}.log", env=env, module=module).start()
             procs.append(p)
             subscribers.append((p, path, prefix, env))
