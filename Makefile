@@ -59,8 +59,8 @@ control-plane:
 	bash e2e/build-go-tool.sh natsauth
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge consumer tests tools fuzz soak
-	$(BIN)/ruff check bridge consumer tests tools fuzz soak
+	$(BIN)/ruff format --check bridge common consumer tests tools fuzz soak
+	$(BIN)/ruff check bridge common consumer tests tools fuzz soak
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.configref --check
