@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nkeys
-
 # The blocks of a .creds file: "-----BEGIN NATS USER JWT-----" / "------END NATS USER JWT------"
 # (nsc writes five dashes before BEGIN and six around END; readers accept any number).
 _JWT_BLOCK = "NATS USER JWT"
@@ -76,6 +74,8 @@ def _seed(text: str, where: str) -> tuple[bytes, str]:
         raise CredentialError(
             f"{where} is an {kind} seed (S{seed[1:2].decode()}...); a user seed (SU...) is needed"
         )
+    import nkeys  # here: PyNaCl costs 2.3 MB, only for those who use NKeys
+
     try:
         kp = nkeys.from_seed(bytearray(seed))
         public = kp.public_key.decode()
@@ -186,6 +186,8 @@ class Signer:
         return creds
 
     def sign(self, nonce: str) -> bytes:
+        import nkeys
+
         creds = self._fresh()
         kp = nkeys.from_seed(bytearray(creds.seed))
         try:

@@ -75,3 +75,20 @@ def test_the_guards_stand_in_for_the_clients_own_methods() -> None:
 def test_options_print_no_secret() -> None:
     text = repr(NatsOptions(user="u", password="pw-Sentinel", token="tok-Sentinel"))
     assert "pw-Sentinel" not in text and "tok-Sentinel" not in text
+
+
+def test_nkeys_is_loaded_only_by_those_who_use_nkeys() -> None:
+    """PyNaCl, under nkeys, costs 2.3 MB resident: the bridge and the subscribers load it only
+    to read an NKey seed or a .creds file."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bridge.app, bridge.cli, k8s_event_consumer.alerting.running, "
+        "k8s_event_consumer.remediation.__main__\n"
+        "from bridge import settings\n"
+        "settings.load(None)\n"
+        "assert 'nkeys' not in sys.modules and 'nacl' not in sys.modules, 'loaded'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
