@@ -262,14 +262,22 @@ def test_check_config_refuses_bad_credentials_with_exit_2(
         assert secret not in out.err + out.out
 
 
-@pytest.mark.parametrize("program", ["k8s-event-bridge", "k8s-event-alerting"])
+@pytest.mark.parametrize(
+    "program", ["k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation"]
+)
 def test_run_with_a_creds_file_without_a_jwt_exits_2_at_once(tmp_path: Path, program: str) -> None:
     """nats-py's own reader loops for ever on a seed block without a JWT block (the event loop
     blocked, no probe answered): the file is refused before it is ever handed to nats-py."""
     path, secrets = _broken(tmp_path, "no-jwt")
-    prefix = "BRIDGE_" if program == "k8s-event-bridge" else "ALERTING_"
+    prefix = {
+        "k8s-event-bridge": "BRIDGE_",
+        "k8s-event-alerting": "ALERTING_",
+        "k8s-event-remediation": "REMEDIATION_",
+    }[program]
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefix)}
     env[f"{prefix}NATS__CREDS_FILE"] = str(path)
+    if prefix == "REMEDIATION_":
+        env["REMEDIATION_KUBERNETES__CLUSTER"] = "test"
     exe = Path(sys.executable).parent / program
     t = time.monotonic()
     done = subprocess.run(
