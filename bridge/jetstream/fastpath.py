@@ -1,5 +1,6 @@
-"""Every use of nats-py's private parts, in this one module: delete it the day nats-py
-publishes as fast through its public API.
+"""The publisher's uses of nats-py's private parts, in this one module: delete it the day
+nats-py publishes as fast through its public API. (The connection's own, shared with the
+subscribers, are in ``k8s_event_common.connecting``, checked the same way.)
 
 Two things the public API does per message cost more than the rest of the bridge's work on it:
 
@@ -25,9 +26,7 @@ is taken out, and the message goes the public way.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
@@ -35,58 +34,33 @@ from nats.aio.client import Client as NATS
 
 from bridge import logs
 from bridge.core.messages import Message
+from k8s_event_common import connecting
+from k8s_event_common.connecting import Private
 
 log = logs.get("publishing")
 
 
-@dataclass(frozen=True)
-class Private:
-    """One private part of nats-py: a coroutine method with these parameters (after self),
-    or an attribute holding a value of one of these types."""
-
-    owner: str  # "Client" or "Subscription"
-    name: str
-    params: tuple[str, ...] | None = None
-    types: tuple[type, ...] = ()
-
-
 # What RawWriter uses of the client, as in nats-py 2.16.
 RAW_WRITER_USES = (
-    Private("Client", "_send_command", params=("cmd", "priority")),  # queue outgoing bytes
-    Private("Client", "_flush_pending", params=("force_flush",)),  # wake the flusher task
-    Private("Client", "_pending_data_size", types=(int,)),  # bytes waiting to be written
-    Private("Client", "_max_pending_size", types=(int,)),  # the bound while reconnecting
-    Private("Client", "_flush_queue", types=(asyncio.Queue, type(None))),  # flusher wake-ups
-    Private("Client", "stats", types=(dict,)),  # in/out message and byte counters
+    Private("_send_command", params=("cmd", "priority")),  # queue outgoing bytes
+    Private("_flush_pending", params=("force_flush",)),  # wake the flusher task
+    Private("_pending_data_size", types=(int,)),  # bytes waiting to be written
+    Private("_max_pending_size", types=(int,)),  # the bound while reconnecting
+    Private("_flush_queue", types=(asyncio.Queue, type(None))),  # flusher wake-ups
+    Private("stats", types=(dict,)),  # in/out message and byte counters
 )
 # What AckTap uses of the client and of the inbox's subscription, as in nats-py 2.16.
 ACK_TAP_USES = (
-    Private("Client", "_process_msg", params=("sid", "subject", "reply", "data", "headers")),
-    Private("Client", "stats", types=(dict,)),
-    Private("Subscription", "_id", types=(int,)),  # the sid the parser passes on
+    Private("_process_msg", params=("sid", "subject", "reply", "data", "headers")),
+    Private("stats", types=(dict,)),
+    Private("_id", types=(int,), owner="Subscription"),  # the sid the parser passes on
 )
 
 
 def problems(uses: tuple[Private, ...], nc: Any, sub: Any = None) -> list[str]:
-    """What this nats-py lacks of ``uses``; empty when every part is as tested."""
-    out: list[str] = []
-    for p in uses:
-        obj = nc if p.owner == "Client" else sub
-        where = f"{p.owner}.{p.name}"
-        if not hasattr(obj, p.name):
-            out.append(f"{where} is missing")
-            continue
-        value = getattr(obj, p.name)
-        if p.params is None:
-            if not isinstance(value, p.types):
-                out.append(f"{where} is a {type(value).__name__}")
-        elif not inspect.iscoroutinefunction(value):
-            out.append(f"{where} is not a coroutine function")
-        else:
-            have = tuple(inspect.signature(value).parameters)
-            if have != p.params:
-                out.append(f"{where}({', '.join(have)}) is not ({', '.join(p.params)})")
-    return out
+    """What this nats-py lacks of ``uses``; empty when every part is as tested (the check is
+    the shared connection's, which leans on nats-py's private parts too)."""
+    return connecting.problems(nc, uses, sub)
 
 
 def turned_off(part: str, reason: str) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "Connection",
     "CredentialError",
     "NatsOptions",
+    "Private",
     "TLSGuardUnavailable",
     "TLSRefused",
     "problems",
@@ -114,12 +115,14 @@ def _ssl_reason(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class Private:
     """One private part of nats-py: a method with these parameters (after self; ``coroutine``
-    says whether it is one), or an attribute holding a value of one of these types."""
+    says whether it is one), or an attribute holding a value of one of these types; of the
+    ``Client`` or, for the bridge's fast path, of a ``Subscription``."""
 
     name: str
     params: tuple[str, ...] | None = None
     coroutine: bool = True
     types: tuple[type, ...] = ()
+    owner: str = "Client"
 
 
 # What the guards use of nats-py's Client, as in nats-py 2.16.
@@ -132,17 +135,19 @@ PRIVATE_USES = (
 )
 
 
-def problems(nc: Any) -> list[str]:
-    """What this nats-py client lacks of ``PRIVATE_USES``; empty when all is as tested."""
+def problems(nc: Any, uses: tuple[Private, ...] = PRIVATE_USES, sub: Any = None) -> list[str]:
+    """What this nats-py client (and ``sub``, for the parts of a Subscription) lacks of
+    ``uses``; empty when every part is as tested."""
     out: list[str] = []
-    for p in PRIVATE_USES:
-        where = f"Client.{p.name}"
-        if not hasattr(nc, p.name):
+    for p in uses:
+        obj = nc if p.owner == "Client" else sub
+        where = f"{p.owner}.{p.name}"
+        if not hasattr(obj, p.name):
             out.append(f"{where} is missing")
             continue
-        value = getattr(nc, p.name)
+        value = getattr(obj, p.name)
         if p.params is None:
-            if p.types and value is not None and not isinstance(value, p.types):
+            if p.types and not isinstance(value, p.types):
                 out.append(f"{where} is a {type(value).__name__}")
             continue
         if not callable(value):
