@@ -385,8 +385,9 @@ class Connection:
             self.auth_failed(_server_text(str(exc)) or "Authorization Violation")
             return
         if "permissions violation" in str(exc).lower():
+            # one key for all subjects: a key per subject would grow with every Event subject
             self._sampled_emit(
-                f"perm:{exc}",
+                "perm",
                 60,
                 logging.WARNING,
                 "nats_permission_denied",
