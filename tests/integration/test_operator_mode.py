@@ -14,9 +14,8 @@ from typing import Any
 
 import nats
 import pytest
-import yaml
 
-from bridge.sim.natsserver import NatsServer, free_port
+from bridge.sim.natsserver import NatsServer
 from tests import gotools
 from tests.integration.harness import (
     BridgeProcess,
@@ -26,6 +25,7 @@ from tests.integration.harness import (
     bridge_config,
     eventually,
     readyz,
+    subscriber_config,
 )
 from tests.natsauth import Operator
 
@@ -170,14 +170,14 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
     assert sorted(await stream_ids(url, reader)) == sorted(w.ids)
 
     # the remediation worker (dry run: it acts on nothing) on its own user
-    cfg = {
-        "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
-        "nats": {"servers": [url], "creds_file": str(user("k8s-event-remediation"))},
-        "remediation": {"dry_run": True},
-        "http": {"host": "127.0.0.1", "port": free_port()},
-    }
-    path = tmp_path / "remediation.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    nats_of = {"servers": [url], "creds_file": str(user("k8s-event-remediation"))}
+    path = subscriber_config(
+        tmp_path,
+        "k8s_event_consumer.remediation",
+        nats_of,
+        kubeconfig,
+        remediation={"dry_run": True},
+    )
     worker = ConsumerProcess(
         path, tmp_path / "remediation.log", module="k8s_event_consumer.remediation"
     ).start()
@@ -197,14 +197,15 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
 
     # the alerting subscriber on its own user: its read-back at start (recover_window) and
     # its durable; no Alertmanager needed to read (what it can not send, it holds)
-    cfg = {
-        "nats": {"servers": [url], "creds_file": str(user("k8s-event-alerting"))},
-        "alertmanager": {"urls": ["http://127.0.0.1:9"], "attempts": 1, "timeout": "1s"},
-        "alerts": {"reasons": ["NoSuchReason"], "recover_window": "1h"},
-        "http": {"host": "127.0.0.1", "port": free_port()},
-    }
-    path = tmp_path / "alerting.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    nats_of = {"servers": [url], "creds_file": str(user("k8s-event-alerting"))}
+    path = subscriber_config(
+        tmp_path,
+        "k8s_event_consumer.alerting",
+        nats_of,
+        kubeconfig,
+        alertmanager={"urls": ["http://127.0.0.1:9"], "attempts": 1, "timeout": "1s"},
+        alerts={"reasons": ["NoSuchReason"], "recover_window": "1h"},
+    )
     alerting = ConsumerProcess(
         path, tmp_path / "alerting.log", module="k8s_event_consumer.alerting"
     ).start()
