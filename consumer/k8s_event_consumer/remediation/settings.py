@@ -21,6 +21,7 @@ from k8s_event_consumer.configuring import (
 
 ENV_PREFIX = "REMEDIATION_"
 CONFIG_FILE_ENV = "REMEDIATION_CONFIG_FILE"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(
     r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 )
@@ -49,6 +50,10 @@ class KubernetesSettings(Section):
     request_timeout: PositiveDuration = 10.0
     """Each API request gives up after this long (the API server may be down: the message is
     then held)."""
+    event_ttl: PositiveDuration = 3600.0
+    """The API server's `--event-ttl`. An Event a message names that the API server does not
+    have is `stale` when the message says it was last seen longer ago than this (deleted by its
+    TTL meanwhile), else `untrusted` (it never was there)."""
 
 
 class RestartSettings(Section):
@@ -89,6 +94,27 @@ class MemorySettings(Section):
         return v
 
 
+class NamespaceSettings(Section):
+    """Where the worker may act. Its RBAC should grant exactly the allowed namespaces
+    (RoleBindings, deploy/consumers/remediation-rbac.yaml); a message about a Pod elsewhere is
+    `untrusted` (`namespace_denied`) and never acted on."""
+
+    allow: list[str] = []
+    """The namespaces the worker may act in. []: every namespace not denied."""
+    deny: list[str] = ["kube-system", "kube-public", "kube-node-lease"]
+    """Never acted in, even when allowed. The worker's own namespace (`$POD_NAMESPACE`, else
+    its service account's) is always denied as well: it never acts on itself nor on the
+    bridge."""
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _DNS_LABEL.fullmatch(name) or len(name) > 63:
+                raise ValueError(f"{name!r} is not a namespace name (a DNS-1123 label)")
+        return v
+
+
 class RemediationSettings(Section):
     """What the worker does, and how carefully."""
 
@@ -100,6 +126,7 @@ class RemediationSettings(Section):
     hold: PositiveDuration = 10.0
     """While the API server can not be reached, a message is held and delivered again after
     this."""
+    namespaces: NamespaceSettings = NamespaceSettings()
     component: str = "k8s-event-remediation"
     """The reportingComponent (and source.component) of the Events the worker writes."""
     restart: RestartSettings = RestartSettings()
@@ -117,7 +144,8 @@ class Settings(configuring.SubscriberSettings):
     http: HttpSettings = HttpSettings()
     """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound, also
     while the API server is down), /metrics (prefix `k8s_event_remediation_`:
-    `actions_total{action,result}`, `held_total`, `events_total{result}`)."""
+    `actions_total{action,result}`, `held_total`, `events_total{result}`,
+    `untrusted_total{why}`)."""
     log: LogSettings = LogSettings()
 
 
