@@ -3,7 +3,8 @@
 - ``events``: decode a message (either CloudEvents mode) into a CloudEvent and a typed view:
   ``KubeEvent`` or one of the bridge's status events (``Gap``, ``ApiserverUnreachable``, ...).
 - ``consuming``: a durable pull consumer with explicit acks, back-off, idempotency by the
-  CloudEvent id, callbacks per kind (``Handlers``), ``Retry`` to hold a message; ``replay``.
+  CloudEvent id, callbacks per kind (``Handlers``), ``Retry`` to hold a message,
+  ``Discard`` to drop an untrusted one without remembering its id; ``replay``.
 - ``connecting``: a NATS connection that reconnects forever.
 
 The subscribers built on it: ``k8s_event_consumer.alerting`` (Alertmanager) and
@@ -15,6 +16,7 @@ from k8s_event_consumer.consuming import (
     Consumer,
     ConsumerOptions,
     Delivery,
+    Discard,
     Handlers,
     KVSeen,
     MemorySeen,
@@ -50,6 +52,7 @@ __all__ = [
     "ConsumerOptions",
     "Decoded",
     "Delivery",
+    "Discard",
     "Dropped",
     "Gap",
     "Handlers",

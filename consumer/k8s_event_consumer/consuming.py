@@ -7,6 +7,8 @@ message (``events.decode``) and calls the handler its kind names:
 - returning normally: done; the CloudEvent id is remembered (``Seen``) and the message acked;
 - ``raise Retry(delay)``: held; nak'd with that delay, JetStream delivers it again later (a
   remediation worker while the API server is down);
+- ``raise Discard(why)``: acked (never delivered again) but its id not remembered: a message
+  the handler judged untrusted (forged), whose id a genuine message may carry later;
 - any other exception: nak'd with the back-off step for its delivery count, logged; after
   ``max_deliver`` deliveries JetStream stops (``max_deliver=-1``: never);
 - a message that is no CloudEvent of the bridge: logged naming what is wrong and terminated
@@ -53,6 +55,12 @@ class Retry(Exception):
         super().__init__(why or f"retry in {delay}s")
         self.delay = delay
         self.why = why
+
+
+class Discard(Exception):
+    """Raised by a handler: ack the message (it is never to be delivered again) without
+    remembering its id as handled. For a message judged untrusted: its CloudEvent id is the
+    message's own claim, and a genuine message with that id may come after it."""
 
 
 class ConsumerConflict(Exception):
@@ -232,6 +240,7 @@ class Stats:
     retried: int = 0
     failed: int = 0
     bad: int = 0
+    discarded: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -354,6 +363,10 @@ class Consumer:
         try:
             if handler is not None:
                 await handler(payload, d)
+        except Discard:
+            self.stats.discarded += 1
+            await msg.ack()
+            return
         except Retry as r:
             self.stats.retried += 1
             log.info("held id=%s delay=%s why=%s", d.id, r.delay, r.why)

@@ -29,8 +29,18 @@ class _Json(logging.Formatter):
 class _Text(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", {})
-        tail = " ".join(f"{k}={v}" for k, v in fields.items())
+        tail = " ".join(f"{k}={_value(v)}" for k, v in fields.items())
         return f"{record.levelname:<7} {record.name}: {record.getMessage()} {tail}".rstrip()
+
+
+def _value(v: Any) -> str:
+    """A field as one token: values from messages may hold spaces, newlines, escape sequences
+    (a forged log line, a terminal's title): quoted and escaped then, JSON-style, non-ASCII
+    as \\u escapes."""
+    text = str(v)
+    if text and text.isascii() and text.isprintable() and " " not in text and '"' not in text:
+        return text
+    return json.dumps(text)
 
 
 class Logger:

@@ -24,6 +24,7 @@ from k8s_event_consumer import (
     Consumer,
     ConsumerOptions,
     Delivery,
+    Discard,
     Handlers,
     KubeEvent,
     KVSeen,
@@ -162,6 +163,36 @@ async def test_a_held_message_comes_again_after_its_delay_and_is_done_once(nc: A
     assert calls.count(("k/2", 1)) == 1  # a held message does not stop the next
     assert [n for i, n in calls if i == "h/1"] == [1, 2, 3]
     assert c.stats.retried == 2 and c.stats.handled == 2
+
+
+async def test_a_discarded_message_is_acked_but_its_id_stays_free_for_a_genuine_one(
+    nc: Any,
+) -> None:
+    """A forged message carrying a genuine message's id (without a Msg-Id: JetStream keeps
+    both) is discarded; the genuine one after it is still handled, once."""
+    forged = Converter(CLUSTER, "k8s.events", "structured").convert(event("g", 1, reason="X"))
+    headers = {k: v for k, v in (forged.headers or {}).items() if k != "Nats-Msg-Id"}
+    await nc.jetstream().publish(forged.subject, forged.payload, headers=headers)
+    await publish(nc, event("g", 1))
+    calls: list[tuple[str, str, int]] = []
+    rec = Recorder()
+
+    async def on_event(ev: KubeEvent, d: Delivery) -> None:
+        calls.append((ev.id, ev.reason, d.num_delivered))
+        if ev.reason == "X":
+            raise Discard("the API server does not confirm it")
+        await rec.on_event(ev, d)
+
+    seen = KVSeen(await nc.jetstream().create_key_value(bucket="seen_discard"))
+    c = await Consumer.open(
+        nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST, seen=seen
+    )
+    async with running(c, Handlers(on_event=on_event)):
+        await rec.until(lambda: len(rec.events) == 1)
+        await asyncio.sleep(1.5)  # past ack_wait: the discarded one was acked, not redelivered
+    assert calls == [("g/1", "X", 1), ("g/1", "BackOff", 1)]
+    assert c.stats.discarded == 1 and c.stats.handled == 1 and c.stats.skipped_duplicates == 0
+    assert await seen.contains("g/1")
 
 
 async def test_a_failing_handler_is_retried_with_backoff_until_max_deliver(nc: Any) -> None:

@@ -4,17 +4,18 @@ against an in-memory API server that can be taken down."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from k8s_event_consumer.consuming import Delivery, Retry
+from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import Decoded, KubeEvent, ObjectRef
 from k8s_event_consumer.remediation import rules
-from k8s_event_consumer.remediation.kube import Conflict, NotFound, Unavailable
+from k8s_event_consumer.remediation.kube import Conflict, NotFound, Refused, Unavailable
 from k8s_event_consumer.remediation.settings import RemediationSettings, Settings
-from k8s_event_consumer.remediation.worker import TRIGGER_ANNOTATION, Worker
+from k8s_event_consumer.remediation.worker import TRIGGER_ANNOTATION, UNTRUSTED, Worker
 
 
 def kube_event(
@@ -40,7 +41,14 @@ def kube_event(
     )
 
 
-def pod(*, oom: bool = False, owned: bool = True, uid: str = "pod-uid") -> dict[str, Any]:
+def pod(
+    *,
+    oom: bool = False,
+    owned: bool = True,
+    uid: str = "pod-uid",
+    waiting: str | None = "CrashLoopBackOff",
+    restarts: int = 5,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "web-1", "namespace": "shop", "uid": uid}
     if owned:
         meta["ownerReferences"] = [
@@ -59,6 +67,8 @@ def pod(*, oom: bool = False, owned: bool = True, uid: str = "pod-uid") -> dict[
             "containerStatuses": [
                 {
                     "name": "app",
+                    "restartCount": restarts,
+                    "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}},
                     "lastState": {"terminated": {"reason": "OOMKilled" if oom else "Error"}},
                 }
             ]
@@ -122,12 +132,33 @@ def test_an_oomkilled_container_gets_its_owner_annotated_instead_of_a_delete() -
     assert rules.plan(kube_event(count=7), pod(oom=True), None, CFG) is None
 
 
+def api_event(ev: KubeEvent | None = None, **changes: Any) -> dict[str, Any]:
+    """The Event as the API server has it (the one ``kube_event`` describes)."""
+    ev = ev or kube_event()
+    out: dict[str, Any] = {
+        "metadata": {"name": ev.name, "namespace": ev.namespace, "uid": ev.uid},
+        "reason": ev.reason,
+        "type": ev.type,
+        "count": ev.count,
+        "involvedObject": {
+            "kind": ev.involved.kind,
+            "namespace": ev.involved.namespace,
+            "name": ev.involved.name,
+            "uid": ev.involved.uid,
+        },
+    }
+    out.update(changes)
+    return out
+
+
 class FakeKube:
     """The API server as the worker sees it; ``down`` makes every call Unavailable."""
 
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {"web-1": pod()}
-        self.events: dict[str, dict[str, Any]] = {}
+        # the Events it has: the one kube_event() describes, then the worker's records
+        self.events: dict[str, dict[str, Any]] = {"web-1.abc": api_event(kube_event(count=9))}
+        self.reads: list[tuple[str, str, str]] = []
         self.deleted: list[tuple[str, bool]] = []
         self.down = False
         self.fail_delete_once = False
@@ -140,9 +171,11 @@ class FakeKube:
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         self._check()
-        if name not in self.pods:
+        self.reads.append((kind, namespace, name))
+        found = self.events if kind == "Event" else self.pods
+        if name not in found:
             raise NotFound(name)
-        return copy.deepcopy(self.pods[name])
+        return copy.deepcopy(found[name])
 
     async def top_controller(self, obj: dict[str, Any]) -> Any:
         self._check()
@@ -180,13 +213,25 @@ class FakeKube:
         self.events[name] = event
 
 
+def records(kube: FakeKube) -> list[dict[str, Any]]:
+    """The Events the worker wrote."""
+    return [e for e in kube.events.values() if e["reason"].startswith("Remediation")]
+
+
 def worker(kube: FakeKube, **remediation: Any) -> tuple[Worker, list[float]]:
     now = [1000.0]
     settings = Settings(
         kubernetes={"cluster": "prod"},
         remediation={"dry_run": False, **remediation},
     )
-    return Worker(settings, kube, clock=lambda: now[0]), now  # type: ignore[arg-type]
+    w = Worker(
+        settings,
+        kube,  # type: ignore[arg-type]
+        clock=lambda: now[0],
+        namespace="k8s-event-bridge",
+        wall_clock=lambda: datetime(2026, 11, 30, 0, 10, tzinfo=UTC),
+    )
+    return w, now
 
 
 def delivery(n: int = 1) -> Delivery:
@@ -200,7 +245,7 @@ async def test_each_action_is_done_once_whatever_repeats_and_recorded_as_an_even
     await w.on_event(kube_event(count=6, rv=2), delivery())  # the Event's count bumped
     await w.on_event(kube_event(count=5, rv=1), delivery(2))  # redelivered
     assert kube.deleted == [("pod-uid", False)]
-    (record,) = kube.events.values()
+    (record,) = records(kube)
     assert record["reason"] == "RemediationPodDeleted"
     assert record["involvedObject"]["uid"] == "pod-uid"
     assert record["metadata"]["annotations"][TRIGGER_ANNOTATION] == "ev-uid/1"
@@ -218,7 +263,7 @@ async def test_while_the_api_server_is_down_the_message_is_held_then_done_once()
     assert kube.deleted == [] and w.counts.held == 3
     kube.down = False
     await w.on_event(kube_event(), delivery(4))
-    assert kube.deleted == [("pod-uid", False)] and len(kube.events) == 1
+    assert kube.deleted == [("pod-uid", False)] and len(records(kube)) == 1
 
 
 async def test_stopped_between_the_record_and_the_action_the_retry_acts_once() -> None:
@@ -227,11 +272,11 @@ async def test_stopped_between_the_record_and_the_action_the_retry_acts_once() -
     kube.fail_delete_once = True
     with pytest.raises(Retry):
         await w.on_event(kube_event(), delivery(1))
-    assert kube.deleted == [] and len(kube.events) == 1  # recorded, not yet done
+    assert kube.deleted == [] and len(records(kube)) == 1  # recorded, not yet done
     w2, _ = worker(kube)  # a new process: no memory but the API server's
     await w2.on_event(kube_event(), delivery(2))
     await w2.on_event(kube_event(), delivery(3))  # and once more: the Pod is gone
-    assert kube.deleted == [("pod-uid", False)] and len(kube.events) == 1
+    assert kube.deleted == [("pod-uid", False)] and len(records(kube)) == 1
 
 
 async def test_an_owner_that_carries_the_suggestion_already_is_not_patched_again() -> None:
@@ -239,14 +284,15 @@ async def test_an_owner_that_carries_the_suggestion_already_is_not_patched_again
     kube.pods["web-1"] = pod(oom=True)
     w, _ = worker(kube)
     await w.on_event(kube_event(), delivery())
-    assert kube.annotated == 1 and len(kube.events) == 1
+    assert kube.annotated == 1 and len(records(kube)) == 1
     kube.owner_annotations.update(
         {"remediation.k8s-event-bridge.io/suggested-memory-limit.app": "192Mi"}
     )
     await w.on_event(kube_event(rv=2), delivery())
-    kube.events.clear()  # the record expired (Event TTL): written again, nothing patched
+    for r in records(kube):  # the record expired (Event TTL): written again, nothing patched
+        del kube.events[r["metadata"]["name"]]
     await w.on_event(kube_event(rv=3), delivery())
-    assert kube.annotated == 1 and len(kube.events) == 1 and w.counts.already_done == 2
+    assert kube.annotated == 1 and len(records(kube)) == 1 and w.counts.already_done == 2
 
 
 async def test_one_action_per_object_within_the_rate_limit() -> None:
@@ -257,10 +303,10 @@ async def test_one_action_per_object_within_the_rate_limit() -> None:
     w.cfg = RemediationSettings(dry_run=True, rate_limit=600, restart={"min_count": 1})
     kube.pods["web-1"] = pod()
     await w.on_event(kube_event(rv=2), delivery())
-    assert w.counts.rate_limited == 1 and len(kube.events) == 1
+    assert w.counts.rate_limited == 1 and len(records(kube)) == 1
     now[0] += 601
     await w.on_event(kube_event(rv=3), delivery())
-    assert len(kube.events) == 2 and kube.deleted[-1] == ("pod-uid", True)
+    assert len(records(kube)) == 2 and kube.deleted[-1] == ("pod-uid", True)
 
 
 async def test_a_dry_run_sends_the_action_as_a_dry_run_and_records_it_as_such() -> None:
@@ -268,7 +314,7 @@ async def test_a_dry_run_sends_the_action_as_a_dry_run_and_records_it_as_such() 
     w, _ = worker(kube, dry_run=True)
     await w.on_event(kube_event(), delivery())
     assert kube.deleted == [("pod-uid", True)] and "web-1" in kube.pods
-    (record,) = kube.events.values()
+    (record,) = records(kube)
     assert record["reason"] == "RemediationDryRun" and "would delete" in record["message"]
 
 
@@ -346,3 +392,202 @@ def test_the_counters_alerts_read_are_exported_from_zero() -> None:
         assert f"\n{prefix}held_total 0\n" in text
         # a labelled counter gets no unlabelled series
         assert f"\n{prefix}events_total 0\n" not in text
+
+
+# -- what the worker trusts: the API server, not the message (an attacker with publish rights
+#    writes messages in the documented form; each of these must change nothing)
+
+
+def forged(**changes: Any) -> KubeEvent:
+    ev = kube_event()
+    involved = changes.pop("involved", None)
+    if involved is not None:
+        changes["involved"] = ObjectRef("Pod", *involved)
+    return dataclasses.replace(ev, **changes)
+
+
+UNTRUSTED_CASES = {
+    # (a) a healthy, controlled Pod in kube-system, without an involvedObject uid
+    "no_uid": (forged(involved=("kube-system", "coredns-1", "")), None, "no_involved_uid"),
+    "kube_system": (
+        forged(namespace="kube-system", involved=("kube-system", "web-1", "pod-uid")),
+        None,
+        "namespace_denied",
+    ),
+    "own_namespace": (
+        forged(namespace="k8s-event-bridge", involved=("k8s-event-bridge", "web-1", "pod-uid")),
+        None,
+        "namespace_denied",
+    ),
+    "path_in_a_name": (
+        forged(involved=("shop", "../../kube-system/pods/x", "pod-uid")),
+        None,
+        "bad_name",
+    ),
+    "event_in_another_namespace": (forged(namespace="other"), None, "event_mismatch"),
+    # a name the API server does not have, last seen a minute ago: never there
+    "no_such_event": (forged(name="web-1.forged"), None, "event_not_found"),
+    "another_event_uid": (forged(uid="not-the-uid"), None, "event_mismatch"),
+    # (b) another Pod's real uid in a message naming a real Event of a different Pod
+    "another_pods_uid": (
+        forged(involved=("shop", "web-1", "tenant-b-pod-uid")),
+        None,
+        "event_mismatch",
+    ),
+    "another_reason": (forged(reason="BackOff"), {"reason": "Unhealthy"}, "event_mismatch"),
+    "a_normal_event": (forged(), {"type": "Normal"}, "event_mismatch"),
+    "count_inflated": (forged(count=50), {"count": 2}, "count_not_confirmed"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRUSTED_CASES))
+async def test_a_message_the_api_server_does_not_confirm_is_never_acted_on(case: str) -> None:
+    ev, real_changes, why = UNTRUSTED_CASES[case]
+    kube = FakeKube()
+    if real_changes:
+        kube.events["web-1.abc"] = api_event(kube_event(count=9), **real_changes)
+    w, _ = worker(kube)
+    with pytest.raises(Discard):  # acked, its id not remembered: a genuine one may carry it
+        await w.on_event(ev, delivery())
+    assert kube.deleted == [] and kube.annotated == 0 and records(kube) == []
+    assert w.counts.untrusted == 1 and w.metrics.value("untrusted_total", why=why) == 1
+    if why in ("no_involved_uid", "namespace_denied", "bad_name"):
+        assert kube.reads == []  # decided before any request
+
+
+async def test_a_healthy_pod_is_not_deleted_whatever_the_event_says() -> None:
+    kube = FakeKube()
+    kube.pods["web-1"] = pod(waiting=None, restarts=0)  # (b)/(a): running, never restarted
+    w, _ = worker(kube)
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(count=9), delivery())
+    assert w.metrics.value("untrusted_total", why="pod_not_crash_looping") == 1
+    assert kube.deleted == [] and records(kube) == []
+
+
+async def test_an_oomkilling_on_a_pod_that_was_not_oomkilled_is_untrusted() -> None:
+    kube = FakeKube()
+    kube.events["web-1.abc"] = api_event(kube_event(reason="OOMKilling"))
+    w, _ = worker(kube)
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(reason="OOMKilling"), delivery())
+    assert w.metrics.value("untrusted_total", why="pod_not_oom_killed") == 1
+    assert kube.annotated == 0
+
+
+async def test_a_crash_looping_pod_between_two_crashes_is_left_for_the_next_event() -> None:
+    kube = FakeKube()
+    kube.pods["web-1"] = pod(waiting=None, restarts=7)  # running again, for now
+    w, _ = worker(kube)
+    await w.on_event(kube_event(), delivery())  # genuine: acked, not untrusted
+    assert kube.deleted == [] and w.counts.untrusted == 0 and w.counts.ignored == 1
+    kube.pods["web-1"] = pod(restarts=8)
+    await w.on_event(kube_event(count=6, rv=2), delivery())
+    assert kube.deleted == [("pod-uid", False)]
+
+
+async def test_the_api_servers_count_decides_not_the_messages() -> None:
+    kube = FakeKube()
+    kube.events["web-1.abc"] = api_event(kube_event(count=12))
+    w, _ = worker(kube, restart={"min_count": 10})
+    with pytest.raises(Discard):  # the Pod restarted 5 times only
+        await w.on_event(kube_event(count=10), delivery())
+    assert kube.deleted == [] and w.counts.untrusted == 1
+    kube.pods["web-1"] = pod(restarts=10)
+    await w.on_event(kube_event(count=10, rv=2), delivery())
+    assert kube.deleted == [("pod-uid", False)]
+    (record,) = records(kube)
+    assert "x12" in record["message"]  # the confirmed count
+
+
+async def test_an_event_deleted_by_its_ttl_is_stale_not_untrusted() -> None:
+    kube = FakeKube()
+    del kube.events["web-1.abc"]
+    w, _ = worker(kube)  # its wall clock: 2026-11-30 00:10, the Event last seen at 00:00
+    old = dataclasses.replace(kube_event(), last_seen=datetime(2026, 11, 29, 22, tzinfo=UTC))
+    await w.on_event(old, delivery())  # acked and remembered: it was genuine
+    assert w.counts.stale == 1 and w.counts.untrusted == 0 and kube.deleted == []
+    assert w.metrics.value("events_total", result="stale") == 1
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(), delivery())  # last seen 10 minutes ago: never there
+    assert w.metrics.value("untrusted_total", why="event_not_found") == 1
+
+
+async def test_the_allow_list_limits_the_namespaces_and_the_deny_list_wins() -> None:
+    kube = FakeKube()
+    w, _ = worker(kube, namespaces={"allow": ["shop", "kube-system"]})
+    assert w.may_act_in("shop") and not w.may_act_in("other")
+    assert not w.may_act_in("kube-system") and not w.may_act_in("k8s-event-bridge")
+    await w.on_event(kube_event(), delivery())
+    assert kube.deleted == [("pod-uid", False)]
+    w2, _ = worker(FakeKube(), namespaces={"allow": ["billing"]})
+    with pytest.raises(Discard):
+        await w2.on_event(kube_event(), delivery())
+    with pytest.raises(ValueError, match="not a namespace name"):
+        Settings(kubernetes={"cluster": "c"}, remediation={"namespaces": {"deny": ["A/b"]}})
+
+
+async def test_while_the_api_server_is_down_nothing_unconfirmed_is_done() -> None:
+    kube = FakeKube()
+    kube.pods["web-1"] = pod(waiting=None, restarts=0)
+    w, _ = worker(kube)
+    kube.down = True
+    with pytest.raises(Retry):
+        await w.on_event(kube_event(), delivery(1))
+    kube.down = False
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(), delivery(2))
+    assert kube.deleted == []
+
+
+async def test_an_answer_asking_again_will_not_change_ends_the_message() -> None:
+    """A 403 (its RBAC does not reach that far) is logged and acked, not redelivered for
+    ever."""
+    kube = FakeKube()
+
+    async def forbidden(*args: Any) -> dict[str, Any]:
+        raise Refused("GET /api/v1/namespaces/shop/events/web-1.abc: 403 Forbidden")
+
+    kube.get = forbidden  # type: ignore[method-assign]
+    w, _ = worker(kube)
+    await w.on_event(kube_event(), delivery())  # returns: acked
+    assert w.counts.refused == 1 and w.metrics.value("events_total", result="refused") == 1
+
+
+def test_the_untrusted_counter_has_every_why_from_zero_and_no_other() -> None:
+    w, _ = worker(FakeKube())
+    text = w.metrics.render()
+    for why in UNTRUSTED:
+        assert f'k8s_event_remediation_untrusted_total{{why="{why}"}} 0' in text
+    assert text.count("k8s_event_remediation_untrusted_total{") == len(UNTRUSTED)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"),
+    [
+        ("shop", ".."),
+        ("shop", "a/b"),
+        ("shop", "a%2fb"),
+        ("shop", "A"),
+        ("shop", "x" * 254),
+        ("kube-system/pods", "x"),
+        ("", "x"),
+        ("shop", "a\nb"),
+    ],
+)
+def test_every_path_segment_is_a_kubernetes_name(namespace: str, name: str) -> None:
+    from k8s_event_consumer.remediation.kube import Invalid, _path
+
+    with pytest.raises(Invalid):
+        _path("v1", "Pod", namespace, name)
+
+
+def test_a_kubernetes_name_is_escaped_and_an_api_version_checked() -> None:
+    from k8s_event_consumer.remediation.kube import Invalid, _path
+
+    assert _path("apps/v1", "Deployment", "shop", "web.v2") == (
+        "/apis/apps/v1/namespaces/shop/deployments/web.v2"
+    )
+    for bad in ("v1/../../api", "apps/v1?x=1", "V1"):
+        with pytest.raises(Invalid):
+            _path(bad, "Deployment", "shop", "web")

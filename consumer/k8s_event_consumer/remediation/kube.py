@@ -5,12 +5,18 @@ Failures are mapped once, here: ``Unavailable`` (refused, reset, timed out, 5xx,
 API server is down or overloaded; the worker holds the message), ``NotFound`` (404),
 ``Conflict`` (409: it exists already, or a precondition no longer holds), ``Refused`` (any
 other answer: 401, 403, 422 ...; not worth holding for).
+
+Every path segment comes from a message or from an answer, so none is trusted: a namespace must
+be a DNS-1123 label, a name a DNS-1123 subdomain, an apiVersion ``[group/]version``, else
+``Invalid`` (nothing is sent); each is escaped all the same.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
@@ -31,8 +37,17 @@ PLURALS = {
 }
 
 
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_API_VERSION = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?")
+
+
 class KubeError(Exception):
     pass
+
+
+class Invalid(KubeError):
+    """A path segment that is not a Kubernetes name: nothing was sent."""
 
 
 class Unavailable(KubeError):
@@ -51,12 +66,32 @@ class Refused(KubeError):
     """An answer that asking again will not change (401, 403, 422, ...)."""
 
 
+def namespace_problem(value: str) -> str | None:
+    """Why ``value`` is not a namespace name (a DNS-1123 label), or None."""
+    if not isinstance(value, str) or len(value) > 63 or not _LABEL.fullmatch(value):
+        return f"namespace {value!r:.80} is not a DNS-1123 label"
+    return None
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` is not an object's name (a DNS-1123 subdomain), or None."""
+    if not isinstance(value, str) or len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
+        return f"name {value!r:.80} is not a DNS-1123 subdomain"
+    return None
+
+
 def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
     plural = "pods" if kind == "Pod" else "events" if kind == "Event" else PLURALS.get(kind)
     if plural is None:
-        raise Refused(f"kind {kind} is not one the worker knows")
+        raise Refused(f"kind {kind!r:.80} is not one the worker knows")
+    if not isinstance(api_version, str) or not _API_VERSION.fullmatch(api_version):
+        raise Invalid(f"apiVersion {api_version!r:.80} is not [group/]version")
+    problem = namespace_problem(namespace) or (name_problem(name) if name else None)
+    if problem:
+        raise Invalid(problem)
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{base}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+    path = f"{base}/namespaces/{quote(namespace, safe='')}/{plural}"
+    return path + (f"/{quote(name, safe='')}" if name else "")
 
 
 class Kube:

@@ -1,13 +1,15 @@
 """What the worker does about an Event: pure decisions, no I/O.
 
-``plan(ev, pod, owner, cfg)`` looks at a Warning Event on a Pod and the Pod as the API server
-has it now, and returns at most one ``Action``:
+``plan(ev, pod, owner, cfg)`` looks at a Warning Event on a Pod, both as the API server has
+them now (the worker read them back: a message's word is not enough), and returns at most one
+``Action``:
 
-- a container of the Pod was OOMKilled (its last termination) or the Event is ``OOMKilling``:
-  annotate the Pod's top controller with a memory limit ``factor`` times the current one
-  (deleting the Pod would not help: it would be killed again);
-- else a ``BackOff`` (or a configured reason) whose count reached ``min_count``: delete the
-  Pod, so its controller makes a new one.
+- a container of the Pod was OOMKilled (its last termination): annotate the Pod's top
+  controller with a memory limit ``factor`` times the current one (deleting the Pod would not
+  help: it would be killed again);
+- else a ``BackOff`` (or a configured reason) whose count reached ``min_count``, on a Pod a
+  container of which waits in ``CrashLoopBackOff`` with at least ``min_count`` restarts
+  (``crash_looping``): delete the Pod, so its controller makes a new one.
 
 Each action has a ``key``: the action, the object's uid and its generation (a Pod) or what it
 suggests (an owner, whose generation the annotation itself bumps). The same key is the same
@@ -119,12 +121,38 @@ def target_of(obj: dict[str, Any], api_version: str, kind: str) -> Target:
 def oom_killed(pod: dict[str, Any]) -> list[str]:
     """The containers of ``pod`` whose last termination was OOMKilled."""
     out = []
-    for st in (pod.get("status") or {}).get("containerStatuses") or []:
+    for st in _statuses(pod):
         last = (st.get("lastState") or {}).get("terminated") or {}
         now = (st.get("state") or {}).get("terminated") or {}
         if "OOMKilled" in (last.get("reason"), now.get("reason")):
             out.append(str(st.get("name")))
     return out
+
+
+def crash_looping(pod: dict[str, Any], min_restarts: int) -> list[str]:
+    """The containers of ``pod`` waiting in CrashLoopBackOff with at least ``min_restarts``
+    restarts: what the restart rule is for, as the kubelet reports it."""
+    return [
+        str(st.get("name"))
+        for st in _statuses(pod)
+        if ((st.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        and _int(st.get("restartCount")) >= min_restarts
+    ]
+
+
+def restarted(pod: dict[str, Any], min_restarts: int) -> bool:
+    """A container of ``pod`` restarted at least ``min_restarts`` times (crash-looping, maybe
+    running between two crashes right now)."""
+    return any(_int(st.get("restartCount")) >= min_restarts for st in _statuses(pod))
+
+
+def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    out = (pod.get("status") or {}).get("containerStatuses") or []
+    return [st for st in out if isinstance(st, dict)]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -145,19 +173,19 @@ def plan(
     if not ev.warning or ev.involved.kind != "Pod":
         return None
     meta = pod.get("metadata") or {}
-    if ev.involved.uid and meta.get("uid") != ev.involved.uid:
+    if not ev.involved.uid or meta.get("uid") != ev.involved.uid:
         return None  # a newer Pod of the same name: not the one the Event is about
     if meta.get("deletionTimestamp"):
         return None  # on its way out already
     mem = cfg.memory
     oom = oom_killed(pod)
-    if mem.enabled and ev.reason in mem.reasons and (oom or ev.reason == "OOMKilling"):
+    if mem.enabled and ev.reason in mem.reasons and oom:
         if owner is None:
             return None
         obj, api_version, kind = owner
         containers = {c["name"]: c for c in (pod.get("spec") or {}).get("containers") or []}
         annotations = {}
-        for name in oom or list(containers):
+        for name in oom:
             res = (containers.get(name) or {}).get("resources") or {}
             current = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get(
                 "memory"
@@ -170,7 +198,7 @@ def plan(
         return Action(
             SUGGEST_MEMORY,
             target_of(obj, api_version, kind),
-            f"container(s) {', '.join(oom) or '?'} of Pod {meta.get('name')} OOMKilled",
+            f"container(s) {', '.join(oom)} of Pod {meta.get('name')} OOMKilled",
             annotations,
             effect_present=all(carried.get(k) == v for k, v in annotations.items()),
         )
@@ -178,9 +206,13 @@ def plan(
     if rst.enabled and ev.reason in rst.reasons and ev.count >= rst.min_count:
         if rst.only_controlled and controller_of(pod) is None:
             return None
+        looping = crash_looping(pod, rst.min_count)
+        if not looping:
+            return None
         return Action(
             DELETE_POD,
             target_of(pod, "v1", "Pod"),
-            f"{ev.reason} x{ev.count} (at least {rst.min_count})",
+            f"{ev.reason} x{ev.count} (at least {rst.min_count}), container(s) "
+            f"{', '.join(looping)} in CrashLoopBackOff",
         )
     return None

@@ -78,7 +78,7 @@ class MemorySettings(Section):
     """Suggest memory limits."""
     reasons: list[str] = ["BackOff", "OOMKilling"]
     """Warning Events on a Pod with one of these reasons count, when one of its containers was
-    last terminated OOMKilled (or the reason is OOMKilling)."""
+    last terminated OOMKilled (as the API server has the Pod, not as the message says)."""
     factor: float = Field(1.5, gt=1.0, le=10.0)
     """The suggestion: the container's memory limit (else its request) times this, rounded up
     to a MiB."""

@@ -1,7 +1,23 @@
-"""The remediation worker: Events from the stream → actions on the API server, each once.
+"""The remediation worker: Events from the stream → actions on the API server, each once, and
+only on what the API server confirms.
 
-For every Warning Event on a Pod of its cluster, the worker reads the Pod and its controllers,
-asks ``rules.plan`` what to do, and does it:
+A message is a claim, not a fact: anyone who may publish on the stream's subjects can write
+one. For every Warning Event on a Pod of its cluster whose reason a rule takes, the worker
+checks the claim before anything else:
+
+- the message names the Pod's uid; every name in it is a Kubernetes name; the Event is in the
+  Pod's namespace, one the worker may act in (``remediation.namespaces``: never kube-system,
+  kube-public, kube-node-lease nor its own);
+- the Event, read back by namespace and name, is the one the message describes: its uid, its
+  reason, Warning, about that Pod (kind, namespace, name, uid); its count, not the message's,
+  is what the restart rule compares;
+- the Pod, read back, shows what the rule is for (``rules.plan``): a container waiting in
+  CrashLoopBackOff with ``min_count`` restarts, or last terminated OOMKilled.
+
+A claim that fails is acked and never retried nor acted on, logged once as ``untrusted`` with
+why (a fixed set: ``UNTRUSTED``), counted in ``untrusted_total{why}``, and its id is not
+remembered as handled (``Discard``: a genuine message may carry the same id). An Event the API
+server no longer has, last seen longer ago than its TTL, is ``stale``. Then, per action:
 
 1. the Pod is gone (or terminating), or its owner carries the annotations: done before (a
    count bump of the same Event, a redelivery, another replica); nothing more;
@@ -14,26 +30,39 @@ asks ``rules.plan`` what to do, and does it:
 Every step can be done again without doing more (a delete with the Pod's uid as precondition,
 a merge patch of the same annotations, a create that meets 409), and the state of the object
 says whether the action happened: a worker killed between two steps does the rest when the
-message comes again. While the API server can not be reached
-the message is held (``Retry``: nak'd with the ``hold`` delay) and tried again until it
-answers, so nothing is lost and nothing is done twice.
+message comes again. While the API server can not be reached the message is held (``Retry``:
+nak'd with the ``hold`` delay) and tried again until it answers, so nothing is lost, nothing
+is done twice and nothing is done unconfirmed. An answer asking again will not change (403:
+its RBAC does not reach that far; 422) ends the message with a log line (``refused``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from k8s_event_consumer import logs
-from k8s_event_consumer.consuming import Delivery, Retry
+from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import KubeEvent
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import rules
-from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Unavailable
+from k8s_event_consumer.remediation.kube import (
+    Conflict,
+    Invalid,
+    Kube,
+    NotFound,
+    Refused,
+    Unavailable,
+    name_problem,
+    namespace_problem,
+)
 from k8s_event_consumer.remediation.settings import Settings
 
 log = logs.get("remediation")
@@ -45,8 +74,31 @@ COUNTERS = (
         "rate_limited, target_gone",
     ),
     ("held_total", "messages held (nak'd) because the API server could not be reached"),
-    ("events_total", "Kubernetes Events read, by result: planned (an action) or ignored"),
+    (
+        "events_total",
+        "Kubernetes Events read, by result: planned (an action), ignored, stale (the API "
+        "server no longer has the Event) or refused (the API server refused a read or an "
+        "action for good)",
+    ),
+    (
+        "untrusted_total",
+        "messages the API server did not confirm, never acted on, by why: "
+        "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
+        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed",
+    ),
 )
+# why a message is untrusted: the only values of untrusted_total's label
+UNTRUSTED = (
+    "no_involved_uid",  # the message names no Pod uid
+    "bad_name",  # a namespace or name that is not a Kubernetes name
+    "namespace_denied",  # a namespace the worker may not act in
+    "event_not_found",  # the API server has no such Event (and it is not past its TTL)
+    "event_mismatch",  # the Event it has is not the one the message describes
+    "count_not_confirmed",  # the Event's count is below the rule's
+    "pod_not_crash_looping",  # no container of the Pod restarted min_count times
+    "pod_not_oom_killed",  # an OOMKilling on a Pod none of whose containers was OOMKilled
+)
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 UNLABELLED = ("held_total",)  # exported from 0 on
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
 KEY_ANNOTATION = "remediation.k8s-event-bridge.io/action"
@@ -59,7 +111,38 @@ class Counts:
     rate_limited: int = 0
     held: int = 0
     ignored: int = 0
+    untrusted: int = 0
+    stale: int = 0
+    refused: int = 0
     by_action: dict[str, int] = field(default_factory=dict)
+
+
+class Untrusted(Exception):
+    """The API server does not confirm what the message says (``why``: one of UNTRUSTED)."""
+
+    def __init__(self, why: str, detail: str) -> None:
+        assert why in UNTRUSTED, why
+        super().__init__(detail)
+        self.why = why
+
+
+class _Stale(Exception):
+    """The Event is no longer on the API server, deleted by its TTL."""
+
+
+class _NotNow(Exception):
+    """Genuine, but nothing to do about it (the Pod is gone, replaced, between two crashes)."""
+
+
+def own_namespace() -> str | None:
+    """The worker's own namespace: $POD_NAMESPACE, else its service account's (in a Pod)."""
+    ns = os.environ.get("POD_NAMESPACE", "").strip()
+    if ns:
+        return ns
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 class Worker:
@@ -69,6 +152,8 @@ class Worker:
         kube: Kube,
         clock: Callable[[], float] = time.monotonic,
         metrics: Metrics | None = None,
+        namespace: str | None = None,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings
         self.cfg = settings.remediation
@@ -76,47 +161,177 @@ class Worker:
         self.clock = clock
         self.counts = Counts()
         self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
+        self.wall_clock = wall_clock
         self._last_action: dict[str, float] = {}  # object uid → when
         self._instance = socket.gethostname()
+        ns = self.cfg.namespaces
+        self.allowed = frozenset(ns.allow)
+        self.denied = frozenset(ns.deny) | {namespace or own_namespace() or ""} - {""}
+        for why in UNTRUSTED:
+            self.metrics.inc("untrusted_total", 0, why=why)
+
+    def may_act_in(self, namespace: str) -> bool:
+        return namespace not in self.denied and (not self.allowed or namespace in self.allowed)
 
     async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
-        if ev.cluster != self.settings.kubernetes.cluster or ev.involved.kind != "Pod":
+        if (
+            ev.cluster != self.settings.kubernetes.cluster
+            or ev.involved.kind != "Pod"
+            or not ev.warning
+            or not self._wanted(ev.reason, ev.count)
+        ):
             self._ignored()
             return
         try:
             await self._handle(ev)
+        except Invalid as exc:  # a name from an answer (an owner reference): refused too
+            raise self._untrusted(ev, d, Untrusted("bad_name", str(exc))) from exc
+        except Untrusted as u:
+            raise self._untrusted(ev, d, u) from u
+        except _Stale as exc:
+            self.counts.stale += 1
+            self.metrics.inc("events_total", result="stale")
+            log.info("stale", id=ev.id, detail=str(exc))
+        except _NotNow as exc:
+            self._ignored()
+            log.info("nothing_to_do", id=ev.id, detail=str(exc))
         except Unavailable as exc:
             self.counts.held += 1
             self.metrics.inc("held_total")
             log.warning("held", id=ev.id, delivery=d.num_delivered, why=str(exc))
             raise Retry(self.cfg.hold, f"API server unavailable: {exc}") from exc
+        except Refused as exc:
+            # asking again changes nothing (403: beyond its RBAC; 422): the message ends here
+            self.counts.refused += 1
+            self.metrics.inc("events_total", result="refused")
+            log.error("refused", id=ev.id, error=str(exc)[:500])
+
+    def _untrusted(self, ev: KubeEvent, d: Delivery, u: Untrusted) -> Discard:
+        """Count and log an untrusted message once; the Discard that acks it."""
+        self.counts.untrusted += 1
+        self.metrics.inc("untrusted_total", why=u.why)
+        log.warning(
+            "untrusted",
+            id=ev.id[:200],
+            why=u.why,
+            detail=str(u)[:500],
+            delivery=d.num_delivered,
+            stream_sequence=d.stream_sequence,
+        )
+        return Discard(u.why)
+
+    def _wanted(self, reason: str, count: int) -> bool:
+        """A rule takes Events of this reason (and, for the restart rule, this count): a
+        cheap look at the message before any request."""
+        rst, mem = self.cfg.restart, self.cfg.memory
+        return (rst.enabled and reason in rst.reasons and count >= rst.min_count) or (
+            mem.enabled and reason in mem.reasons
+        )
 
     async def _handle(self, ev: KubeEvent) -> None:
-        if not ev.warning:
-            self._ignored()
-            return
+        inv = ev.involved
+        if not inv.uid:
+            raise Untrusted("no_involved_uid", "the message names no involvedObject uid")
+        problem = (
+            namespace_problem(ev.namespace)
+            or name_problem(ev.name)
+            or namespace_problem(inv.namespace)
+            or name_problem(inv.name)
+        )
+        if problem:
+            raise Untrusted("bad_name", problem)
+        if ev.namespace != inv.namespace:
+            raise Untrusted(
+                "event_mismatch",
+                f"the Event is in namespace {ev.namespace}, its Pod in {inv.namespace}",
+            )
+        if not self.may_act_in(inv.namespace):
+            raise Untrusted("namespace_denied", f"the worker may not act in {inv.namespace}")
         try:
-            pod = await self.kube.get("v1", "Pod", ev.involved.namespace, ev.involved.name)
+            real = await self.kube.get("v1", "Event", ev.namespace, ev.name)
         except NotFound:
-            self._ignored()
-            log.debug("pod_gone", id=ev.id, pod=f"{ev.involved.namespace}/{ev.involved.name}")
-            return
+            self._missing(ev)
+            raise
+        confirmed = self._confirm(ev, real)
+        try:
+            pod = await self.kube.get("v1", "Pod", inv.namespace, inv.name)
+        except NotFound as exc:
+            raise _NotNow(f"Pod {inv.namespace}/{inv.name} is gone") from exc
+        if (pod.get("metadata") or {}).get("uid") != inv.uid:
+            raise _NotNow(f"Pod {inv.namespace}/{inv.name} is another Pod now")
         owner = None
-        if (
-            self.cfg.memory.enabled
-            and ev.reason in self.cfg.memory.reasons
-            and (rules.oom_killed(pod) or ev.reason == "OOMKilling")
-        ):
+        rst, mem = self.cfg.restart, self.cfg.memory
+        oom = rules.oom_killed(pod)
+        if mem.enabled and confirmed.reason in mem.reasons and oom:
             try:
                 owner = await self.kube.top_controller(pod)
             except NotFound:
                 owner = None
-        action = rules.plan(ev, pod, owner, self.cfg)
+        elif rst.enabled and confirmed.reason in rst.reasons and ev.count >= rst.min_count:
+            if confirmed.count < rst.min_count:
+                raise Untrusted(
+                    "count_not_confirmed",
+                    f"the Event's count is {confirmed.count}, the message says {ev.count}, "
+                    f"the rule wants {rst.min_count}",
+                )
+            if not rules.restarted(pod, rst.min_count):
+                raise Untrusted(
+                    "pod_not_crash_looping",
+                    f"no container of Pod {inv.namespace}/{inv.name} restarted "
+                    f"{rst.min_count} times",
+                )
+            if not rules.crash_looping(pod, rst.min_count):
+                raise _NotNow(f"Pod {inv.namespace}/{inv.name} is not in CrashLoopBackOff now")
+        elif confirmed.reason == "OOMKilling":
+            raise Untrusted(
+                "pod_not_oom_killed",
+                f"no container of Pod {inv.namespace}/{inv.name} was OOMKilled",
+            )
+        action = rules.plan(confirmed, pod, owner, self.cfg)
         if action is None:
             self._ignored()
             return
         self.metrics.inc("events_total", result="planned")
         await self._do(action, ev)
+
+    def _confirm(self, ev: KubeEvent, real: dict[str, Any]) -> KubeEvent:
+        """The message's Event as the API server has it, if it is the same Event about the
+        same Pod; else Untrusted."""
+        meta = real.get("metadata") or {}
+        involved = real.get("involvedObject") or {}
+        series = real.get("series") or {}
+        inv = ev.involved
+        for what, have, claimed in (
+            ("uid", meta.get("uid"), ev.uid),
+            ("reason", real.get("reason"), ev.reason),
+            ("type", real.get("type"), "Warning"),
+            ("involvedObject.kind", involved.get("kind"), "Pod"),
+            ("involvedObject.namespace", involved.get("namespace") or ev.namespace, inv.namespace),
+            ("involvedObject.name", involved.get("name"), inv.name),
+            ("involvedObject.uid", involved.get("uid"), inv.uid),
+        ):
+            if have != claimed:
+                raise Untrusted(
+                    "event_mismatch",
+                    f"Event {ev.namespace}/{ev.name}: the API server has {what} "
+                    f"{str(have)[:80]!r}, the message {str(claimed)[:80]!r}",
+                )
+        count = series.get("count") if series else real.get("count")
+        count = count if isinstance(count, int) and not isinstance(count, bool) else 1
+        return dataclasses.replace(ev, reason=str(real.get("reason")), count=count)
+
+    def _missing(self, ev: KubeEvent) -> NoReturn:
+        """The API server has no Event of that name: stale when the message says it was last
+        seen longer ago than the Event TTL, else never there."""
+        ttl = self.settings.kubernetes.event_ttl
+        seen = ev.last_seen or ev.first_seen
+        if seen is not None and (self.wall_clock() - seen).total_seconds() > ttl:
+            raise _Stale(f"Event {ev.namespace}/{ev.name} is gone, last seen {seen.isoformat()}")
+        raise Untrusted(
+            "event_not_found",
+            f"the API server has no Event {ev.namespace}/{ev.name}, last seen "
+            f"{seen.isoformat() if seen else 'never'} by the message",
+        )
 
     async def _do(self, action: rules.Action, ev: KubeEvent) -> None:
         """The record first, then the action: a worker stopped between the two finds the
