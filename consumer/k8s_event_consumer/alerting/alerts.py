@@ -4,7 +4,7 @@ No I/O and an injected clock. ``State`` holds one alert per label set and answer
 message, the alerts to send now; ``due()`` answers what to send again (firing alerts, and
 resolved ones for a while, as Prometheus re-sends them so an Alertmanager restart loses none).
 
-Three alerts, by ``alertname``:
+Four alerts, by ``alertname``:
 
 - ``KubernetesWarningEvent`` {cluster, namespace, kind, name, reason}: a Warning Event of a
   chosen reason. The key is the object and the reason, never the Event's uid or
@@ -19,11 +19,23 @@ Three alerts, by ``alertname``:
   ``apiserver_reachable`` resolves it (endsAt = when it was reachable again).
 - ``KubernetesEventsGap`` {cluster, scope}: from ``gap``; endsAt = detected + ``gap_alert_for``;
   a second gap while it fires widens the range in its annotations.
+- ``KubernetesEventsDropped`` {cluster}: from ``dropped`` (a message no server of the stream
+  could take: subscribers never get it); endsAt = the last drop + ``dropped_alert_for``; each
+  drop while it fires counts in its annotations.
 
 Every alert also carries the static labels of the rules. Redeliveries are harmless: a message
 already applied (or older than what was applied: a version of the Event, or a status event
-older than the last one for its scope) changes nothing and answers the alert as it is, so a
-message held while Alertmanager was away sends it again when delivered again.
+stored before the last one applied for its scope) changes nothing and answers the alert as it
+is, so a message held while Alertmanager was away sends it again when delivered again.
+
+**The stream orders, not the message.** A message's times are its publisher's word: anyone who
+may publish on the subject can date a message 2099. So a scope's status events apply in the
+order JetStream stored them (``Stored``: the stream sequence, and the server's timestamp), never
+by their own ``at``; and a time that lies ahead of the stream's timestamp by more than
+``max_clock_skew`` (``future_dated``) is taken as the stream's timestamp. A future-dated
+``apiserver_reachable`` resolves nothing: the bridge writes ``at`` just before it publishes, so
+such a message is forged or from a broken clock, and an outage alert errs on firing. Without a
+``Stored`` (a ``State`` fed by hand) messages are ordered by their own times.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from typing import Final
 from k8s_event_consumer.events import (
     ApiserverReachable,
     ApiserverUnreachable,
+    Dropped,
     Gap,
     KubeEvent,
     Status,
@@ -48,10 +61,19 @@ class AlertName(enum.StrEnum):
     EVENT = "KubernetesWarningEvent"
     UNREACHABLE = "KubernetesControlPlaneUnreachable"
     GAP = "KubernetesEventsGap"
+    DROPPED = "KubernetesEventsDropped"
 
 
 EVENT_LABELS: Final = ("alertname", "cluster", "namespace", "kind", "name", "reason")
 STATUS_LABELS: Final = ("alertname", "cluster", "scope")
+DROPPED_LABELS: Final = ("alertname", "cluster")
+# the labels each alert is keyed by (and all it carries besides the rules' static ones)
+OWN_LABELS: Final = {
+    AlertName.EVENT: EVENT_LABELS,
+    AlertName.UNREACHABLE: STATUS_LABELS,
+    AlertName.GAP: STATUS_LABELS,
+    AlertName.DROPPED: DROPPED_LABELS,
+}
 
 _NAMES: Final = frozenset(n.value for n in AlertName)
 # what an alert taken back from Alertmanager must hold, and its annotation of the latest time
@@ -61,7 +83,11 @@ _ADOPT_NEEDS: Final = {
         frozenset({"from_resource_version", "to_resource_version", "certainty", "detected_at"}),
         "detected_at",
     ),
+    AlertName.DROPPED: (frozenset({"dropped", "last_dropped_at"}), "last_dropped_at"),
 }
+# the stream sequences of the status keys applied: kept after their alert is forgotten (a
+# message held for longer still finds itself stale), the oldest left beyond this many
+SEQUENCES_KEPT: Final = 100_000
 
 Clock = Callable[[], datetime]
 Key = tuple[tuple[str, str], ...]
@@ -77,13 +103,46 @@ def rfc3339(t: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class Stored:
+    """Where JetStream stored a message: its stream sequence, and the stream's timestamp (the
+    server's clock when it stored the message, not the publisher's word). None: not known."""
+
+    sequence: int
+    time: datetime | None = None
+
+
+def claimed_time(m: KubeEvent | Status) -> datetime | None:
+    """The time a message says it was written: an Event's last seen; a status event's own
+    time (``at``, a gap's ``detectedAt``), else its CloudEvent's ``time``."""
+    if isinstance(m, KubeEvent):
+        return m.last_seen
+    if isinstance(m, Gap):
+        return m.detected_at or m.time
+    own = getattr(m, "at", None)
+    return own if isinstance(own, datetime) else m.time
+
+
+def future_dated(claimed: datetime | None, stored: Stored | None, skew: timedelta) -> bool:
+    """The message's time lies ahead of the stream's timestamp by more than ``skew``."""
+    return (
+        claimed is not None
+        and stored is not None
+        and stored.time is not None
+        and claimed > stored.time + skew
+    )
+
+
+@dataclass(frozen=True)
 class Rules:
     """What becomes an alert and for how long (the ``alerts`` settings)."""
 
     reasons: frozenset[str] = frozenset()  # empty: every Warning Event
     resolve_after: timedelta = timedelta(minutes=15)
     gap_alert_for: timedelta = timedelta(hours=1)
+    dropped_alert_for: timedelta = timedelta(hours=1)
     resolved_retention: timedelta = timedelta(minutes=15)
+    # a message's time ahead of its stream timestamp by more: taken as the stream's timestamp
+    max_clock_skew: timedelta = timedelta(seconds=30)
     labels: Mapping[str, str] = field(default_factory=dict)  # static, on every alert
     generator_url: str = "nats://K8S_EVENTS/k8s-event-alerting"
 
@@ -129,20 +188,23 @@ def _rv(value: str) -> int | None:
 
 
 class State:
-    """The alerts of the stream read so far; every method answers the alerts to send."""
+    """The alerts of the stream read so far; every method answers the alerts to send.
+
+    ``stored``: where JetStream stored the message (``Stored``). The running subscriber always
+    gives it; without it a message is ordered by its own time."""
 
     def __init__(self, rules: Rules, clock: Clock = utcnow) -> None:
         self.rules = rules
         self._clock = clock
         self._records: dict[Key, _Record] = {}
+        self._sequences: dict[Key, int] = {}  # status keys: the last stream sequence applied
 
     # -- messages -------------------------------------------------------------------------
 
-    def event(self, ev: KubeEvent) -> list[Alert]:
+    def event(self, ev: KubeEvent, stored: Stored | None = None) -> list[Alert]:
         """A version of a Kubernetes Event: [its alert], or [] when it makes none."""
         if not self.rules.wants(ev):
             return []
-        now = self._clock()
         own = {
             "alertname": AlertName.EVENT.value,
             "cluster": ev.cluster,
@@ -152,7 +214,7 @@ class State:
             "reason": ev.reason,
         }
         key = _key(own, EVENT_LABELS)
-        last = ev.last_seen or now
+        last = self._when(ev.last_seen, stored)
         first = min(ev.first_seen or last, last)
         rv = _rv(ev.resource_version)
         count, message = str(ev.count), ev.message
@@ -185,13 +247,13 @@ class State:
         self._records[key] = _Record(alert, last, versions)
         return [alert]
 
-    def unreachable(self, s: ApiserverUnreachable) -> list[Alert]:
+    def unreachable(self, s: ApiserverUnreachable, stored: Stored | None = None) -> list[Alert]:
         """The API server is unreachable for a scope: the alert fires until it is reachable."""
-        at = self._at(s, s.at)
+        at = self._when(claimed_time(s), stored)
         key, own = self._status_key(AlertName.UNREACHABLE, s.cluster, s.scope)
         record = self._records.get(key)
-        if record is not None and at <= record.latest:
-            return [record.alert]  # stale: a later status of this scope is applied
+        if not self._newer(key, record, stored, at):
+            return [record.alert] if record is not None else []
         firing = record is not None and record.alert.ends_at is None
         since = record.alert.starts_at if record is not None and firing else at
         alert = Alert(
@@ -208,18 +270,23 @@ class State:
             ends_at=None,
             generator_url=self.rules.generator_url,
         )
-        self._records[key] = _Record(alert, at)
+        self._apply(key, _Record(alert, at), stored)
         return [alert]
 
-    def reachable(self, s: ApiserverReachable) -> list[Alert]:
+    def reachable(self, s: ApiserverReachable, stored: Stored | None = None) -> list[Alert]:
         """The API server answers again: the unreachable alert of the scope resolves (also one
-        this process never saw fire: Alertmanager may still hold it)."""
-        at = self._at(s, s.at)
+        this process never saw fire: Alertmanager may still hold it). A future-dated one
+        resolves nothing (the module's docstring says why)."""
+        claimed = claimed_time(s)
         key, own = self._status_key(AlertName.UNREACHABLE, s.cluster, s.scope)
         record = self._records.get(key)
-        if record is not None and at <= record.latest:
-            return [record.alert]
-        ended = min(at, self._clock())
+        if future_dated(claimed, stored, self.rules.max_clock_skew):
+            return [record.alert] if record is not None else []
+        at = self._when(claimed, stored)
+        if not self._newer(key, record, stored, at):
+            return [record.alert] if record is not None else []
+        # never ahead of the stream (nor of now, fed by hand): it resolves when it was stored
+        ended = min(at, stored.time if stored is not None and stored.time else self._clock())
         if record is not None:
             starts = min(record.alert.starts_at, ended)
             annotations = dict(record.alert.annotations)
@@ -234,21 +301,23 @@ class State:
             ends_at=ended,
             generator_url=self.rules.generator_url,
         )
-        self._records[key] = _Record(alert, at)
+        self._apply(key, _Record(alert, at), stored)
         return [alert]
 
-    def gap(self, s: Gap) -> list[Alert]:
+    def gap(self, s: Gap, stored: Stored | None = None) -> list[Alert]:
         """Versions of Events may be missing: an alert for ``gap_alert_for``."""
-        detected = self._at(s, s.detected_at)
+        detected = self._when(claimed_time(s), stored)
         key, own = self._status_key(AlertName.GAP, s.cluster, s.scope)
         record = self._records.get(key)
+        if stored is not None and not self._newer(key, record, stored, detected):
+            return [record.alert] if record is not None else []
         from_rv, to_rv, certainty = (
             s.from_resource_version,
             s.to_resource_version,
             s.certainty,
         )
         starts, ends = detected, detected + self.rules.gap_alert_for
-        if record is not None and not record.alert.resolved(self._clock()):
+        if record is not None and _fires_at(record.alert, detected):
             # a second gap while the first fires (or the same one again): one wider range
             shown = record.alert.annotations
             from_rv = _rv_min(shown["from_resource_version"], from_rv)
@@ -274,7 +343,46 @@ class State:
             ends_at=ends,
             generator_url=self.rules.generator_url,
         )
-        self._records[key] = _Record(alert, detected)
+        self._apply(key, _Record(alert, detected), stored)
+        return [alert]
+
+    def dropped(self, s: Dropped, stored: Stored | None = None) -> list[Alert]:
+        """A message no server of the stream could take: an alert for ``dropped_alert_for``
+        after the last one, counting the drops while it fires."""
+        at = self._when(claimed_time(s), stored)
+        own = {"alertname": AlertName.DROPPED.value, "cluster": s.cluster}
+        key = _key(own, DROPPED_LABELS)
+        record = self._records.get(key)
+        if not self._newer(key, record, stored, at):
+            return [record.alert] if record is not None else []
+        count, starts, ends = 1, at, at + self.rules.dropped_alert_for
+        if record is not None and _fires_at(record.alert, at):
+            count += int(record.alert.annotations["dropped"])
+            starts = min(starts, record.alert.starts_at)
+            assert record.alert.ends_at is not None
+            ends = max(ends, record.alert.ends_at)
+        alert = Alert(
+            labels=self._labels(own),
+            annotations={
+                "summary": f"{count} message(s) of cluster {s.cluster} not in the stream: no "
+                f"server of the stream takes them ({s.reason})",
+                "description": "The bridge could not publish a message (an Event, or a status "
+                "event) because no server of the stream takes it; subscribers will never get "
+                "it. Raise the server's max_payload or the stream's max_msg_size to keep such "
+                "messages (the bridge's K8sEventBridgeMessageDropped fires too).",
+                "dropped": str(count),
+                "last_id": s.dropped_id,
+                "subject": s.subject,
+                "size": str(s.size),
+                "reason": s.reason,
+                "detail": s.detail,
+                "last_dropped_at": rfc3339(at),
+            },
+            starts_at=starts,
+            ends_at=ends,
+            generator_url=self.rules.generator_url,
+        )
+        self._apply(key, _Record(alert, at), stored)
         return [alert]
 
     # -- the resend loop and a restart ----------------------------------------------------
@@ -313,7 +421,7 @@ class State:
         for a in alerts:
             if a.generator_url != self.rules.generator_url or a.name not in _NAMES:
                 continue
-            own_names = EVENT_LABELS if a.name == AlertName.EVENT else STATUS_LABELS
+            own_names = OWN_LABELS[AlertName(a.name)]
             own = {n: a.labels.get(n, "") for n in own_names}
             key = _key(own, own_names)
             if key in self._records:
@@ -335,6 +443,8 @@ class State:
         latest = parse_time(a.annotations.get(when))
         if missing or latest is None or a.ends_at is None:
             raise ValueError(f"annotations missing: {sorted(missing) or when}")
+        if a.name == AlertName.DROPPED:
+            int(a.annotations["dropped"])  # a ValueError when it is no count
         return _Record(replace(a, labels=labels), latest)
 
     # -- helpers --------------------------------------------------------------------------
@@ -346,9 +456,38 @@ class State:
         own = {"alertname": name.value, "cluster": cluster, "scope": scope}
         return _key(own, STATUS_LABELS), own
 
-    def _at(self, s: Status, at: datetime | None) -> datetime:
-        """When a status event happened: its own time, else the CloudEvent's, else now."""
-        return at or s.time or self._clock()
+    def _when(self, claimed: datetime | None, stored: Stored | None) -> datetime:
+        """When a message was written: its own time, unless that lies ahead of the stream's
+        timestamp by more than ``max_clock_skew`` (then the stream's); without one, the
+        stream's, else now."""
+        if claimed is None or future_dated(claimed, stored, self.rules.max_clock_skew):
+            if stored is not None and stored.time is not None:
+                return stored.time
+            return claimed or self._clock()
+        return claimed
+
+    def _newer(self, key: Key, record: _Record | None, stored: Stored | None, at: datetime) -> bool:
+        """Whether a status event comes after the last one applied for its key: by the
+        stream's order when both are known, else (an alert taken back from Alertmanager, or no
+        ``Stored``) by time."""
+        last = self._sequences.get(key)
+        if stored is not None and last is not None:
+            return stored.sequence > last
+        return record is None or at > record.latest
+
+    def _apply(self, key: Key, record: _Record, stored: Stored | None) -> None:
+        self._records[key] = record
+        if stored is not None:
+            self._sequences.pop(key, None)  # to the end: the oldest are left first
+            self._sequences[key] = stored.sequence
+            if len(self._sequences) > SEQUENCES_KEPT:
+                del self._sequences[next(iter(self._sequences))]
+
+
+def _fires_at(alert: Alert, t: datetime) -> bool:
+    """Whether an alert with an end of its own still fires at ``t`` (a message's time, not
+    now: replicas reading the same stream decide the same)."""
+    return alert.ends_at is not None and alert.ends_at > t
 
 
 def _rv_min(a: str, b: str) -> str:

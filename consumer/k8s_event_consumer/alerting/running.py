@@ -14,6 +14,7 @@ import contextlib
 import signal
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +25,15 @@ from nats.aio.client import Client as NATS
 from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
-from k8s_event_consumer.alerting.alerts import Alert, Rules, State
+from k8s_event_consumer.alerting.alerts import (
+    Alert,
+    Rules,
+    State,
+    Stored,
+    claimed_time,
+    future_dated,
+    rfc3339,
+)
 from k8s_event_consumer.alerting.settings import Settings
 from k8s_event_consumer.connecting import connect_until
 from k8s_event_consumer.consuming import (
@@ -40,6 +49,7 @@ from k8s_event_consumer.consuming import (
 from k8s_event_consumer.events import (
     ApiserverReachable,
     ApiserverUnreachable,
+    Dropped,
     Gap,
     KubeEvent,
     Status,
@@ -52,7 +62,15 @@ log = logs.get("alerting")
 METRICS_PREFIX = "k8s_event_alerting_"
 COUNTERS = (
     ("events_total", "Kubernetes Events read, by result: alerted or ignored"),
-    ("status_events_total", "status events of the bridge read, by what"),
+    (
+        "status_events_total",
+        "status events of the bridge read, by what (other: a kind this version does not know)",
+    ),
+    (
+        "future_dated_total",
+        "messages dated ahead of their stream timestamp by more than "
+        "alerts.max_clock_skew, by what (event or the status event's kind)",
+    ),
     ("sends_total", "alert sends per Alertmanager, by result: ok, unavailable, rejected"),
     ("held_total", "messages held (nak'd) because no Alertmanager took their alerts"),
     ("resends_total", "rounds of the resend loop, by result: ok or failed"),
@@ -60,6 +78,37 @@ COUNTERS = (
     ("adopted_total", "alerts taken back from Alertmanager at start"),
 )
 UNLABELLED = ("held_total", "replayed_total", "adopted_total")  # exported from 0 on
+
+# The status events a label may name: a message's own kind is its publisher's word, and a label
+# value taken from it unchecked would make a new series per value (unbounded memory for
+# Prometheus and for the subscriber). Anything else is counted as "other".
+STATUS_KINDS = frozenset(
+    {
+        "gap",
+        "apiserver_unreachable",
+        "apiserver_reachable",
+        "apiserver_degraded",
+        "apiserver_recovered",
+        "dropped",
+        "leader_changed",
+        "started",
+        "stopped",
+    }
+)
+FUTURE_DATED_LOGGED = 1024  # ids remembered so each future-dated message is logged once
+
+
+def kind(m: KubeEvent | Status) -> str:
+    """A message's kind as a metric label: from a fixed set."""
+    if isinstance(m, KubeEvent):
+        return "event"
+    return m.what if m.what in STATUS_KINDS else "other"
+
+
+def stored(d: Delivery) -> Stored:
+    """Where JetStream stored the delivered message (its sequence, the stream's timestamp)."""
+    return Stored(d.stream_sequence, d.timestamp)
+
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -84,6 +133,7 @@ class Alerting:
         self.metrics = metrics
         self.hold = hold
         self.resend_interval = resend_interval
+        self._future_logged: OrderedDict[str, None] = OrderedDict()
         # after no Alertmanager took a send, the next messages are held at once until this
         # time (monotonic) instead of each waiting out its attempts
         self._down_until = 0.0
@@ -103,37 +153,71 @@ class Alerting:
             on_gap=self.on_gap,
             on_apiserver_unreachable=self.on_apiserver_unreachable,
             on_apiserver_reachable=self.on_apiserver_reachable,
+            on_dropped=self.on_dropped,
             on_status=self.on_status,
         )
 
+    def checked(self, m: KubeEvent | Status, d: Delivery) -> Stored:
+        """Where the message was stored; one dated ahead of that is counted and logged once
+        (``future_dated``): the state takes it as written at the stream's time."""
+        at = stored(d)
+        claimed = claimed_time(m)
+        if future_dated(claimed, at, self.state.rules.max_clock_skew):
+            self.metrics.inc("future_dated_total", what=kind(m))
+            if m.id not in self._future_logged:
+                self._future_logged[m.id] = None
+                if len(self._future_logged) > FUTURE_DATED_LOGGED:
+                    self._future_logged.popitem(last=False)
+                assert claimed is not None and at.time is not None
+                log.warning(
+                    "future_dated",
+                    id=m.id,
+                    what=kind(m),
+                    stream_sequence=at.sequence,
+                    claimed=rfc3339(claimed),
+                    stored=rfc3339(at.time),
+                    action="taken as written at the stream's time"
+                    + ("; it resolves nothing" if isinstance(m, ApiserverReachable) else ""),
+                )
+        return at
+
     async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
-        alerts = self.state.event(ev)
+        alerts = self.state.event(ev, self.checked(ev, d))
         self.metrics.inc("events_total", result="alerted" if alerts else "ignored")
         if alerts:
             log.debug("event_alert", id=ev.id, reason=ev.reason, count=ev.count)
             await self.deliver(alerts, d)
 
     async def on_gap(self, s: Gap, d: Delivery) -> None:
-        self.metrics.inc("status_events_total", what=s.what)
+        self.metrics.inc("status_events_total", what=kind(s))
         log.info("gap", cluster=s.cluster, scope=s.scope, certainty=s.certainty)
-        await self.deliver(self.state.gap(s), d)
+        await self.deliver(self.state.gap(s, self.checked(s, d)), d)
 
     async def on_apiserver_unreachable(self, s: ApiserverUnreachable, d: Delivery) -> None:
-        self.metrics.inc("status_events_total", what=s.what)
+        self.metrics.inc("status_events_total", what=kind(s))
         log.info("apiserver_unreachable", cluster=s.cluster, scope=s.scope, detail=s.detail)
-        await self.deliver(self.state.unreachable(s), d)
+        await self.deliver(self.state.unreachable(s, self.checked(s, d)), d)
 
     async def on_apiserver_reachable(self, s: ApiserverReachable, d: Delivery) -> None:
-        self.metrics.inc("status_events_total", what=s.what)
+        self.metrics.inc("status_events_total", what=kind(s))
         log.info("apiserver_reachable", cluster=s.cluster, scope=s.scope)
-        await self.deliver(self.state.reachable(s), d)
+        await self.deliver(self.state.reachable(s, self.checked(s, d)), d)
+
+    async def on_dropped(self, s: Dropped, d: Delivery) -> None:
+        self.metrics.inc("status_events_total", what=kind(s))
+        log.warning(
+            "dropped", cluster=s.cluster, dropped_id=s.dropped_id, size=s.size, reason=s.reason
+        )
+        await self.deliver(self.state.dropped(s, self.checked(s, d)), d)
 
     async def on_status(self, s: Status, d: Delivery) -> None:
-        self.metrics.inc("status_events_total", what=s.what)
+        self.metrics.inc("status_events_total", what=kind(s))
 
     async def deliver(self, alerts: Sequence[Alert], d: Delivery) -> None:
         """Send the alerts a message made; when no Alertmanager takes them, hold the message
         (``Retry``): JetStream delivers it again after ``hold`` seconds."""
+        if not alerts:
+            return
         if time.monotonic() < self._down_until:
             self.metrics.inc("held_total")
             raise Retry(self.hold, "no Alertmanager took the last alerts")
@@ -189,16 +273,19 @@ class Alerting:
             await self.resend()
 
     def apply(self, d: Delivery) -> None:
-        """A message into the state without sending (the replay at start)."""
+        """A message into the state without sending (the replay at start): in the stream's
+        order, as the consumer applies it."""
         ev, st = d.decoded.event, d.decoded.status
         if ev is not None:
-            self.state.event(ev)
+            self.state.event(ev, self.checked(ev, d))
         elif isinstance(st, Gap):
-            self.state.gap(st)
+            self.state.gap(st, self.checked(st, d))
         elif isinstance(st, ApiserverUnreachable):
-            self.state.unreachable(st)
+            self.state.unreachable(st, self.checked(st, d))
         elif isinstance(st, ApiserverReachable):
-            self.state.reachable(st)
+            self.state.reachable(st, self.checked(st, d))
+        elif isinstance(st, Dropped):
+            self.state.dropped(st, self.checked(st, d))
 
     async def recover(
         self,
@@ -244,7 +331,9 @@ def rules(cfg: Settings) -> Rules:
         reasons=frozenset(a.reasons),
         resolve_after=timedelta(seconds=a.resolve_after),
         gap_alert_for=timedelta(seconds=a.gap_alert_for),
+        dropped_alert_for=timedelta(seconds=a.dropped_alert_for),
         resolved_retention=timedelta(seconds=a.resolved_retention),
+        max_clock_skew=timedelta(seconds=a.max_clock_skew),
         labels=dict(a.labels),
         generator_url=cfg.generator_url,
     )

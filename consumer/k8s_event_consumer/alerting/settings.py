@@ -132,10 +132,17 @@ class AlertsSettings(Section):
     """A resolved alert is still sent with the others for this long, then forgotten."""
     gap_alert_for: PositiveDuration = 3600.0
     """How long the gap alert fires after the gap was detected."""
+    dropped_alert_for: PositiveDuration = 3600.0
+    """How long the dropped alert (a message no server of the stream could take) fires after
+    the last one."""
+    max_clock_skew: PositiveDuration = 30.0
+    """A message dated ahead of the time JetStream stored it by more than this is taken as
+    written when it was stored (logged `future_dated`), and an `apiserver_reachable` so dated
+    resolves nothing. Status events apply in the stream's order, never by their own dates."""
     recover_window: Duration | None = None
     """At start, this much of the stream is read back into the alert state (nothing is sent for
-    it), so the resend loop restores what a restarted Alertmanager forgot. null: the longer of
-    `resolve_after` and `gap_alert_for`; 0: no read-back."""
+    it), so the resend loop restores what a restarted Alertmanager forgot. null: the longest of
+    `resolve_after`, `gap_alert_for` and `dropped_alert_for`; 0: no read-back."""
     labels: dict[str, str] = Field({}, examples=[{"severity": "warning", "team": "platform"}])
     """Static labels added to every alert, e.g. severity or team (not one of the subscriber's
     own label names: alertname, cluster, namespace, kind, name, reason, scope)."""
@@ -190,7 +197,9 @@ class Settings(configuring.SubscriberSettings):
     def recover_window(self) -> float:
         a = self.alerts
         return (
-            max(a.resolve_after, a.gap_alert_for) if a.recover_window is None else a.recover_window
+            max(a.resolve_after, a.gap_alert_for, a.dropped_alert_for)
+            if a.recover_window is None
+            else a.recover_window
         )
 
 
