@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
 from cloudevents.core.v1.event import CloudEvent
@@ -28,6 +28,8 @@ from cloudevents.core.v1.event import CloudEvent
 EVENT_TYPE_PREFIX: Final = "io.k8s.event."
 STATUS_TYPE_PREFIX: Final = "io.k8s.bridge."
 _STRUCTURED: Final = "application/cloudevents"
+
+N = TypeVar("N", int, float)
 
 
 class BadMessage(ValueError):
@@ -44,9 +46,10 @@ def parse_time(value: Any) -> datetime | None:
         raise BadMessage(f"time {value!r} is not a string")
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # in UTC: a time whose offset takes it past year 1 or 9999 is no time (OverflowError)
+        return t.astimezone(UTC) if t.tzinfo else t.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         raise BadMessage(f"time {value!r} is not RFC 3339") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,18 @@ def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def _number(d: dict[str, Any], key: str, kind: type[N]) -> N:
+    """A number of a status event's data (0 when absent); anything else is a ``BadMessage``,
+    not a ``ValueError`` that would stop the consumer."""
+    v = d.get(key) or 0
+    if not isinstance(v, int | float | str):
+        raise BadMessage(f"{key} {v!r} is not a number")
+    try:
+        return kind(v)
+    except (TypeError, ValueError, OverflowError):
+        raise BadMessage(f"{key} {v!r} is not a number") from None
+
+
 def _kube_event(attrs: dict[str, Any], data: dict[str, Any]) -> KubeEvent:
     meta = data.get("metadata")
     if not isinstance(meta, dict) or not _str(meta, "uid"):
@@ -342,7 +357,7 @@ def _status(attrs: dict[str, Any], data: dict[str, Any]) -> Status:
         return ApiserverRecovered(
             **base,
             scope=s("scope"),
-            degraded_for_seconds=float(data.get("degradedForSeconds") or 0),
+            degraded_for_seconds=_number(data, "degradedForSeconds", float),
             at=parse_time(data.get("at")),
         )
     if what == "dropped":
@@ -350,7 +365,7 @@ def _status(attrs: dict[str, Any], data: dict[str, Any]) -> Status:
             **base,
             dropped_id=s("id"),
             subject=s("subject"),
-            size=int(data.get("size") or 0),
+            size=_number(data, "size", int),
             reason=s("reason"),
             detail=s("detail"),
         )
@@ -360,10 +375,10 @@ def _status(attrs: dict[str, Any], data: dict[str, Any]) -> Status:
             identity=s("identity"),
             previous_holder=s("previousHolder"),
             lease=s("lease"),
-            transitions=int(data.get("transitions") or 0),
+            transitions=_number(data, "transitions", int),
             at=parse_time(data.get("at")),
         )
     if what in ("started", "stopped"):
         cls2 = Started if what == "started" else Stopped
-        return cls2(**base, host=s("host"), pid=int(data.get("pid") or 0))
+        return cls2(**base, host=s("host"), pid=_number(data, "pid", int))
     return Status(**base)

@@ -303,7 +303,10 @@ class Alerting:
         for subject in subjects:
             start = Start.at_time(since)
             async for d in replay(nc, stream=stream, subject=subject, start=start, name=name):
-                self.apply(d)
+                try:
+                    self.apply(d)
+                except Exception as exc:  # one message the state can not take stops no start
+                    log.warning("replay_skipped", id=d.id, error=f"{type(exc).__name__}: {exc}")
                 n += 1
         self.metrics.inc("replayed_total", n)
         log.info("recovered", messages=n, since=since.isoformat(), alerts=len(self.state.due()))
