@@ -12,6 +12,7 @@ import asyncio
 import collections
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ import nats
 import pytest
 import yaml
 
+from bridge.core.converting import Converter
 from bridge.sim.natsserver import free_port
 from k8s_event_consumer import KubeEvent, Start, replay
-from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Unavailable
+from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Refused, Unavailable
 from k8s_event_consumer.remediation.settings import KubernetesSettings
 from tests.alertmanager import Alertmanager, Webhook
 from tests.cloudevent_expected import CLUSTER
@@ -113,10 +115,26 @@ async def start_bridge(tmp_path: Path, nats_url: str, cluster: LivingCluster) ->
     return bridge
 
 
-def worker_kubeconfig(cluster: LivingCluster) -> Path:
-    """deploy/consumers/remediation-rbac.yaml applied; a token for its ServiceAccount."""
-    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "consumers" / "remediation-rbac.yaml"))
+CONSUMERS = REPO / "deploy" / "consumers"
+
+
+def worker_kubeconfig(cluster: ControlPlane, *namespaces: str) -> Path:
+    """deploy/consumers/remediation-rbac.yaml and remediation-policy.yaml applied, the
+    worker allowed in ``namespaces`` as an operator does it (the file's RoleBinding, one per
+    namespace); a token for its ServiceAccount."""
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    cluster.kubectl("apply", "-f", str(CONSUMERS / "remediation-rbac.yaml"))
+    cluster.kubectl("apply", "-f", str(CONSUMERS / "remediation-policy.yaml"))
+    allow_worker_in(cluster, *namespaces)
     return cluster.service_account_kubeconfig(BRIDGE_NAMESPACE, "k8s-event-remediation")
+
+
+def allow_worker_in(cluster: ControlPlane, *namespaces: str) -> None:
+    docs = list(yaml.safe_load_all((CONSUMERS / "remediation-rbac.yaml").read_text()))
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    for ns in namespaces:
+        binding["metadata"]["namespace"] = ns
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(binding))
 
 
 def alerting_config(tmp: Path, nats_url: str, am: Alertmanager) -> Path:
@@ -181,8 +199,8 @@ async def seeds_pattern(
     webhook: Webhook,
     alerting: ConsumerProcess,
 ) -> None:
-    kubeconfig = worker_kubeconfig(cluster)
     ns = cluster.create_namespace(f"subscribers-{next(_ns)}")
+    kubeconfig = worker_kubeconfig(cluster, ns)
     cluster.apply(crash_deployment("crash", ns, 2))
     cluster.apply(crash_deployment("oom", ns, 1, reason="OOMKilled"))
 
@@ -334,8 +352,8 @@ async def test_a_dry_run_changes_nothing_and_records_what_it_would_do(
     Pod however often its count is bumped."""
     cluster = living_cluster
     bridge = await start_bridge(tmp_path, nats_server.url, cluster)
-    kubeconfig = worker_kubeconfig(cluster)
     ns = cluster.create_namespace(f"subscribers-{next(_ns)}")
+    kubeconfig = worker_kubeconfig(cluster, ns)
     worker = ConsumerProcess(
         remediation_config(tmp_path, nats_server.url, kubeconfig, dry_run=True),
         tmp_path / "remediation.log",
@@ -443,8 +461,294 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
             "deployment.apps/k8s-event-alerting",
             "serviceaccount/k8s-event-remediation",
             "clusterrole.rbac.authorization.k8s.io/k8s-event-remediation",
-            "clusterrolebinding.rbac.authorization.k8s.io/k8s-event-remediation",
+            "rolebinding.rbac.authorization.k8s.io/k8s-event-remediation",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/k8s-event-remediation",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/k8s-event-remediation",
             "configmap/k8s-event-remediation",
             "deployment.apps/k8s-event-remediation",
         ]
     )
+
+
+# -- what the worker trusts (issue: an attacker with publish rights on the subject)
+
+FORGED_AT = "2026-01-01T00:00:00Z"
+
+
+def forged_event(
+    namespace: str, name: str, uid: str, pod: tuple[str, str, str], *, reason: str = "BackOff"
+) -> dict[str, Any]:
+    """A Kubernetes Event as an attacker writes it: the documented shape, BackOff x10, just
+    now, about ``pod`` (namespace, name, uid; uid may be "")."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod[0], "name": pod[1]}
+    if pod[2]:
+        involved["uid"] = pod[2]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": str(900_000_000 + next(_ns)),
+            "creationTimestamp": FORGED_AT,
+        },
+        "involvedObject": involved,
+        "reason": reason,
+        "message": "Back-off restarting failed container app",
+        "type": "Warning",
+        "count": 10,
+        "firstTimestamp": FORGED_AT,
+        "lastTimestamp": now,
+        "source": {"component": "kubelet", "host": "kwok-node-0"},
+    }
+
+
+async def publish_forged(nats_url: str, obj: dict[str, Any]) -> None:
+    """Straight into the stream, as the bridge would write it, but without a Msg-Id (JetStream
+    would drop a copy of a genuine id as a duplicate)."""
+    msg = Converter(CLUSTER, "k8s.events", "structured").convert(obj)
+    headers = {k: v for k, v in (msg.headers or {}).items() if k != "Nats-Msg-Id"}
+    nc = await nats.connect(nats_url)
+    try:
+        await nc.jetstream().publish(msg.subject, msg.payload, headers=headers)
+    finally:
+        await nc.close()
+
+
+def healthy_deployment(name: str, namespace: str) -> Any:
+    return deployment(name, namespace, 1)
+
+
+@pytest.mark.timeout(420)
+async def test_forged_messages_change_nothing_and_a_genuine_crash_loop_is_handled_once(
+    living_cluster: LivingCluster, nats_server: Any, tmp_path: Path
+) -> None:
+    """The worker with dry_run false, allowed in the shop's and another tenant's namespace
+    (so only its own checks stand between a message and an action), and messages in the
+    documented CloudEvent form published straight into the stream: BackOff x10 naming (a) a
+    healthy, controlled Pod in kube-system, without and with its uid, (b) a healthy Pod in
+    the other tenant's namespace with its real uid (an Event that does not exist, and that
+    Pod's real Scheduled Event relabelled BackOff), (c) the crash-looping Pod under another
+    Pod's uid, and an Event in the shop naming the tenant's Pod. None of those Pods is
+    touched and each message is counted untrusted with its why; the genuinely crash-looping
+    Pod, with its real Event, is deleted once, and a forged copy of that real Event does not
+    make it twice."""
+    cluster = living_cluster
+    bridge = await start_bridge(tmp_path, nats_server.url, cluster)
+    shop = cluster.create_namespace(f"shop-{next(_ns)}")
+    tenant = cluster.create_namespace(f"tenant-{next(_ns)}")
+    kubeconfig = worker_kubeconfig(cluster, shop, tenant)
+    system_app = f"coredns-{next(_ns)}"
+    cluster.apply(healthy_deployment(system_app, "kube-system"))
+    cluster.apply(healthy_deployment("billing", tenant))
+    worker = ConsumerProcess(
+        remediation_config(tmp_path, nats_server.url, kubeconfig),
+        tmp_path / "remediation.log",
+    ).start()
+    try:
+        await eventually(
+            lambda: asyncio.to_thread(
+                lambda: (
+                    bool(cluster.running("kube-system", system_app))
+                    and bool(cluster.running(tenant, "billing"))
+                )
+            ),
+            timeout=90,
+            interval=1,
+        )
+        (system_pod,) = cluster.running("kube-system", system_app)
+        (tenant_pod,) = cluster.running(tenant, "billing")
+        sys_ref = ("kube-system", system_pod["metadata"]["name"], system_pod["metadata"]["uid"])
+        ten_ref = (tenant, tenant_pod["metadata"]["name"], tenant_pod["metadata"]["uid"])
+        scheduled = [
+            e
+            for e in cluster.get_json("events", "-n", tenant)["items"]
+            if e["involvedObject"].get("uid") == ten_ref[2]
+        ]
+        assert scheduled, "the scheduler's and kwok's Events about the tenant's Pod"
+        real = scheduled[0]
+        cluster.apply(crash_deployment("crash", shop, 1))
+
+        forged = {
+            "no_involved_uid": forged_event(
+                "kube-system", f"{sys_ref[1]}.f1", "forged-1", (*sys_ref[:2], "")
+            ),
+            "namespace_denied": forged_event(
+                "kube-system", f"{sys_ref[1]}.f2", "forged-2", sys_ref
+            ),
+            "event_not_found": forged_event(tenant, f"{ten_ref[1]}.f3", "forged-3", ten_ref),
+            "event_mismatch": forged_event(
+                tenant, real["metadata"]["name"], real["metadata"]["uid"], ten_ref
+            ),
+        }
+        for obj in forged.values():
+            await publish_forged(nats_server.url, obj)
+
+        # the genuine crash loop: its BackOff reaches MIN_COUNT, the worker deletes the Pod
+        async def crash_deleted() -> list[dict[str, Any]]:
+            assert worker.running(), worker.logs()[-3000:]
+            return [a for a in worker.log_events("acted") if a["action"] == "delete_pod"]
+
+        first = (await eventually(crash_deleted, timeout=150, interval=1))[0]
+        genuine = next(e for e in await stream_events(nats_server.url) if e.id == first["id"])
+        # (c) the crash-looping Pod's real Event under the tenant's Pod's uid; a shop Event
+        # about the tenant's Pod; and a plain copy of the genuine one
+        crash_ref = (shop, genuine.involved.name, genuine.involved.uid)
+        await publish_forged(
+            nats_server.url,
+            forged_event(shop, genuine.name, genuine.uid, (*crash_ref[:2], ten_ref[2])),
+        )
+        await publish_forged(
+            nats_server.url, forged_event(shop, f"{ten_ref[1]}.f4", "forged-4", ten_ref)
+        )
+        await publish_forged(nats_server.url, genuine.data)
+        for name in ("crash",):
+            cluster.kubectl("scale", "deployment", name, "-n", shop, "--replicas=0")
+
+        async def judged() -> bool:
+            whys = collections.Counter(u["why"] for u in worker.log_events("untrusted"))
+            return (
+                whys["no_involved_uid"] >= 1
+                and whys["namespace_denied"] >= 1
+                and whys["event_not_found"] >= 1
+                and whys["event_mismatch"] >= 3
+            )
+
+        await eventually(judged, timeout=60, interval=1)
+        await eventually(
+            lambda: consumer_idle(nats_server.url, "k8s-event-remediation"), timeout=60, interval=1
+        )
+        untrusted_counted = {
+            why: await metric(worker, f'k8s_event_remediation_untrusted_total{{why="{why}"}}')
+            for why in ("no_involved_uid", "namespace_denied", "event_not_found", "event_mismatch")
+        }
+    finally:
+        worker.kill()
+        bridge.kill()
+
+    # the healthy Pods are untouched: the same Pods, running, not being deleted
+    assert [p["metadata"]["uid"] for p in cluster.running("kube-system", system_app)] == [
+        sys_ref[2]
+    ]
+    assert [p["metadata"]["uid"] for p in cluster.running(tenant, "billing")] == [ten_ref[2]]
+    acted = worker.log_events("acted")
+    assert {a["target"].split("/")[1] for a in acted} == {shop}, acted
+    keys = collections.Counter(a["key"] for a in acted)
+    assert all(n == 1 for n in keys.values()), keys  # nothing done twice
+    assert [a["uid"] for a in acted].count(crash_ref[2]) == 1
+    assert all(r["involvedObject"]["namespace"] == shop for r in record_events(cluster, shop))
+    assert record_events(cluster, tenant) == []
+    assert untrusted_counted["event_mismatch"] >= 3 and min(untrusted_counted.values()) >= 1
+    for u in worker.log_events("untrusted"):
+        assert u["id"] != first["id"] or u["why"] == "event_mismatch"
+    cluster.kubectl("delete", "deployment", system_app, "-n", "kube-system", "--wait=false")
+    for ns in (shop, tenant):
+        cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+async def test_the_workers_token_reaches_only_what_remediation_needs(
+    control_plane: ControlPlane,
+) -> None:
+    """deploy/consumers/'s RBAC and admission policy on the real API server, with the worker's
+    own token and its own client (kube.py): it deletes a crash-looping Pod in a namespace it
+    is bound in and annotates a Deployment there with its remediation annotations; it is
+    refused a healthy Pod there (the policy), anything in kube-system or an unbound namespace
+    (RBAC), and any change to a Deployment but those annotations: its template, a label,
+    another annotation (the policy)."""
+    cp = control_plane
+    ns = f"allowed-{next(_ns)}"
+    other = f"unbound-{next(_ns)}"
+    for n in (ns, other):
+        cp.kubectl("create", "namespace", n)
+    kubeconfig = worker_kubeconfig(cp, ns)
+
+    def pod(namespace: str, name: str, crash_looping: bool) -> str:
+        cp.kubectl("run", name, "-n", namespace, "--image=registry.invalid/app:1")
+        if crash_looping:
+            status = {
+                "status": {
+                    "containerStatuses": [
+                        {
+                            "name": name,
+                            "image": "registry.invalid/app:1",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 5,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        }
+                    ]
+                }
+            }
+            cp.kubectl(
+                "patch", "pod", name, "-n", namespace, "--subresource=status",
+                "--type=merge", "-p", json.dumps(status),
+            )  # fmt: skip
+        out = cp.kubectl("get", "pod", name, "-n", namespace, "-o", "jsonpath={.metadata.uid}")
+        return out.stdout.strip()
+
+    looping = pod(ns, "looping", True)
+    healthy = pod(ns, "healthy", False)
+    sys_name = f"looping-{next(_ns)}"
+    system = pod("kube-system", sys_name, True)
+    unbound = pod(other, "looping", True)
+    cp.kubectl("create", "deployment", "web", "-n", ns, "--image=registry.invalid/app:1")
+    dep = json.loads(cp.kubectl("get", "deployment", "web", "-n", ns, "-o", "json").stdout)
+    dep_uid = dep["metadata"]["uid"]
+    kube = Kube(KubernetesSettings(cluster="c", kubeconfig=str(kubeconfig), request_timeout=5))
+    await kube.connect()
+    suggestion = {SUGGESTION_KEY: "192Mi"}
+    try:
+        # the policy is in force once the API server has loaded it: a dry run tells
+        async def policy_in_force() -> bool:
+            try:
+                await kube.delete_pod(ns, "healthy", healthy, dry_run=True)
+            except Refused:
+                return True
+            return False
+
+        await eventually(policy_in_force, timeout=60, interval=0.5)
+        with pytest.raises(Refused, match="CrashLoopBackOff"):
+            await kube.delete_pod(ns, "healthy", healthy, dry_run=False)
+        for namespace, name, uid in (
+            ("kube-system", sys_name, system),
+            (other, "looping", unbound),
+        ):
+            with pytest.raises(Refused, match="403"):
+                await kube.delete_pod(namespace, name, uid, dry_run=False)
+            with pytest.raises(Refused, match="403"):
+                await kube.get("v1", "Event", namespace, "any")
+        await kube.delete_pod(ns, "looping", looping, dry_run=False)
+        with pytest.raises(NotFound):
+            await kube.get("v1", "Pod", ns, "looping")
+
+        await kube.annotate("apps/v1", "Deployment", ns, "web", dep_uid, suggestion, False)
+        for patch, what in (
+            ({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "registry.invalid/evil:1"}]}}}}, "spec"),
+            ({"spec": {"replicas": 0}}, "spec"),
+            ({"metadata": {"labels": {"app": "evil"}}}, "labels"),
+            ({"metadata": {"annotations": {"other.io/x": "1"}}}, "only the remediation"),
+        ):  # fmt: skip
+            with pytest.raises(Refused, match=what):
+                await kube.request(
+                    "PATCH",
+                    f"/apis/apps/v1/namespaces/{ns}/deployments/web",
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                )
+        with pytest.raises(Refused, match="403"):
+            await kube.request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+        with pytest.raises(Refused, match="403"):
+            await kube.annotate(
+                "apps/v1", "DaemonSet", "kube-system", "kube-proxy", "x", suggestion, False
+            )
+    finally:
+        await kube.close()
+    after = json.loads(cp.kubectl("get", "deployment", "web", "-n", ns, "-o", "json").stdout)
+    assert after["spec"] == dep["spec"] | {"template": after["spec"]["template"]}
+    assert after["spec"]["template"] == dep["spec"]["template"]
+    assert after["metadata"]["annotations"][SUGGESTION_KEY] == "192Mi"
+    assert "other.io/x" not in after["metadata"]["annotations"]
+    for namespace, name in ((ns, "healthy"), ("kube-system", sys_name), (other, "looping")):
+        cp.kubectl("get", "pod", name, "-n", namespace)  # still there
+    cp.kubectl("delete", "pod", sys_name, "-n", "kube-system", "--wait=false")
