@@ -475,7 +475,10 @@ def test_entrypoint_and_cmd_are_exec_form_and_as_documented(final: Stage) -> Non
 
 
 def _deployments(docs: list[Any]) -> list[dict[str, Any]]:
-    return [d for d in docs if isinstance(d, dict) and d.get("kind") == "Deployment"]
+    """The workloads that run the image: Deployments and StatefulSets (the alerting pair)."""
+    return [
+        d for d in docs if isinstance(d, dict) and d.get("kind") in ("Deployment", "StatefulSet")
+    ]
 
 
 def _from_file(path: Path) -> list[dict[str, Any]]:
