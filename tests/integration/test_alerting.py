@@ -15,9 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 import yaml
 
+from bridge.core.converting import Converter
+from bridge.jetstream.streams import ensure_stream
+from bridge.settings import NatsSettings as BridgeNatsSettings
 from bridge.sim.natsserver import free_port
 from tests.alertmanager import Alertmanager, AlertmanagerError, Webhook, ensure_alertmanager
 from tests.integration.harness import ConsumerProcess, checkpoint, eventually, status_events
@@ -514,3 +518,172 @@ async def test_a_restarted_subscriber_keeps_the_unreachable_alert_firing(
 
 async def _gone(firing: Callable[[], Any]) -> bool:
     return not await firing()
+
+
+# ----------------------------------------------------------------------------- forged statuses
+#
+# Status events published straight into the stream, in the documented CloudEvent form (the
+# bridge's own converter writes them), as anyone with publish rights on the subject could: the
+# "real" ones as the bridge writes them (``at`` = now), the forged one dated 2099. No bridge
+# runs: the stream is created as the bridge creates it.
+
+UNREACHABLE = 'alertname="KubernetesControlPlaneUnreachable"'
+
+
+@dataclass
+class Statuses:
+    """Publishes the bridge's status events for cluster ``test``, scope ``*``."""
+
+    url: str
+    n: int = 0
+
+    async def publish(self, what: str, at: datetime, time: datetime | None = None) -> int:
+        """One status event, ``data.at`` = ``at`` and the CloudEvent's time ``time`` (or
+        ``at``); its stream sequence."""
+        self.n += 1
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        msg = Converter(CLUSTER, "k8s.events", "structured").status(
+            what,
+            f"{what}/test-host/*/{self.n}/{stamp}",
+            {"scope": "*", "detail": f"{what} #{self.n}", "at": stamp},
+            (time or at).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        nc = await nats.connect(self.url)
+        try:
+            ack = await nc.jetstream().publish(msg.subject, msg.payload, headers=msg.headers)
+        finally:
+            await nc.close()
+        return int(ack.seq)
+
+
+@pytest.fixture
+async def statuses(nats_server: Any) -> Statuses:
+    nc = await nats.connect(nats_server.url)
+    try:
+        await ensure_stream(nc.jetstream(), BridgeNatsSettings(servers=[nats_server.url]))
+    finally:
+        await nc.close()
+    return Statuses(nats_server.url)
+
+
+async def acked(url: str, durable: str, seq: int) -> bool:
+    """The durable has acked the stream up to ``seq``: its handler has sent what it made."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().consumer_info("K8S_EVENTS", durable)
+    finally:
+        await nc.close()
+    return info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def _notified(webhook: Webhook) -> list[dict[str, Any]]:
+    """The firing notifications of the outage alert (Alertmanager tells of a resolution only
+    what it told as firing)."""
+    return webhook.firing(alertname="KubernetesControlPlaneUnreachable")
+
+
+def _now_ms() -> datetime:
+    """Now in whole milliseconds: what Alertmanager keeps of a time."""
+    t = datetime.now(UTC)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+async def test_a_forged_future_dated_reachable_does_not_silence_a_real_outage(
+    nats_server, statuses, run_alerting, am, webhook
+):
+    sub = run_alerting()
+    await sub.wait_ready()
+
+    async def firing() -> list[dict[str, Any]]:
+        return await am.alerts(filters=[UNREACHABLE])
+
+    down = _now_ms()
+    await statuses.publish("apiserver_unreachable", down)
+    [alert] = await eventually(firing, timeout=30)
+    assert _time(alert["startsAt"]) == down
+    await eventually(lambda: _notified(webhook), timeout=30)  # someone was told it fires
+    # the forger's apiserver_reachable, dated 2099 (data.at and the CloudEvent's time)
+    forged_at = datetime(2099, 1, 1, tzinfo=UTC)
+    forged = await statuses.publish("apiserver_reachable", forged_at)
+    await eventually(lambda: acked(nats_server.url, "alerting", forged), timeout=30)
+    # handled and acked: whatever it made was sent before the ack. The outage still fires.
+    [still] = await firing()
+    assert _time(still["startsAt"]) == down
+    assert not webhook.resolved(alertname="KubernetesControlPlaneUnreachable")
+    [line] = sub.log_events("future_dated")
+    assert line["claimed"] == "2099-01-01T00:00:00Z" and line["stream_sequence"] == forged
+    assert await sub.metric("future_dated_total") == 1
+    # the real end of the outage resolves it, endsAt = when the bridge saw the API server again
+    up = _now_ms()
+    await statuses.publish("apiserver_reachable", up)
+
+    async def resolved() -> list[dict[str, Any]]:
+        gone = not await firing()
+        return webhook.resolved(alertname="KubernetesControlPlaneUnreachable") if gone else []
+
+    [done] = await eventually(resolved, timeout=30)
+    assert _time(done["endsAt"]) == up
+    # and a later real outage fires again: the 2099 message made nothing look stale
+    again = _now_ms()
+    await statuses.publish("apiserver_unreachable", again)
+
+    async def fires_again() -> list[dict[str, Any]]:
+        return [a for a in await firing() if _time(a["startsAt"]) == again]
+
+    await eventually(fires_again, timeout=30)
+    assert sub.running()
+
+
+# ----------------------------------------------------------------------------- two replicas
+
+
+async def test_two_replicas_one_killed_alertmanager_holds_one_alert_resolved_on_time(
+    nats_server, statuses, run_alerting, am, webhook
+):
+    """The StatefulSet of deploy/consumers/alerting.yaml: two replicas, each its own durable
+    (its Pod's name), the same generatorURL; both send every alert, Alertmanager keeps one per
+    label set. One is SIGKILLed while the outage alert fires; the other resolves it."""
+    shared = {"reasons": KEPT, "resend_interval": "1s",
+              "generator_url": "nats://K8S_EVENTS/k8s-event-alerting"}  # fmt: skip
+    durables = ["k8s-event-alerting-0", "k8s-event-alerting-1"]
+    replicas = [run_alerting(nats={"durable": d}, alerts=shared) for d in durables]
+    for r in replicas:
+        await r.wait_ready()
+
+    async def firing() -> list[dict[str, Any]]:
+        return await am.alerts(filters=[UNREACHABLE])
+
+    down = _now_ms()
+    seq = await statuses.publish("apiserver_unreachable", down)
+    for d in durables:  # both have sent it
+        await eventually(lambda d=d: acked(nats_server.url, d, seq), timeout=30)
+    [alert] = await firing()
+    assert alert["labels"] == {
+        "alertname": "KubernetesControlPlaneUnreachable",
+        "cluster": CLUSTER,
+        "scope": "*",
+    }
+    assert _time(alert["startsAt"]) == down
+    await eventually(lambda: _notified(webhook), timeout=30)
+    replicas[1].kill()  # SIGKILL while it fires: its last send holds the alert 4 s more
+    up = _now_ms()
+    await statuses.publish("apiserver_reachable", up)
+
+    async def resolved() -> list[dict[str, Any]]:
+        gone = not await firing()
+        return webhook.resolved(alertname="KubernetesControlPlaneUnreachable") if gone else []
+
+    notified = await eventually(resolved, timeout=30)
+    assert {_time(a["endsAt"]) for a in notified} == {up}
+    # one alert all along: every notification of it carries the one label set
+    told = webhook.firing(alertname="KubernetesControlPlaneUnreachable") + notified
+    assert {tuple(sorted(a["labels"].items())) for a in told} == {
+        tuple(sorted(alert["labels"].items()))
+    }
+    assert {_time(a["startsAt"]) for a in told} == {down}
+    assert not await firing()
+    assert replicas[0].running()
