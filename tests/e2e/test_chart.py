@@ -447,13 +447,24 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
+WORKLOADS = ("Deployment", "StatefulSet")
+# the chart's subscribers on (tests/e2e/test_chart_subscribers.py), next to the bridge
+SUBSCRIBERS_ON = {
+    "alerting": {"enabled": True},
+    "remediation": {"enabled": True, "namespaces": ["team-a"]},
+}
+
+
+def _pod_labels(objects: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [o["spec"]["template"]["metadata"]["labels"] for o in objects if o["kind"] in WORKLOADS]
+
+
 def _consumer_pod_labels() -> list[dict[str, str]]:
+    """The Pods' labels of deploy/consumers/' alerting subscriber and remediation worker."""
     out = []
     for path in (DEPLOY / "consumers").glob("*.yaml"):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "Deployment":
-                out.append(doc["spec"]["template"]["metadata"]["labels"])
-    assert out
+        out += _pod_labels([d for d in yaml.safe_load_all(path.read_text()) if d])
+    assert len(out) == 2, out
     return out
 
 
@@ -465,10 +476,14 @@ def test_every_selector_selects_the_bridge_pods(
 ) -> None:
     """In each render, every selector (Deployment, Service, PodDisruptionBudget, the
     anti-affinity, NetworkPolicy) selects the bridge's Pods and not the subscribers' of
-    deploy/consumers/ (same namespace), and the ServiceMonitor selects the Service, by its
-    port name, with the job name the alert rules expect."""
+    deploy/consumers/ (same namespace) nor the chart's own subscribers, and the ServiceMonitor
+    selects the Service, by its port name, with the job name the alert rules expect."""
+    consumers = _consumer_pod_labels()
     if source == "chart":
-        objects = documents(chart_manifest(tmp_path, ALL_ON))
+        objects = documents(chart_manifest(tmp_path, ALL_ON | SUBSCRIBERS_ON))
+        subscribers = [o for o in objects if o["metadata"]["name"] != RELEASE]
+        consumers += _pod_labels(subscribers)
+        assert len(consumers) == 4
     else:
         objects = kustomize_objects(api, tmp_path, ALL_COMPONENTS)
     deployment = one(objects, "Deployment")
@@ -487,7 +502,7 @@ def test_every_selector_selects_the_bridge_pods(
     }
     for what, selector in selectors.items():
         assert _selects(selector, pod["metadata"]["labels"]), (what, selector)
-        for consumer in _consumer_pod_labels():
+        for consumer in consumers:
             assert not _selects(selector, consumer), (what, selector, consumer)
 
     monitor = one(objects, "ServiceMonitor")["spec"]

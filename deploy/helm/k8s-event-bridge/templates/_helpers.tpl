@@ -70,3 +70,223 @@ app.kubernetes.io/component: bridge
 {{- define "k8s-event-bridge.natsSecretName" -}}
 {{- default (printf "%s-nats" (include "k8s-event-bridge.fullname" .)) .Values.nats.existingSecret }}
 {{- end }}
+
+{{/* ------------------------------------------------------------------ secrets, as Secrets
+
+Each program (the bridge: .Values.nats; the subscribers: .Values.alerting.nats,
+.Values.remediation.nats, .Values.alerting.alertmanager) takes its secrets only from Secrets:
+a password or token as an environment variable from a secretKeyRef, a .creds file, an NKey
+seed, a bearer token file and TLS files as a Secret volume, read-only, mode 0440 (group
+readable: the kubelet gives the files the Pod's fsGroup), and the chart writes the files'
+paths into the program's config itself. values.schema.json refuses the plain values. */}}
+
+{{/* Where a program's secret files are mounted: <secretsDir>/<what>/<file>. */}}
+{{- define "k8s-event-bridge.secretsDir" -}}
+/var/run/secrets/k8s-event-bridge
+{{- end }}
+
+{{/* The files of one "service" (nats, alertmanager) from its values: a list of
+{volume, secret, items: [{key, path}], dir} as YAML, items named by the file the config
+points at. Arguments: (dict "v" <values> "service" "nats" "where" "nats" (the values'
+path, for errors)). */}}
+{{- define "k8s-event-bridge.secretFiles" -}}
+{{- $v := .v }}
+{{- $dir := printf "%s/%s" (include "k8s-event-bridge.secretsDir" .) .service }}
+{{- $out := list }}
+{{- with $v.credentialsSecret }}{{ if .name }}
+{{- $out = append $out (dict "volume" (printf "%s-creds" $.service) "secret" .name "dir" (printf "%s/creds" $dir) "items" (list (dict "key" (.key | default "user.creds") "path" "user.creds"))) }}
+{{- end }}{{ end }}
+{{- with $v.nkeySecret }}{{ if .name }}
+{{- $out = append $out (dict "volume" (printf "%s-nkey" $.service) "secret" .name "dir" (printf "%s/nkey" $dir) "items" (list (dict "key" (.key | default "user.nk") "path" "user.nk"))) }}
+{{- end }}{{ end }}
+{{- with $v.bearerTokenSecret }}{{ if .name }}
+{{- $out = append $out (dict "volume" (printf "%s-token" $.service) "secret" .name "dir" (printf "%s/token" $dir) "items" (list (dict "key" (.key | default "token") "path" "token"))) }}
+{{- end }}{{ end }}
+{{- with $v.tlsSecret }}{{ if .name }}
+{{- $items := list }}
+{{- if .caKey }}{{ $items = append $items (dict "key" .caKey "path" "ca.crt") }}{{ end }}
+{{- if and .certKey .keyKey }}
+{{- $items = append $items (dict "key" .certKey "path" "tls.crt") }}
+{{- $items = append $items (dict "key" .keyKey "path" "tls.key") }}
+{{- else if or .certKey .keyKey }}
+{{- fail (printf "%s.tlsSecret: certKey and keyKey go together (mutual TLS), or neither" $.where) }}
+{{- end }}
+{{- if not $items }}
+{{- fail (printf "%s.tlsSecret.name is set but no key is: set caKey, or certKey and keyKey, or both" $.where) }}
+{{- end }}
+{{- $out = append $out (dict "volume" (printf "%s-tls" $.service) "secret" .name "dir" (printf "%s/tls" $dir) "items" $items) }}
+{{- end }}{{ end }}
+{{- if and $v.credentialsSecret $v.nkeySecret }}
+{{- if and $v.credentialsSecret.name $v.nkeySecret.name }}
+{{- fail (printf "%s.credentialsSecret and %s.nkeySecret are both set: a .creds file holds the NKey seed already; set one" .where .where) }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "files" $out) }}
+{{- end }}
+
+{{/* The config keys pointing at those files, as YAML to merge into the program's section
+(nats: creds_file, nkey_seed_file, tls.*; alertmanager: bearer_token_file, tls.*).
+Arguments as secretFiles. */}}
+{{- define "k8s-event-bridge.secretFileConfig" -}}
+{{- $out := dict }}
+{{- $tls := dict }}
+{{- $files := (fromYaml (include "k8s-event-bridge.secretFiles" .)).files }}
+{{- range $files }}
+{{- $dir := .dir }}
+{{- range .items }}
+{{- $path := printf "%s/%s" $dir .path }}
+{{- if eq .path "user.creds" }}{{ $_ := set $out "creds_file" $path }}{{ end }}
+{{- if eq .path "user.nk" }}{{ $_ := set $out "nkey_seed_file" $path }}{{ end }}
+{{- if eq .path "token" }}{{ $_ := set $out "bearer_token_file" $path }}{{ end }}
+{{- if eq .path "ca.crt" }}{{ $_ := set $tls "ca_file" $path }}{{ end }}
+{{- if eq .path "tls.crt" }}{{ $_ := set $tls "cert_file" $path }}{{ end }}
+{{- if eq .path "tls.key" }}{{ $_ := set $tls "key_file" $path }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if $tls }}{{ $_ := set $out "tls" $tls }}{{ end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* The volumes of a program's secret files (a list of Pod volumes). Arguments: (list
+(dict "v" ... "service" ... "where" ...) ...). */}}
+{{- define "k8s-event-bridge.secretVolumes" -}}
+{{- range . }}
+{{- range (fromYaml (include "k8s-event-bridge.secretFiles" .)).files }}
+- name: {{ .volume }}
+  secret:
+    secretName: {{ .secret }}
+    # read-only, root:<fsGroup> 0440: the program's user reads them through the Pod's fsGroup
+    defaultMode: 288
+    items:
+      {{- toYaml .items | nindent 6 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The volumeMounts of a program's secret files; arguments as secretVolumes. Not subPath:
+a file replaced in the Secret (a rotated .creds) appears in the Pod. */}}
+{{- define "k8s-event-bridge.secretVolumeMounts" -}}
+{{- range . }}
+{{- range (fromYaml (include "k8s-event-bridge.secretFiles" .)).files }}
+- name: {{ .volume }}
+  mountPath: {{ .dir }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The environment variables of a password and a token from Secrets. Arguments: (dict
+"v" <values: existingSecret, existingSecretKey, tokenSecret> "env" "BRIDGE_NATS__"
+"secret" <the default Secret's name> "passwordKey" <its default key>). A password from the
+default Secret is optional (the Pod starts without it, as deploy/'s do); a Secret named in
+the values must exist. */}}
+{{- define "k8s-event-bridge.secretEnv" -}}
+- name: {{ .env }}PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .v.existingSecret | default .secret }}
+      key: {{ .v.existingSecretKey | default .passwordKey }}
+      {{- if not .v.existingSecret }}
+      optional: true
+      {{- end }}
+{{- with .v.tokenSecret }}{{ if .name }}
+- name: {{ $.env }}TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key | default "token" }}
+{{- end }}{{ end }}
+{{- end }}
+
+{{/* Fails unless the Pod's fsGroup lets a non-root user read the mounted secret files.
+Arguments: (dict "files" <secretVolumes output> "ctx" $). */}}
+{{- define "k8s-event-bridge.requireFsGroup" -}}
+{{- if and (trim .files) (not (dig "fsGroup" nil (.ctx.Values.podSecurityContext | default dict))) }}
+{{- fail "podSecurityContext.fsGroup is needed with a Secret mounted as files (credentialsSecret, nkeySecret, tlsSecret, bearerTokenSecret): they are mounted 0440, root and the fsGroup" }}
+{{- end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------ the subscribers
+
+The alerting subscriber and the remediation worker (alerting.enabled, remediation.enabled),
+as deploy/consumers/ makes them: the same image, their own names, labels and ServiceAccount.
+Called with (dict "ctx" $ "sub" "alerting") (or "remediation"). */}}
+
+{{/* <fullname>-alerting, <fullname>-remediation */}}
+{{- define "k8s-event-bridge.subscriber.fullname" -}}
+{{- printf "%s-%s" (include "k8s-event-bridge.fullname" .ctx) .sub | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* What selects a subscriber's Pods: its program's name (k8s-event-alerting, as in
+deploy/consumers/), the release, its component; never the bridge's Pods (component bridge). */}}
+{{- define "k8s-event-bridge.subscriber.selectorLabels" -}}
+app.kubernetes.io/name: k8s-event-{{ .sub }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .sub }}
+{{- end }}
+
+{{- define "k8s-event-bridge.subscriber.labels" -}}
+helm.sh/chart: {{ include "k8s-event-bridge.chart" .ctx }}
+{{ include "k8s-event-bridge.subscriber.selectorLabels" . }}
+app.kubernetes.io/part-of: k8s-event-bridge
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+{{- end }}
+
+{{/* A subscriber's config (its `config` values) with what the chart writes itself: the
+NATS servers, stream and subject prefix of the bridge's config when it names none, the paths
+of the files mounted from Secrets; for the remediation worker its cluster (the bridge's
+config.cluster.name) and the namespaces it may act in (remediation.namespaces). As YAML. */}}
+{{- define "k8s-event-bridge.subscriber.config" -}}
+{{- $v := get .ctx.Values .sub }}
+{{- $config := deepCopy ($v.config | default dict) }}
+{{- $bridge := .ctx.Values.config | default dict }}
+{{- $bridgeNats := $bridge.nats | default dict }}
+{{- $nats := $config.nats | default dict }}
+{{- if not (hasKey $nats "servers") }}
+{{- $_ := set $nats "servers" ($bridgeNats.servers | default (list "nats://127.0.0.1:4222")) }}
+{{- end }}
+{{- if and (not (hasKey $nats "stream")) (hasKey $bridgeNats "stream") }}
+{{- $_ := set $nats "stream" $bridgeNats.stream }}
+{{- end }}
+{{- $prefix := $bridgeNats.subject_prefix | default "k8s.events" }}
+{{- $cluster := dig "cluster" "name" nil $bridge }}
+{{- if eq .sub "remediation" }}
+{{- $kube := $config.kubernetes | default dict }}
+{{- if not $kube.cluster }}
+{{- if not $cluster }}
+{{- fail "remediation.config.kubernetes.cluster: the cluster the worker acts on is needed (the bridge's config.cluster.name is unset)" }}
+{{- end }}
+{{- $_ := set $kube "cluster" $cluster }}
+{{- end }}
+{{- $_ := set $config "kubernetes" $kube }}
+{{- if not (hasKey $nats "subjects") }}
+{{- $_ := set $nats "subjects" (list (printf "%s.%s.*.Pod.>" $prefix $kube.cluster)) }}
+{{- end }}
+{{- $rem := $config.remediation | default dict }}
+{{- $ns := $rem.namespaces | default dict }}
+{{- $_ := set $ns "allow" .ctx.Values.remediation.namespaces }}
+{{- $_ := set $rem "namespaces" $ns }}
+{{- $_ := set $config "remediation" $rem }}
+{{- else if not (hasKey $nats "subjects") }}
+{{- $_ := set $nats "subjects" (list (printf "%s.>" $prefix)) }}
+{{- end }}
+{{- $files := fromYaml (include "k8s-event-bridge.secretFileConfig" (dict "v" $v.nats "service" "nats" "where" (printf "%s.nats" .sub))) }}
+{{- $_ := set $config "nats" (mergeOverwrite $nats $files) }}
+{{- if eq .sub "alerting" }}
+{{- $am := $config.alertmanager | default dict }}
+{{- $files := fromYaml (include "k8s-event-bridge.secretFileConfig" (dict "v" $v.alertmanager "service" "alertmanager" "where" "alerting.alertmanager")) }}
+{{- $_ := set $config "alertmanager" (mergeOverwrite $am $files) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* The secret files of a subscriber: the argument of secretVolumes and secretVolumeMounts. */}}
+{{- define "k8s-event-bridge.subscriber.secrets" -}}
+{{- $v := get .ctx.Values .sub }}
+{{- $out := list (dict "v" $v.nats "service" "nats" "where" (printf "%s.nats" .sub)) }}
+{{- if eq .sub "alerting" }}
+{{- $out = append $out (dict "v" $v.alertmanager "service" "alertmanager" "where" "alerting.alertmanager") }}
+{{- end }}
+{{- toYaml (dict "list" $out) }}
+{{- end }}
