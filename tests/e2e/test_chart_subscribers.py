@@ -178,7 +178,8 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
     """Two replicas started together, each naming its durable after its Pod (a StatefulSet's
     names are stable across restarts); the headless Service is the StatefulSet's
     serviceName; the PodDisruptionBudget lets one go at a time; no ServiceAccount token; the
-    bridge's selectors and the subscriber's never select each other's Pods."""
+    bridge's selectors and the subscriber's never select each other's Pods; both replicas
+    share one generatorURL."""
     objects = rendered(tmp_path)
     sts = one(objects, "StatefulSet", ALERTING)["spec"]
     assert sts["replicas"] == 2
@@ -189,6 +190,7 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["ALERTING_NATS__DURABLE"]["value"] == "$(POD_NAME)"
+    assert env["ALERTING_NATS__NAME"]["value"] == "$(POD_NAME)"
     names = list(env)
     assert names.index("POD_NAME") < names.index("ALERTING_NATS__DURABLE")  # $(...) order
 
@@ -213,6 +215,9 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
     bridge = yaml.safe_load(one(objects, "ConfigMap")["data"]["bridge.yaml"])
     assert config["nats"]["servers"] == bridge["nats"]["servers"]
     assert "durable" not in config["nats"]
+    # one generatorURL for both (the default would name each one's durable): either takes
+    # back the alerts the other sent
+    assert config["alerts"]["generator_url"] == f"nats://K8S_EVENTS/{ALERTING}"
 
 
 # ----------------------------------------------------------------------------- remediation
@@ -493,9 +498,8 @@ def _identity(o: dict[str, Any]) -> str:
 @once
 @pytest.mark.xfail(
     strict=True,
-    reason="deploy/consumers/ is on its way: alerting.yaml still a Deployment (to be the "
-    "StatefulSet, headless Service and PodDisruptionBudget the chart makes), remediation.yaml "
-    "without the fsGroup that lets the worker read files mounted from Secrets",
+    reason="deploy/consumers/remediation.yaml has no fsGroup, which lets the worker read "
+    "files mounted from Secrets (the chart's has)",
 )
 def test_the_chart_makes_the_subscribers_of_deploy_consumers(
     api: ControlPlane, tmp_path: Path

@@ -268,8 +268,17 @@ config.cluster.name) and the namespaces it may act in (remediation.namespaces). 
 {{- $_ := set $ns "allow" .ctx.Values.remediation.namespaces }}
 {{- $_ := set $rem "namespaces" $ns }}
 {{- $_ := set $config "remediation" $rem }}
-{{- else if not (hasKey $nats "subjects") }}
+{{- else }}
+{{- if not (hasKey $nats "subjects") }}
 {{- $_ := set $nats "subjects" (list (printf "%s.>" $prefix)) }}
+{{- end }}
+{{- /* one generatorURL for both replicas (by default it names the durable, each Pod's
+own): either takes back, after a restart, the alerts Alertmanager shows from the other */}}
+{{- $alerts := $config.alerts | default dict }}
+{{- if not $alerts.generator_url }}
+{{- $_ := set $alerts "generator_url" (printf "nats://%s/%s" ($nats.stream | default "K8S_EVENTS") (include "k8s-event-bridge.subscriber.fullname" .)) }}
+{{- end }}
+{{- $_ := set $config "alerts" $alerts }}
 {{- end }}
 {{- $files := fromYaml (include "k8s-event-bridge.secretFileConfig" (dict "v" $v.nats "service" "nats" "where" (printf "%s.nats" .sub))) }}
 {{- $_ := set $config "nats" (mergeOverwrite $nats $files) }}
