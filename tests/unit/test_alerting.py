@@ -825,9 +825,10 @@ def test_the_deployments_config_is_valid_and_its_command_runs_the_subscriber(
     import yaml
 
     root = Path(__file__).resolve().parents[2]
-    config_map, deployment = yaml.safe_load_all(
+    docs = {d["kind"]: d for d in yaml.safe_load_all(
         (root / "deploy/consumers/alerting.yaml").read_text()
-    )
+    )}  # fmt: skip
+    config_map, deployment = docs["ConfigMap"], docs["StatefulSet"]
     f = tmp_path / "alerting.yaml"
     f.write_text(config_map["data"]["alerting.yaml"])
     cfg = settings.load(str(f))
@@ -843,4 +844,4 @@ def test_the_deployments_config_is_valid_and_its_command_runs_the_subscriber(
     ]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2  # test_alerting_deploy.py: the HA pair
