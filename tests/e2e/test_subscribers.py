@@ -447,8 +447,8 @@ async def test_the_workers_api_boundary_maps_what_the_real_apiserver_answers(
 def test_the_subscribers_manifests_are_accepted_by_the_api_server(
     control_plane: ControlPlane,
 ) -> None:
-    """deploy/consumers/ (kustomize: the alerting subscriber, the remediation worker and its
-    RBAC), checked by the real API server (a server-side dry run: schema, defaulting,
+    """deploy/consumers/ (kustomize: the alerting pair, the remediation worker, its RBAC and
+    its admission policy), checked by the real API server (a server-side dry run: schema, defaulting,
     validation, admission), after deploy/ as an operator applies them."""
     cp = control_plane
     cp.kubectl("apply", "-k", str(REPO / "deploy"))
@@ -458,7 +458,9 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
     assert sorted(out) == sorted(
         [
             "configmap/k8s-event-alerting",
-            "deployment.apps/k8s-event-alerting",
+            "service/k8s-event-alerting",
+            "statefulset.apps/k8s-event-alerting",
+            "poddisruptionbudget.policy/k8s-event-alerting",
             "serviceaccount/k8s-event-remediation",
             "clusterrole.rbac.authorization.k8s.io/k8s-event-remediation",
             "rolebinding.rbac.authorization.k8s.io/k8s-event-remediation",
