@@ -496,11 +496,6 @@ def _identity(o: dict[str, Any]) -> str:
 
 @pytest.mark.e2e
 @once
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy/consumers/remediation.yaml has no fsGroup, which lets the worker read "
-    "files mounted from Secrets (the chart's has)",
-)
 def test_the_chart_makes_the_subscribers_of_deploy_consumers(
     api: ControlPlane, tmp_path: Path
 ) -> None:
