@@ -1,4 +1,13 @@
-"""``k8s-event-bridge tail``: read the stream and print events as a person wants to read them."""
+r"""``k8s-event-bridge tail``: read the stream and print events as a person wants to read them.
+
+What it prints comes from messages, which anyone with publish rights on the stream's subjects
+may write: no character of theirs reaches the terminal as a control. ``printable`` shows each
+terminal control (C0 but tab and newline, which become a space; DEL; C1; the line and paragraph
+separators; the bidirectional marks, embeddings, overrides and isolates) as its escape
+(``\x1b``, ``\u202e``), so an ESC can not move the cursor, set a title or forge a colour, a CR
+can not overwrite the line, and a right-to-left override can not reorder it. ``--json`` writes
+them as JSON escapes (``\u001b``): the same document, no raw control.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +34,34 @@ from k8s_event_common.connecting import Connection
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _YELLOW, _CYAN, _RESET = "\033[33m", "\033[36m", "\033[0m"
+
+# what a terminal would take for a control rather than text
+_CONTROLS = (
+    *range(0x00, 0x20),  # C0: ESC, CR, BEL, backspace...
+    0x7F,  # DEL
+    *range(0x80, 0xA0),  # C1: CSI (0x9b), OSC (0x9d)... taken as ESC [ and ESC ] by some
+    0x061C,  # Arabic letter mark
+    0x200E,  # left-to-right and right-to-left marks
+    0x200F,
+    0x2028,  # line and paragraph separators
+    0x2029,
+    *range(0x202A, 0x202F),  # bidi embeddings and overrides, their pop
+    *range(0x2066, 0x206A),  # bidi isolates, their pop
+)
+_TEXT = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _CONTROLS}
+_TEXT.update({ord("\t"): " ", ord("\n"): " "})
+_JSON = {c: f"\\u{c:04x}" for c in _CONTROLS}
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control shown as its escape (tab and newline a space)."""
+    return text.translate(_TEXT)
+
+
+def json_printable(doc: str) -> str:
+    """A JSON document with every terminal control as a JSON escape: the same value (they
+    occur in strings only), nothing a terminal acts on."""
+    return doc.translate(_JSON)
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -94,7 +131,12 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
 
 
 def line(ce: dict[str, Any]) -> str:
-    """``time  namespace  Kind/name  Reason  xN  message`` (status events marked ``bridge``)."""
+    """``time  namespace  Kind/name  Reason  xN  message`` (status events marked ``bridge``),
+    every part from the message ``printable``."""
+    return printable(_line(ce))
+
+
+def _line(ce: dict[str, Any]) -> str:
     raw = ce.get("data")
     data: dict[str, Any] = raw if isinstance(raw, dict) else {}
     t = str(ce.get("time", ""))[:19].replace("T", " ")
@@ -107,7 +149,7 @@ def line(ce: dict[str, Any]) -> str:
     reason = ce.get("k8sreason", "")
     count = ce.get("k8scount", 1)
     kind = "W" if str(ce.get("type", "")).endswith("warning") else " "
-    msg = str(data.get("message", "")).replace("\n", " ")
+    msg = str(data.get("message", ""))
     return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4} {msg}"
 
 
@@ -226,12 +268,12 @@ async def tail(
             except (msgspec.DecodeError, UnicodeDecodeError):
                 if filters.active:
                     continue
-                print(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})", file=out)
+                print(printable(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"), file=out)
             else:
                 if not filters.keeps(ce):
                     continue
                 if as_json:
-                    text = msgspec.json.encode(ce).decode()
+                    text = json_printable(msgspec.json.encode(ce).decode())
                 else:
                     text = line(ce)
                     if paint:

@@ -1,0 +1,108 @@
+"""``tail`` prints what messages hold, and messages are written by whoever may publish: hostile
+strings in every part of a line (reason, message, namespace, names, count, time, a status
+event's keys and values) come out with no terminal control left, each shown as its escape; the
+JSON output holds the same document with JSON escapes only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bridge.jetstream.tailing import json_printable, line, printable
+
+# what must never reach a terminal raw
+CONTROLS = {
+    *map(chr, range(0x00, 0x20)),
+    "\x7f",
+    *map(chr, range(0x80, 0xA0)),
+    "\u061c",
+    "\u200e",
+    "\u200f",
+    "\u2028",
+    "\u2029",
+    *map(chr, range(0x202A, 0x202F)),
+    *map(chr, range(0x2066, 0x206A)),
+}
+
+HOSTILE = {
+    "csi": "\x1b[2J\x1b[31mFAKE\x1b[0m",  # clear the screen, a forged colour
+    "osc-title": "\x1b]0;owned\x07",  # set the window title
+    "osc-link": "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\",
+    "c1-csi": "\x9b2J\x9d0;owned\x9c",  # C1 forms of CSI and OSC
+    "cr": "safe\rEVIL",  # overwrite the line
+    "backspace": "ok\x08\x08no",
+    "del": "a\x7fb",
+    "line-sep": "one\u2028two\u2029three",
+    "bidi-override": "txt.\u202eexe",  # reads as "exe.txt"
+    "bidi-isolate": "\u2066a\u2067b\u2068c\u2069",
+    "marks": "\u200e\u200f\u061c",
+    "nul": "a\x00b",
+}
+
+
+def raw_controls(text: str) -> set[str]:
+    return set(text) & CONTROLS
+
+
+def event_ce(value: str) -> dict[str, Any]:
+    """A CloudEvent of a Kubernetes Event with ``value`` in every field tail prints."""
+    return {
+        "type": "io.k8s.event.warning",
+        "time": f"2026-11-30T12:00:00Z{value}",
+        "k8snamespace": f"shop{value}",
+        "subject": f"Pod/web-1{value}",
+        "k8sreason": f"BackOff{value}",
+        "k8scount": f"3{value}",
+        "data": {"message": f"Back-off{value}"},
+    }
+
+
+def status_ce(value: str) -> dict[str, Any]:
+    return {
+        "type": f"io.k8s.bridge.gap{value}",
+        "time": "2026-11-30T12:00:00Z",
+        "data": {
+            f"scope{value}": f"*{value}",
+            "why": value,
+            "nested": {"k": value},
+            "list": [value],
+        },
+    }
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+@pytest.mark.parametrize("make", [event_ce, status_ce], ids=["event", "status"])
+def test_no_terminal_control_of_a_message_reaches_the_line(value: str, make: Any) -> None:
+    text = line(make(value))
+    assert not raw_controls(text), repr(text)
+    assert "\n" not in text  # one line per message
+
+
+def test_each_control_is_shown_as_its_escape() -> None:
+    assert printable("a\x1b[31mb") == "a\\x1b[31mb"
+    assert printable("safe\rEVIL") == "safe\\x0dEVIL"
+    assert printable("\x9b2J") == "\\x9b2J"
+    assert printable("txt.\u202eexe") == "txt.\\u202eexe"
+    assert printable("one\u2028two") == "one\\u2028two"
+    assert printable("multi\nline\twith tab") == "multi line with tab"
+
+
+@pytest.mark.parametrize(
+    "text", ["BackOff", "Back-off restarting failed container", "café", "日本語", "emoji 🚀", ""]
+)
+def test_ordinary_text_is_left_as_it_is(text: str) -> None:
+    assert printable(text) == text
+    assert json_printable(json.dumps(text, ensure_ascii=False)) == json.dumps(
+        text, ensure_ascii=False
+    )
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_the_json_output_is_the_same_document_without_a_raw_control(value: str) -> None:
+    ce = event_ce(value)
+    doc = json.dumps(ce, ensure_ascii=False)  # raw C1, DEL, U+2028 as msgspec writes them
+    out = json_printable(doc)
+    assert not raw_controls(out), repr(out)
+    assert json.loads(out) == ce
