@@ -189,10 +189,14 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
     assert pod["spec"]["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["ALERTING_NATS__DURABLE"]["value"] == "$(POD_NAME)"
+    assert env["POD_INDEX"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
+    }
+    # the durables deploy/nats/permissions.json names, whatever the release is called
+    assert env["ALERTING_NATS__DURABLE"]["value"] == "k8s-event-alerting-$(POD_INDEX)"
     assert env["ALERTING_NATS__NAME"]["value"] == "$(POD_NAME)"
     names = list(env)
-    assert names.index("POD_NAME") < names.index("ALERTING_NATS__DURABLE")  # $(...) order
+    assert names.index("POD_INDEX") < names.index("ALERTING_NATS__DURABLE")  # $(...) order
 
     service = one(objects, "Service", ALERTING)
     assert sts["serviceName"] == ALERTING

@@ -53,14 +53,34 @@ def test_two_replicas_in_a_statefulset_with_its_headless_service_and_a_disruptio
     assert len({d["metadata"]["namespace"] for d in m.values()}) == 1
 
 
-def test_each_replicas_durable_is_its_pods_name() -> None:
+def test_each_replicas_durable_is_named_after_its_ordinal() -> None:
+    """k8s-event-alerting-<the Pod's index label>: the same names as the Pods of deploy/'s
+    StatefulSet, and the same for the chart's, whatever its release is called."""
     [container] = manifests()["StatefulSet"]["spec"]["template"]["spec"]["containers"]
     env = [e["name"] for e in container["env"]]
     by_name = {e["name"]: e for e in container["env"]}
+    assert by_name["POD_INDEX"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
+    }
+    durable = by_name["ALERTING_NATS__DURABLE"]["value"]
+    assert durable == "k8s-event-alerting-$(POD_INDEX)"
+    assert [durable.replace("$(POD_INDEX)", str(i)) for i in (0, 1)] == replica_names()
     assert by_name["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert by_name["ALERTING_NATS__DURABLE"]["value"] == "$(POD_NAME)"
+    assert by_name["ALERTING_NATS__NAME"]["value"] == "$(POD_NAME)"
     # Kubernetes expands $(VAR) only from variables listed before it
-    assert env.index("POD_NAME") < env.index("ALERTING_NATS__DURABLE")
+    assert env.index("POD_INDEX") < env.index("ALERTING_NATS__DURABLE")
+    assert env.index("POD_NAME") < env.index("ALERTING_NATS__NAME")
+
+
+def test_a_missing_pod_index_is_refused_not_a_shared_durable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a cluster without the index label $(POD_INDEX) is empty: both replicas would share
+    k8s-event-alerting-, each seeing half of the messages. The subscriber refuses it."""
+    from k8s_event_consumer.configuring import ConfigError
+
+    with pytest.raises(ConfigError, match="pod-index"):
+        replica_settings("k8s-event-alerting-", monkeypatch, tmp_path)
     # the ConfigMap names no durable of its own: it would be the same for both
     config = yaml.safe_load(manifests()["ConfigMap"]["data"]["alerting.yaml"])
     assert "durable" not in config["nats"]

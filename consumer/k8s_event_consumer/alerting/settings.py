@@ -57,6 +57,19 @@ class NatsSettings(configuring.NatsSettings):
     name: str = "k8s-event-alerting"
     inbox_prefix: str = "_INBOX_k8s_event_alerting"
 
+    @field_validator("durable")
+    @classmethod
+    def _durable(cls, v: str) -> str:
+        # deploy/ and the chart write k8s-event-alerting-$(POD_INDEX): a missing index (a
+        # cluster without the apps.kubernetes.io/pod-index label) would put both replicas on
+        # one durable, each then seeing half of the messages
+        if v.endswith("-"):
+            raise ValueError(
+                f"{v!r} ends in '-': an empty $(POD_INDEX)? (the label "
+                "apps.kubernetes.io/pod-index needs Kubernetes 1.28+)"
+            )
+        return v
+
 
 class AlertmanagerSettings(Section):
     """Where the alerts go: Prometheus Alertmanager's API v2, as Prometheus sends to it."""
