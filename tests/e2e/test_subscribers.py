@@ -754,3 +754,32 @@ async def test_the_workers_token_reaches_only_what_remediation_needs(
     for namespace, name in ((ns, "healthy"), ("kube-system", sys_name), (other, "looping")):
         cp.kubectl("get", "pod", name, "-n", namespace)  # still there
     cp.kubectl("delete", "pod", sys_name, "-n", "kube-system", "--wait=false")
+
+
+@pytest.mark.timeout(180)
+async def test_the_alerting_pairs_pods_carry_the_ordinal_their_durables_are_named_after(
+    living_cluster: LivingCluster,
+) -> None:
+    """deploy/consumers/alerting.yaml on a living cluster: the real StatefulSet controller
+    labels each Pod apps.kubernetes.io/pod-index (0, 1), which ALERTING_NATS__DURABLE is
+    built from (k8s-event-alerting-$(POD_INDEX): the durables the NATS permissions name)."""
+    cluster = living_cluster
+    cluster.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    cluster.kubectl("apply", "-f", str(CONSUMERS / "alerting.yaml"))
+    try:
+
+        def labelled() -> dict[str, str]:
+            pods = cluster.get_json(
+                "pods", "-n", BRIDGE_NAMESPACE, "-l", "app.kubernetes.io/name=k8s-event-alerting"
+            )["items"]
+            return {
+                p["metadata"]["name"]: p["metadata"]["labels"].get("apps.kubernetes.io/pod-index")
+                for p in pods
+            }
+
+        await eventually(
+            lambda: asyncio.to_thread(lambda: len(labelled()) == 2), timeout=120, interval=1
+        )
+        assert labelled() == {"k8s-event-alerting-0": "0", "k8s-event-alerting-1": "1"}
+    finally:
+        cluster.kubectl("delete", "-f", str(CONSUMERS / "alerting.yaml"), "--wait=false")
