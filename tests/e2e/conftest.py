@@ -117,6 +117,17 @@ def control_plane(control_plane_factory: Callable[..., ControlPlane]) -> Control
 
 
 @pytest.fixture(scope="session")
+def chart_control_plane(control_plane_factory: Callable[..., ControlPlane]) -> ControlPlane:
+    """A control plane for the chart's tests (test_chart_secrets.py, test_chart_subscribers.py),
+    with the namespaces the chart installs into (k8s-event-bridge) and the worker acts in
+    (team-a, team-b): started once per version for both modules."""
+    cp = control_plane_factory()
+    for ns in ("k8s-event-bridge", "team-a", "team-b"):
+        cp.kubectl("create", "namespace", ns)
+    return cp
+
+
+@pytest.fixture(scope="session")
 def living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
     """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok with three fake
     nodes (cluster.py), one per version for the session."""

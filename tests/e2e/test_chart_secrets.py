@@ -439,14 +439,11 @@ def test_no_secret_value_in_what_the_chart_renders(tmp_path: Path) -> None:
         assert not {"password", "bearer_token"} & set(config.get("alertmanager", {}))
 
 
-@pytest.fixture(scope="module")
-def api(control_plane_factory: Any) -> ControlPlane:
-    """A control plane of this module's own, with the namespaces the chart installs into and
-    the worker acts in."""
-    cp: ControlPlane = control_plane_factory()
-    for ns in (NAMESPACE, *ACT_IN):
-        cp.kubectl("create", "namespace", ns)
-    return cp
+@pytest.fixture
+def api(chart_control_plane: ControlPlane) -> ControlPlane:
+    """The chart tests' control plane (conftest.py: NAMESPACE and ACT_IN exist)."""
+    assert NAMESPACE == "k8s-event-bridge" and ACT_IN == ["team-a", "team-b"]
+    return chart_control_plane
 
 
 @pytest.mark.e2e

@@ -292,14 +292,11 @@ def test_the_admission_policy_names_the_worker_of_this_release(tmp_path: Path) -
 # ----------------------------------------------------------------------------- the API server
 
 
-@pytest.fixture(scope="module")
-def api(control_plane_factory: Any) -> ControlPlane:
-    """A control plane of this module's own, with the release's namespace and those the
-    worker acts in."""
-    cp: ControlPlane = control_plane_factory()
-    for ns in (NAMESPACE, *ACT_IN):
-        cp.kubectl("create", "namespace", ns)
-    return cp
+@pytest.fixture
+def api(chart_control_plane: ControlPlane) -> ControlPlane:
+    """The chart tests' control plane (conftest.py: NAMESPACE and ACT_IN exist)."""
+    assert NAMESPACE == "k8s-event-bridge" and ACT_IN == ["team-a", "team-b"]
+    return chart_control_plane
 
 
 @pytest.mark.e2e
