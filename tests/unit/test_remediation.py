@@ -591,3 +591,11 @@ def test_a_kubernetes_name_is_escaped_and_an_api_version_checked() -> None:
     for bad in ("v1/../../api", "apps/v1?x=1", "V1"):
         with pytest.raises(Invalid):
             _path(bad, "Deployment", "shop", "web")
+
+
+def test_plan_alone_deletes_only_a_pod_waiting_in_crash_loop_back_off() -> None:
+    """rules.plan holds the rule by itself (the worker also checks first, to say why)."""
+    assert rules.plan(kube_event(), pod(waiting=None, restarts=9), None, CFG) is None
+    assert rules.plan(kube_event(), pod(restarts=4), None, CFG) is None  # too few restarts
+    a = rules.plan(kube_event(), pod(restarts=5), None, CFG)
+    assert a is not None and "in CrashLoopBackOff" in a.why
