@@ -10,10 +10,13 @@ Each input is tried as a watch line, as a list item and as a list page. What mus
 - a message it makes is one the stream takes: a subject of six tokens without wildcards, an id
   ``uid/resourceVersion``, a payload that is JSON, whose ``data`` is the Event as it came
   minus ``metadata.managedFields`` (the bytes are spliced, not re-encoded: this checks it).
+  JSON as the subscribers' decoder (Python's) reads it: a number beyond a double, which msgspec
+  refuses and RFC 8259 lets a decoder refuse, is relayed as it came (docs/asyncapi.md).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -39,6 +42,19 @@ FILTERS = (
 )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(data: bytes) -> Any:
+    """JSON as the subscribers read it: msgspec, else Python's json (a number beyond a double
+    becomes inf) without NaN and Infinity, which are not JSON."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.ValidationError:
+        return json.loads(data, parse_constant=_no_constant)
+
+
 def _without_managed_fields(obj: Any, list_item: bool) -> Any:
     if not isinstance(obj, dict):
         return obj
@@ -58,8 +74,17 @@ def check_event(kind: str, ev: Event, original: Any, list_item: bool) -> None:
     if kind == "ERROR":
         code, message, reason = ev.status()
         assert isinstance(code, int) and isinstance(message, str) and isinstance(reason, str)
-    data = b"".join(ev.data_parts())
-    got = msgspec.json.decode(data)
+    try:
+        data = b"".join(ev.data_parts())
+    except BadLine:  # a shape that must be re-encoded, with a number a double can not hold
+        for converter in (CONVERTER, BINARY):
+            try:
+                converter.convert(ev)
+            except ConversionError:
+                continue
+            raise AssertionError("converted an Event whose data can not be made") from None
+        return
+    got = decode_json(data)
     if isinstance(original, dict) and not list_item:
         assert got == _without_managed_fields(original, list_item), (got, original)
     for converter in (CONVERTER, BINARY):
@@ -72,10 +97,10 @@ def check_event(kind: str, ev: Event, original: Any, list_item: bool) -> None:
         assert ">" not in msg.subject and " " not in msg.subject
         assert msg.msg_id == f"{ev.view.metadata.uid}/{ev.view.metadata.resourceVersion}"
         if converter is CONVERTER:
-            envelope = msgspec.json.decode(msg.payload)
+            envelope = decode_json(msg.payload)
             assert envelope["id"] == msg.msg_id and envelope["data"] == got
         else:
-            assert msgspec.json.decode(msg.payload) == got
+            assert decode_json(msg.payload) == got
 
 
 def test_one_input(data: bytes) -> None:
@@ -85,8 +110,8 @@ def test_one_input(data: bytes) -> None:
         pass
     else:
         try:
-            original = msgspec.json.decode(data).get("object")
-        except (msgspec.DecodeError, AttributeError):
+            original = decode_json(data).get("object")
+        except (ValueError, AttributeError):
             original = None
         check_event(kind, ev, original, list_item=False)
     try:

@@ -187,7 +187,11 @@ class Converter:
             k8sreason=reason,
             k8scount=event_count(v),
         )
-        return self._message(subject, attrs, ev.data_parts(), msg_id)
+        try:
+            parts = ev.data_parts()
+        except events.BadLine as exc:
+            raise ConversionError(f"data {exc}") from None
+        return self._message(subject, attrs, parts, msg_id)
 
     def _cache(self, key: tuple[str, str, str]) -> tuple[str, str]:
         """Subject and source for (namespace, kind, reason): sanitised once each."""

@@ -158,7 +158,13 @@ class Event:
         return self.cut
 
     def _reencoded(self) -> bytes:
-        obj = _decode_any(self.buf[self.start : self.end])
+        """The Event decoded and encoded again, for a shape whose bytes can not be spliced.
+        Raises ``BadLine`` for a number a double can not hold: spliced bytes carry it as it
+        came, a decoded object can not."""
+        try:
+            obj = _decode_any(self.buf[self.start : self.end])
+        except msgspec.DecodeError as exc:
+            raise BadLine(f"can not be re-encoded: {exc}") from None
         return _encode(_plain(obj, self.list_item))
 
 
@@ -286,7 +292,10 @@ def from_item(item: bytes | msgspec.Raw | dict[str, Any]) -> Event:
     except msgspec.DecodeError as exc:
         raise BadLine(f"not JSON: {exc}") from exc
     if not buf.startswith(b"{"):  # whitespace first: the head can not be spliced in
-        return _slow_event(_decode_any(buf), list_item=True)
+        try:
+            return _slow_event(_decode_any(buf), list_item=True)
+        except msgspec.DecodeError as exc:
+            raise BadLine(f"not JSON a decoder holds: {exc}") from None
     return Event(view, buf, 0, len(buf), list_item=True)
 
 
