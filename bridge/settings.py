@@ -9,37 +9,46 @@ the command line exits 2 on it.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from annotated_types import doc
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    SettingsError,
-)
+from pydantic_settings import SettingsConfigDict
 
 from bridge.errors import ConfigError
+from k8s_event_common import configuring as common
 from k8s_event_common import options as shared
-from k8s_event_common.secrets import never_echo, redact_text
+from k8s_event_common.configuring import (
+    Duration,
+    ExistingFile,
+    LogSettings,
+    PositiveDuration,
+    TLSSettings,
+)
+from k8s_event_common.durations import parse_duration
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+__all__ = [
+    "ConfigError",
+    "Duration",
+    "ExistingFile",
+    "LogSettings",
+    "PositiveDuration",
+    "Settings",
+    "TLSSettings",
+    "load",
+    "parse_duration",
+    "parse_size",
+    "redacted",
+]
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "b": 1,
@@ -52,34 +61,6 @@ _SIZE_UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-
-
-def parse_duration(value: Any) -> float:
-    """``90``, ``"90"``, ``"1.5s"``, ``"500ms"``, ``"1m30s"``, ``"2h"`` → seconds."""
-    if isinstance(value, bool):
-        raise ValueError("a duration such as 1s, 500ms, 2m or 1h is expected")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            pos, seconds = 0, 0.0
-            for m in _DURATION.finditer(text):
-                if m.start() != pos:
-                    break
-                seconds += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-                pos = m.end()
-            if pos != len(text) or not text:
-                raise ValueError(
-                    f"{value!r} is not a duration such as 1s, 500ms, 2m or 1h"
-                ) from None
-    else:
-        raise ValueError("a duration such as 1s, 500ms, 2m or 1h is expected")
-    if seconds < 0:
-        raise ValueError("a duration can not be negative")
-    return seconds
 
 
 def parse_size(value: Any) -> int:
@@ -98,46 +79,20 @@ def parse_size(value: Any) -> int:
     raise ValueError(f"{value!r} is not a size such as 64MiB or 1GB")
 
 
-def _require_positive(value: float) -> float:
-    if value <= 0:
-        raise ValueError("must be greater than 0")
-    return value
-
-
 def _at_least_64kib(value: int) -> int:
     if value < 64 * 1024:
         raise ValueError("must be at least 64KiB")
     return value
 
 
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
-def _file_exists(value: str | None) -> str | None:
-    # the path is not repeated: a secret pasted here by mistake must not be echoed
-    if value is not None and not Path(value).is_file():
-        raise ValueError("no such file (the value given is not shown)")
-    return value
-
-
 # How a type reads in the configuration reference (``doc``, which pydantic ignores): what a key
-# accepts, where a validator decides it (tools/configref.py shows it next to the key).
-Duration = Annotated[float, BeforeValidator(parse_duration), doc("duration")]
-PositiveDuration = Annotated[
-    float, AfterValidator(_require_positive), BeforeValidator(parse_duration), doc("duration, > 0")
-]
+# accepts, where a validator decides it (tools/configref.py shows it next to the key). Durations,
+# files and the NATS connection's keys are those of k8s_event_common.configuring.
 Size = Annotated[int, BeforeValidator(parse_size), doc("size")]
 BufferSize = Annotated[
     int, AfterValidator(_at_least_64kib), BeforeValidator(parse_size), doc("size, >= 64KiB")
 ]
-ExistingFile = Annotated[str | None, AfterValidator(_file_exists), doc("path of an existing file")]
-
-
-class _Section(BaseModel):
-    # The docstring under each field is its description (FieldInfo.description): the one text
-    # docs/configuration.md and config/bridge.yaml are generated from.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+_Section = common.Section
 
 
 class ClusterSettings(_Section):
@@ -278,39 +233,15 @@ class FilterSettings(_Section):
     MODIFIED only."""
 
 
-class TLSSettings(_Section):
-    """TLS to NATS: wanted when a server URL is tls:// or wss://, or `ca_file`, `cert_file` or
-    `handshake_first` is set. Then no byte of a credential, nor of an Event, goes to a server
-    over a connection that is not TLS."""
-
-    ca_file: ExistingFile = None
-    """CA bundle (PEM) to verify the server with. null: the system's CAs."""
-    cert_file: ExistingFile = None
-    """Client certificate (PEM) for mutual TLS; `cert_file` and `key_file` go together."""
-    key_file: ExistingFile = None
-    """Client private key (PEM) for mutual TLS."""
-    handshake_first: bool = False
-    """TLS from the first byte (nats-server `tls { handshake_first: true }`). false: the
-    server's plaintext INFO comes first, and a server that does not require TLS there is
-    refused before anything is sent (log `nats_tls_refused`), then the next one is tried."""
-
-    @model_validator(mode="after")
-    def _pair(self) -> TLSSettings:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file go together (mutual TLS)")
-        return self
-
-
-class NatsSettings(_Section):
+class NatsSettings(common.NatsConnection):
     """NATS: the servers, the JetStream stream the CloudEvents go to (created by the bridge
     unless told not to), and how the bridge authenticates."""
 
-    servers: list[str] = Field(
-        ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
-    )
-    """NATS server URLs (nats://, tls://, ws://, wss://); at least one. The connection is
-    retried forever and fails over between them. No user name, password or token in a URL
-    (they would be printed wherever the server is named): use `user`, `password`, `token`."""
+    # the connection's keys (servers ... tls) are the subscribers' too, described once in
+    # k8s_event_common.configuring.NatsConnection; here only the bridge's defaults
+    name: str = "k8s-event-bridge"
+    inbox_prefix: str = "_INBOX_k8s_event_bridge"
+    connect_timeout: Duration = 5.0  # 0 is let through, as it always was
     stream: str = "K8S_EVENTS"
     """The JetStream stream the CloudEvents go to (A-Z a-z 0-9 _ -)."""
     domain: str | None = None
@@ -349,51 +280,6 @@ class NatsSettings(_Section):
     """Most bytes of publishes awaiting an ack at once (one message more may go, so that a
     message larger than the rest of the room is never stuck). With the queue's bounds it caps
     what a JetStream that stops acking can make the bridge hold."""
-    connect_timeout: Duration = 5.0
-    """Timeout of one connect attempt to a NATS server."""
-    name: str = "k8s-event-bridge"
-    """The client connection's name, shown by the NATS server (connz, logs)."""
-    user: str | None = None
-    """User name for user/password auth. null: none."""
-    password: SecretStr | None = None
-    """Password for user/password auth (needs `user`). Never printed by check-config or
-    logged; prefer the environment (from a Kubernetes Secret) to writing it here."""
-    token: SecretStr | None = None
-    """Token auth. Never printed by check-config or logged."""
-    nkey_seed_file: Annotated[
-        str | None, AfterValidator(shared.seed_file_checked), doc("path of a user NKey seed file")
-    ] = None
-    """An NKey seed file (NKey auth): a user seed (SU...), checked at start. null: none."""
-    creds_file: Annotated[
-        str | None, AfterValidator(shared.creds_file_checked), doc("path of a .creds file")
-    ] = None
-    """A .creds file (operator mode: a user JWT and its NKey seed), checked at start (both
-    blocks, a user JWT, the seed of that user) and read again at each connect, so a file
-    replaced on disk (a rotated Secret) is used at the next reconnect. Not with
-    `nkey_seed_file`. null: none."""
-    inbox_prefix: str = "_INBOX_k8s_event_bridge"
-    """The prefix of the bridge's reply subjects (JetStream API answers, publish acks): give
-    each program its own, so that a permission on `<inbox_prefix>.>` lets it read its own
-    replies and nobody else's (docs/deploy.md)."""
-    ping_interval: PositiveDuration = 5.0
-    """How often the bridge pings the server. A connection is stale (left for another server)
-    once `max_outstanding_pings` pings went unanswered, or nothing at all was read from the
-    server for `ping_interval * (max_outstanding_pings + 1)` (15s by default)."""
-    max_outstanding_pings: int = Field(2, ge=1, le=10)
-    """Unanswered pings after which the connection is stale."""
-    tls: TLSSettings = TLSSettings()
-
-    @field_validator("servers")
-    @classmethod
-    def _servers(cls, v: list[str]) -> list[str]:
-        return shared.servers_checked(v)
-
-    @field_validator("inbox_prefix")
-    @classmethod
-    def _inbox(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", v):
-            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        return v
 
     @field_validator("stream")
     @classmethod
@@ -412,7 +298,7 @@ class NatsSettings(_Section):
     @field_validator("subject_prefix")
     @classmethod
     def _prefix(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*", v):
+        if not re.fullmatch(common.SUBJECT_TOKENS, v):
             raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
         return v
 
@@ -429,33 +315,12 @@ class NatsSettings(_Section):
             raise ValueError(
                 "duplicate_window must not be longer than max_age (JetStream refuses it)"
             )
-        try:
-            shared.auth_checked(self.options())
-        except shared.CredentialError as exc:
-            raise ValueError(str(exc)) from None
         return self
 
     def options(self) -> shared.NatsOptions:
         """The shared connection's options (secrets included: never print them)."""
-        tls = self.tls
-        return shared.NatsOptions(
-            servers=list(self.servers),
-            name=self.name,
-            user=self.user,
-            password=self.password.get_secret_value() if self.password else None,
-            token=self.token.get_secret_value() if self.token else None,
-            creds_file=self.creds_file,
-            nkey_seed_file=self.nkey_seed_file,
-            tls_ca_file=tls.ca_file,
-            tls_cert_file=tls.cert_file,
-            tls_key_file=tls.key_file,
-            tls_handshake_first=tls.handshake_first,
-            connect_timeout=self.connect_timeout,
-            inbox_prefix=self.inbox_prefix,
-            ping_interval=self.ping_interval,
-            max_outstanding_pings=self.max_outstanding_pings,
-            skip_subject_validation=True,  # every subject is sanitised by bridge.core.subjects
-        )
+        # every subject is sanitised by bridge.core.subjects
+        return dataclasses.replace(super().options(), skip_subject_validation=True)
 
 
 class CloudEventsSettings(_Section):
@@ -507,19 +372,6 @@ class HttpSettings(_Section):
     publish has waited this long for its ack; shorter blips do not flap readiness."""
 
 
-class LogSettings(_Section):
-    """Logs: one line per event, on stderr."""
-
-    level: Annotated[
-        Literal["debug", "info", "warning", "error"],
-        BeforeValidator(_lower),
-        doc("one of debug|info|warning|error (any case)"),
-    ] = "info"
-    """The lowest level logged."""
-    format: Literal["json", "text"] = "json"
-    """json: one JSON object per line; text: for a person at a terminal."""
-
-
 class LeaderElectionSettings(_Section):
     """Two or more replicas: one leads (watches and publishes), the others stand by warm (NATS
     connected, stream and checkpoint bucket checked, /readyz 200, role "standby" in /status)
@@ -569,7 +421,7 @@ class ShutdownSettings(_Section):
     Keep it below the Pod's terminationGracePeriodSeconds."""
 
 
-class Settings(BaseSettings):
+class Settings(common.FileAndEnvSettings):
     model_config = SettingsConfigDict(
         env_prefix="BRIDGE_",
         env_nested_delimiter="__",
@@ -590,92 +442,21 @@ class Settings(BaseSettings):
     shutdown: ShutdownSettings = ShutdownSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Earlier sources win: the environment overrides the YAML file (passed as init).
-        return (env_settings, init_settings)
-
-
-def _read_yaml(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {path}: no such file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: the top level must be a mapping of sections")
-    return data
-
-
-def _describe(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int))
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-        value = err.get("input")
-        shown = (
-            ""
-            if err["type"] == "extra_forbidden" or isinstance(value, dict)
-            else (f" (got {value!r})" if not never_echo(loc) else "")
-        )
-        lines.append(f"{loc or '<root>'}: {msg}{shown}")
-    return redact_text("invalid configuration: " + "; ".join(lines))
-
-
-def _check_env_sections(env: dict[str, str]) -> None:
-    # pydantic-settings reads only the variables it knows, so a misspelt section
-    # (BRIDGE_NAT__SERVERS) would be ignored without a word: name it instead.
-    sections = set(Settings.model_fields)
-    for name in env:
-        if not name.startswith("BRIDGE_") or name == "BRIDGE_CONFIG_FILE":
-            continue
-        section = name.removeprefix("BRIDGE_").split("__", 1)[0].lower()
-        if section not in sections:
-            raise ConfigError(
-                f"invalid configuration: environment variable {name}: unknown section "
-                f"{section!r} (known: {', '.join(sorted(sections))})"
-            )
-
 
 def load(path: str | None = None) -> Settings:
     """Load the settings from ``path`` (or ``BRIDGE_CONFIG_FILE``) and the environment."""
-    path = path or os.environ.get("BRIDGE_CONFIG_FILE") or None
-    data = _read_yaml(path) if path else {}
-    _check_env_sections(dict(os.environ))
     try:
-        return Settings(**data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from exc
-    except SettingsError as exc:
-        # e.g. BRIDGE_FILTER__REASONS=BackOff: lists and maps from the environment are JSON
-        cause = f": {exc.__cause__}" if exc.__cause__ else ""
-        raise ConfigError(
-            f"invalid configuration: {exc}{cause} (lists from the environment are JSON, "
-            f"e.g. BRIDGE_FILTER__REASONS='[\"BackOff\"]')"
-        ) from exc
+        return common.load(
+            Settings,
+            "BRIDGE_",
+            "BRIDGE_CONFIG_FILE",
+            path,
+            env_example="BRIDGE_FILTER__REASONS='[\"BackOff\"]'",
+        )
+    except common.ConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def redacted(settings: Settings) -> dict[str, Any]:
     """The effective settings as plain data, with every secret shown as ``"***"``."""
-    data = settings.model_dump(mode="json")
-    nats = data["nats"]
-    for key in ("password", "token"):
-        if nats.get(key) is not None:
-            nats[key] = "***"
-    return data
+    return common.redacted(settings)

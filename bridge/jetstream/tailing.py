@@ -12,13 +12,11 @@ them as JSON escapes (``\u001b``): the same document, no raw control.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TextIO
-from urllib.parse import unquote
 
 import msgspec
 import nats.errors
@@ -29,10 +27,9 @@ from bridge.core import subjects
 from bridge.errors import NoStream
 from bridge.jetstream import connection
 from bridge.settings import NatsSettings, Settings
+from k8s_event_common import cloudevents, durations
 from k8s_event_common.connecting import Connection
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _YELLOW, _CYAN, _RESET = "\033[33m", "\033[36m", "\033[0m"
 
 # what a terminal would take for a control rather than text
@@ -65,10 +62,14 @@ def json_printable(doc: str) -> str:
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``30s``, ``10m``, ``2h``, ``1d`` ago, or an RFC 3339 time. Raises ``ValueError``."""
-    m = _DURATION.match(text.strip())
-    if m:
-        return (now or datetime.now(UTC)) - timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    """``30s``, ``10m``, ``2h``, ``1d`` ago (any duration with its unit, as the settings
+    write them: ``1h30m``), or an RFC 3339 time. Raises ``ValueError``."""
+    try:
+        ago = durations.parse_with_unit(text)
+    except ValueError:
+        pass
+    else:
+        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
     try:
         t = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -118,16 +119,10 @@ class Filters:
 
 
 def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
-    """A CloudEvent message (structured or binary mode) → its attributes and ``data``."""
-    ct = (headers or {}).get("Content-Type", "")
-    if ct.startswith("application/cloudevents"):
-        doc: dict[str, Any] = msgspec.json.decode(body)
-        return doc
-    attrs: dict[str, Any] = {
-        k[3:]: unquote(v) for k, v in (headers or {}).items() if k.lower().startswith("ce-")
-    }
-    attrs["data"] = msgspec.json.decode(body) if body else None
-    return attrs
+    """A CloudEvent message (structured or binary mode) → its attributes and ``data``, read by
+    the subscribers' decoder (``k8s_event_common.cloudevents``). Raises its ``BadMessage`` (a
+    ``ValueError``)."""
+    return cloudevents.decode(headers, body).document()
 
 
 def line(ce: dict[str, Any]) -> str:
@@ -265,7 +260,7 @@ async def tail(
         async for msg in reader:
             try:
                 ce = decode(msg.headers, msg.data)
-            except (msgspec.DecodeError, UnicodeDecodeError):
+            except cloudevents.BadMessage:
                 if filters.active:
                     continue
                 print(printable(f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"), file=out)

@@ -12,44 +12,51 @@ binary: ``ce-*`` headers, percent-encoded, and the Event as the body) and return
   ``ApiserverRecovered``, ``Dropped``, ``LeaderChanged``, ``Started``, ``Stopped``, or
   ``Status`` for a kind this version does not know (newer bridges may add some).
 
-A message that is none of these raises ``BadMessage`` naming what is wrong.
+A message that is none of these raises ``BadMessage`` naming what is wrong. The envelope (the
+two modes, the attributes every CloudEvent has) is read by ``k8s_event_common.cloudevents``, the
+one decoder ``k8s-event-bridge tail`` reads through too.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
-from urllib.parse import unquote
+from datetime import datetime
+from typing import Any, TypeVar
 
 from cloudevents.core.v1.event import CloudEvent
 
-EVENT_TYPE_PREFIX: Final = "io.k8s.event."
-STATUS_TYPE_PREFIX: Final = "io.k8s.bridge."
-_STRUCTURED: Final = "application/cloudevents"
+from k8s_event_common import cloudevents
+from k8s_event_common.cloudevents import (
+    EVENT_TYPE_PREFIX,
+    STATUS_TYPE_PREFIX,
+    BadMessage,
+    parse_time,
+)
+
+# the envelope is read by k8s_event_common.cloudevents (tail reads through it too); these
+# names stay the kit's API
+__all__ = [
+    "EVENT_TYPE_PREFIX",
+    "STATUS_TYPE_PREFIX",
+    "ApiserverDegraded",
+    "ApiserverReachable",
+    "ApiserverRecovered",
+    "ApiserverUnreachable",
+    "BadMessage",
+    "Decoded",
+    "Dropped",
+    "Gap",
+    "KubeEvent",
+    "LeaderChanged",
+    "ObjectRef",
+    "Started",
+    "Status",
+    "Stopped",
+    "decode",
+    "parse_time",
+]
 
 N = TypeVar("N", int, float)
-
-
-class BadMessage(ValueError):
-    """A message that is not a CloudEvent of the bridge; the text names what is wrong."""
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time as Kubernetes writes it (``Z``, optional fraction) → aware datetime."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str):
-        raise BadMessage(f"time {value!r} is not a string")
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        # in UTC: a time whose offset takes it past year 1 or 9999 is no time (OverflowError)
-        return t.astimezone(UTC) if t.tzinfo else t.replace(tzinfo=UTC)
-    except (ValueError, OverflowError):
-        raise BadMessage(f"time {value!r} is not RFC 3339") from None
 
 
 @dataclass(frozen=True)
@@ -200,53 +207,11 @@ class Decoded:
 
 def decode(subject: str, headers: dict[str, str] | None, body: bytes) -> Decoded:
     """One NATS message of the stream → ``Decoded``. Raises ``BadMessage``."""
-    attrs, data = _envelope(headers or {}, body)
-    for name in ("id", "source", "type", "specversion"):
-        if not isinstance(attrs.get(name), str) or not attrs[name]:
-            raise BadMessage(f"CloudEvent attribute {name!r} is missing")
-    if attrs["specversion"] != "1.0":
-        raise BadMessage(f"specversion {attrs['specversion']!r} is not 1.0")
-    type_ = attrs["type"]
-    if not isinstance(data, dict):
-        raise BadMessage(f"{type_} {attrs['id']}: data is not a JSON object")
-    ce_attrs = dict(attrs)
-    if "time" in ce_attrs:
-        ce_attrs["time"] = parse_time(ce_attrs["time"])
-    try:
-        ce = CloudEvent(ce_attrs, data)
-    except Exception as exc:
-        raise BadMessage(f"{type_} {attrs['id']}: not a valid CloudEvent: {exc}") from exc
-    if type_.startswith(EVENT_TYPE_PREFIX):
+    envelope = cloudevents.decode(headers, body)
+    attrs, data, ce = envelope.attributes, envelope.data, envelope.cloudevent
+    if envelope.type.startswith(EVENT_TYPE_PREFIX):
         return Decoded(subject, ce, event=_kube_event(attrs, data))
-    if type_.startswith(STATUS_TYPE_PREFIX):
-        return Decoded(subject, ce, status=_status(attrs, data))
-    raise BadMessage(f"type {type_!r} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*")
-
-
-def _envelope(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], Any]:
-    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
-    if content_type.startswith(_STRUCTURED):
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise BadMessage(f"structured CloudEvent body is not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise BadMessage("structured CloudEvent body is not a JSON object")
-        data = doc.pop("data", None)
-        if data is None and "data_base64" in doc:
-            raise BadMessage("data_base64: the bridge always sends JSON data")
-        return doc, data
-    attrs = {k[3:].lower(): unquote(v) for k, v in headers.items() if k.lower().startswith("ce-")}
-    if not attrs:
-        raise BadMessage(
-            f"neither a structured CloudEvent (Content-Type {content_type!r}) "
-            "nor binary mode (no ce-* headers)"
-        )
-    try:
-        data = json.loads(body) if body else None
-    except ValueError as exc:
-        raise BadMessage(f"binary-mode body is not JSON: {exc}") from None
-    return attrs, data
+    return Decoded(subject, ce, status=_status(attrs, data))
 
 
 def _str(d: dict[str, Any], key: str) -> str:

@@ -27,10 +27,14 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the package and its contracts, to break."""
-    shutil.copytree(
-        ROOT / "bridge", tmp_path / "bridge", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    """A copy of the three packages and their contracts, to break (on PYTHONPATH, they come
+    before the editable installs)."""
+    for package in ("bridge", "consumer/k8s_event_consumer", "common/k8s_event_common"):
+        shutil.copytree(
+            ROOT / package,
+            tmp_path / Path(package).name,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -60,6 +64,48 @@ def test_an_import_across_a_boundary_breaks_a_contract(
     tree: Path, module: str, line: str, contract: str
 ) -> None:
     path = tree / "bridge" / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    out = lint_imports(tree)
+    assert out.returncode != 0
+    broken = out.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken, out.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        # the subscribers' wheel does not depend on the bridge's: an import would fail there
+        (
+            "k8s_event_consumer/events.py",
+            "from bridge.core import subjects",
+            "The subscribers never import the bridge",
+        ),
+        (
+            "k8s_event_consumer/alerting/settings.py",
+            "from bridge import settings",
+            "The subscribers never import the bridge",
+        ),
+        (
+            "k8s_event_common/cloudevents.py",
+            "import bridge.errors",
+            "What both share (k8s_event_common) imports neither",
+        ),
+        (
+            "k8s_event_common/logformat.py",
+            "from k8s_event_consumer import logs",
+            "What both share (k8s_event_common) imports neither",
+        ),
+        (
+            "k8s_event_consumer/events.py",
+            "from k8s_event_common import configuring",
+            "The subscribers' kit needs no settings library",
+        ),
+    ],
+)
+def test_an_import_between_the_wheels_breaks_a_contract(
+    tree: Path, module: str, line: str, contract: str
+) -> None:
+    path = tree / module
     path.write_text(path.read_text() + f"\n{line}  # noqa\n")
     out = lint_imports(tree)
     assert out.returncode != 0

@@ -1,0 +1,132 @@
+"""The one log format of the bridge and the subscribers: a constant event name plus fields.
+
+    log = Logger("bridge.watching")
+    log.info("watch_closed", resource_version=rv, cause="timeout")
+
+``json`` writes one JSON object per line (UTF-8)::
+
+    {"ts": "2026-11-30T12:00:00.123Z", "level": "info", "logger": "bridge.watching",
+     "event": "watch_closed", "resource_version": "42", "cause": "timeout"}
+
+the fields after ``event``, and ``exc`` (the traceback) when an exception is logged. ``text``
+is for a person at a terminal: ``info    bridge.watching: watch_closed resource_version=42
+cause=timeout``, each value one token: a value with a space, a quote, a control character or
+non-ASCII is written quoted and escaped, JSON-style, so that what a message holds can not forge
+a log line (a newline, an ESC sequence).
+
+``handler(fmt)`` is a stderr handler in either format; each program installs it
+(``bridge.logs.setup``, ``k8s_event_consumer.logs.setup``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+__all__ = ["LEVELS", "JsonFormatter", "Logger", "TextFormatter", "handler"]
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        + f".{int(record.msecs):03d}Z"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A field value JSON can not hold as it is: an enum's value, a time in RFC 3339, else
+    its ``str``."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``event``, the fields, ``exc``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if fields:
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=_plain, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``level   logger: event key=value ...``, each value one token."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None) or {}
+        kv = " ".join(f"{k}={_token(v)}" for k, v in fields.items())
+        return f"{record.levelname.lower():7} {record.name}: {record.getMessage()} {kv}".rstrip()
+
+
+def _token(v: Any) -> str:
+    """A field as one token: values from messages may hold spaces, newlines, escape sequences
+    (a forged log line, a terminal's title): quoted and escaped then, JSON-style, non-ASCII
+    as \\u escapes."""
+    text = str(v)
+    if text and text.isascii() and text.isprintable() and " " not in text and '"' not in text:
+        return text
+    return json.dumps(text)
+
+
+class Logger:
+    """``log.info(event, **fields)``: keyword arguments become the line's fields."""
+
+    def __init__(self, name: str) -> None:
+        self._log = logging.getLogger(name)
+        self._last: dict[str, float] = {}
+
+    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        if self._log.isEnabledFor(level):
+            self._log.log(level, event, extra={"fields": fields})
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit(logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit(logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, event, fields)
+
+    def warn_sampled(self, once: str, event: str, /, interval: float = 60.0, **fields: Any) -> None:
+        """A WARNING at most once per ``interval`` seconds for the sampling key ``once``, so
+        that a flood of malformed input can not flood the log."""
+        now = time.monotonic()
+        last = self._last.get(once)
+        if last is None or now - last >= interval:
+            self._last[once] = now
+            self._emit(logging.WARNING, event, fields)
+
+
+def handler(fmt: str = "json") -> logging.Handler:
+    """A handler writing to stderr in ``fmt`` (``json``, else ``text``)."""
+    out = logging.StreamHandler(sys.stderr)
+    out.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    return out
