@@ -15,6 +15,7 @@ import socket
 from typing import Any
 
 from bridge import __version__, logs
+from bridge.core.clock import SYSTEM, Clock
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError, PublishError
 from bridge.jetstream import connection, streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
@@ -37,10 +38,11 @@ log = logs.get("app")
 class Bridge:
     """One running bridge. ``run()`` returns the process exit code."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Clock = SYSTEM) -> None:
         self.settings = settings
+        self.clock = clock
         self.metrics = Metrics(__version__)
-        self.health = Health(settings.http.unready_after)
+        self.health = Health(settings.http.unready_after, clock=clock)
         self.http = HttpServer(settings.http.host, settings.http.port, self.health, self.metrics)
         self.stop_requested = asyncio.Event()
         self.pipeline: Pipeline | None = None
@@ -106,6 +108,7 @@ class Bridge:
                 max_inflight=s.nats.max_inflight,
                 max_inflight_bytes=s.nats.max_inflight_bytes,
                 on_no_stream=streams.recreating(js, s.nats),
+                clock=self.clock,
             )
             publisher.set_connected(nc.is_connected)
             await publisher.start()
@@ -120,6 +123,7 @@ class Bridge:
                 store=store,
                 metrics=self.metrics,
                 health=self.health,
+                clock=self.clock,
             )
             hold: asyncio.Task[None] | None = None
             if self.elector is not None:
@@ -155,7 +159,9 @@ class Bridge:
         le = self.settings.leader_election
         identity = le.identity or os.environ.get("POD_NAME") or socket.gethostname()
         namespace = le.namespace or os.environ.get("POD_NAMESPACE") or pod_namespace() or "default"
-        elector = self.elector = Elector(kube, le, identity=identity, namespace=namespace)
+        elector = self.elector = Elector(
+            kube, le, identity=identity, namespace=namespace, clock=self.clock
+        )
         self.health.standby = True
         self.http.status = lambda: self._standby_status(cluster)
         log.info("standing_by", identity=identity, lease=elector.lease)

@@ -27,14 +27,14 @@
  *             DELETED by default): the watch steps over it, never published. A deleted object is
  *             not listed by a relist, and its versions are superseded (compactable: compUnstored).
  *             A later version of the same object re-creates it.
- *   GAPRULE   the "nothing missed" rule of a 410 relist (bridge.runtime.watching.Watcher._gap_or_not):
+ *   GAPRULE   the "nothing missed" rule of a 410 relist (bridge.core.gaps.after_relist):
  *             1: gap unless (no listed item newer than the 410's RV AND watched-at-410) -- the code
  *             0: gap unless no listed item newer (the code before; unsound with DEL)      default 1
- *             watched[r] = the code's _covered: 0 at (re)start (from the checkpoint) and after a
+ *             watched[r] = the code's ResumePoint.covered: 0 at (re)start (from the checkpoint) and after a
  *             failed watch/list (WFAIL), 1 after a relist and on every watch step (and on a watch
- *             that opens/ends normally at wrv >= K); gapWatched[r] = _gap_covered, taken at the 410.
+ *             that opens/ends normally at wrv >= K); gapWatched[r] = ResumePoint.expired.covered, taken at the 410.
  *   WFAIL     a watch (or the relist's list) may fail without a crash: watched := 0 (the code:
- *             Watcher._failed sets _covered = _gap_covered = False)                   default 1
+ *             Watcher._failed calls ResumePoint.broken())                   default 1
  *   WATCHSEES the code's timing ASSUMPTION (docs/delivery.md: "a continuously open watch sees every
  *             change in scope before etcd compacts it, except in the instant between one watch's
  *             end and the next request"). In the model a watch can lag arbitrarily, so the
@@ -151,8 +151,8 @@ bit statq[NR*NID];        /* status message queued without ledger entry (GAPHELD
 byte ph[NR];              /* 0 down (will start), 1 watching, 2 must relist, 3 stopped */
 byte wrv[NR];             /* watcher's resourceVersion: last passed on */
 byte gapFrom[NR];         /* set by a 410 */
-bit  watched[NR];         /* the code's Watcher._covered (GAPRULE) */
-bit  gapWatched[NR];      /* the code's Watcher._gap_covered: watched[] when the 410 came */
+bit  watched[NR];         /* the code's ResumePoint.covered (GAPRULE) */
+bit  gapWatched[NR];      /* Expiry.covered (bridge.core.resume): watched[] at the 410 */
 byte safe[NR];            /* progress.safe_rv */
 byte saved[NR];           /* what this replica last saved */
 byte wst[NR];             /* checkpoint write in progress (CAS-max, LWW) */
@@ -388,7 +388,7 @@ end:
        if :: must[i] -> pend(r, i, RV(i)) :: else -> mark(r, RV(i)) fi;
        wrv[r] = RV(i); watched[r] = 1; i = 0 }
   /* the watch opens (or ends normally: closed, quiet) with its history there: from now on it sees
-     every change (the code: _covered after CLOSED/QUIET; the model says so already when it is open) */
+     every change (the code: ResumePoint.covered after CLOSED/QUIET; the model says so already when it is open) */
   :: atomic { ph[r] == 1 && wrv[r] >= K && !watched[r] -> watched[r] = 1;
        printf("MSC: R%d watch from RV %d is open: watched without a break from here\n", r, wrv[r]) }
 #if WFAIL

@@ -1,6 +1,6 @@
 """The retry schedule, and the one retry loop every start-up step goes through.
 
-``Backoff`` has client-go's reflector numbers, with an injected clock and random source:
+``Backoff`` has client-go's reflector numbers, on an injected ``Clock`` (time and randomness):
 0.8 s, doubled on every failure, jittered up to twice that (jitter 1.0), never above the 30 s
 cap, and started afresh once the last failure is more than 2 minutes old (the connection was
 healthy in between). ``Retry-After`` from the server is a floor for the next delay.
@@ -8,12 +8,10 @@ healthy in between). ``Retry-After`` from the server is a floor for the next del
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from bridge.core.clock import SYSTEM, Clock
 from bridge.settings import BackoffSettings
 
 T = TypeVar("T")
@@ -27,8 +25,7 @@ class Backoff:
         cap: float = 30.0,
         reset_after: float = 120.0,
         jitter: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-        rand: Callable[[], float] = random.random,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.initial = initial
         self.factor = factor
@@ -36,7 +33,6 @@ class Backoff:
         self.reset_after = reset_after
         self.jitter = jitter
         self._clock = clock
-        self._rand = rand
         self._base = initial
         self._last: float | None = None
 
@@ -44,20 +40,19 @@ class Backoff:
     def from_settings(
         cls,
         b: BackoffSettings,
-        clock: Callable[[], float] = time.monotonic,
-        rand: Callable[[], float] = random.random,
+        clock: Clock = SYSTEM,
     ) -> Backoff:
         """The schedule of ``kubernetes.backoff``."""
-        return cls(b.initial, b.factor, b.max, b.reset_after, clock=clock, rand=rand)
+        return cls(b.initial, b.factor, b.max, b.reset_after, clock=clock)
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """The delay before the next attempt; each call counts as one more failure."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._last is not None and now - self._last > self.reset_after:
             self._base = self.initial
         self._last = now
         base = min(self._base, self.cap)
-        delay = min(self.cap, base * (1.0 + self.jitter * self._rand()))
+        delay = min(self.cap, base * (1.0 + self.jitter * self._clock.random()))
         self._base = min(self._base * self.factor, self.cap)
         if retry_after is not None and retry_after > delay:
             delay = retry_after
@@ -70,7 +65,7 @@ async def retrying(
     *,
     passing: Callable[[Exception], bool],
     on_failure: Callable[[Exception, float], Awaitable[None]],
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Clock = SYSTEM,
 ) -> T:
     """``await step()`` until it succeeds.
 
@@ -86,4 +81,4 @@ async def retrying(
                 raise
             delay = backoff.next_delay(getattr(exc, "retry_after", None))
             await on_failure(exc, delay)
-            await sleep(delay)
+            await clock.sleep(delay)

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import enum
 import math
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.core.backoff import Backoff
+from bridge.core.clock import SYSTEM, Clock
 from bridge.settings import BreakerSettings
 
 MIN_SAMPLES = 5
@@ -54,7 +53,7 @@ class Breaker:
         self,
         settings: BreakerSettings,
         backoff: Backoff,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.failures = settings.failures
         self.latency_p95 = settings.latency_p95
@@ -87,7 +86,7 @@ class Breaker:
         """Seconds until a request may go: 0 unless open and the next probe is not due."""
         if self.state is not BreakerState.OPEN:
             return 0.0
-        return max(0.0, self._probe_at - self._clock())
+        return max(0.0, self._probe_at - self._clock.monotonic())
 
     def begin(self) -> bool:
         """A request goes now (call when ``ready_in()`` is 0). True when it is the probe."""
@@ -121,7 +120,7 @@ class Breaker:
         if self.state is BreakerState.HALF_OPEN:
             return self._open(retry_after, "failures", f"the probe failed: {detail}")
         if self.state is BreakerState.OPEN:
-            self._probe_at = self._clock() + self._backoff.next_delay(retry_after)
+            self._probe_at = self._clock.monotonic() + self._backoff.next_delay(retry_after)
             return None
         if self.consecutive_failures >= self.failures:
             return self._open(
@@ -133,7 +132,7 @@ class Breaker:
 
     def _open(self, retry_after: float | None, reason: str, detail: str) -> Change | None:
         was = self.state
-        now = self._clock()
+        now = self._clock.monotonic()
         self.state = BreakerState.OPEN
         self._probe_at = now + self._backoff.next_delay(retry_after)
         if was is BreakerState.HEALTHY:
@@ -149,7 +148,7 @@ class Breaker:
         return Change(False, "probe", detail, open_for)
 
     def open_for(self) -> float:
-        return 0.0 if self.opened_at is None else self._clock() - self.opened_at
+        return 0.0 if self.opened_at is None else self._clock.monotonic() - self.opened_at
 
     def describe(self) -> dict[str, object]:
         """What ``/status`` shows of it."""

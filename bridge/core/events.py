@@ -310,14 +310,24 @@ def from_obj(obj: dict[str, Any]) -> Event:
 
 
 def parse_rv(value: Any) -> int | None:
-    """A resourceVersion as an int; None when it is not a decimal string."""
+    """A resourceVersion as an int; None when it is not a string of ASCII decimal digits.
+
+    The bridge parses resourceVersions as integers and compares them: an event is passed on
+    only if it is newer than the last one (the resume point, the checkpoint), and a relist
+    judges the history between two of them. Kubernetes long called resourceVersions opaque
+    strings; KEP-5504 (Kubernetes 1.35) made them officially comparable as decimal integers
+    within one resource, with a comparison helper in apimachinery. Before that it held in
+    practice for every etcd-backed resource, Events among them: the value is etcd's revision.
+    A value that does not parse (missing, a JSON number, an empty or non-decimal string) is
+    never guessed at: the watch line or list item is skipped as ``no_resource_version``, and a
+    list answer without one is a failed answer (``KubeUnavailable``)."""
     if value.__class__ is str and value.isascii() and value.isdigit():
         return int(value)
     return None
 
 
 def rv_of(view: View) -> int | None:
-    """``metadata.resourceVersion`` as an int; None when missing or not a decimal string."""
+    """``metadata.resourceVersion`` as an int (``parse_rv``)."""
     return parse_rv(view.metadata.resourceVersion)
 
 

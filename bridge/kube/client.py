@@ -2,9 +2,10 @@
 
 kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
 token refresh, and the request itself with ``_preload_content=False``. Its ``Watch`` helper
-and model objects are not used: the raw response's status is checked here, lines are split by
-``bridge.kube.lines`` and decoded by ``bridge.core.events`` with msgspec. Every foreign
-exception is mapped here, once, to the ``errors.KubeError`` tree.
+and model objects are not used: the raw response's status is checked here, lists are paged by
+``bridge.kube.paging``, watch lines are split and decoded by ``bridge.kube.lines`` (with
+``bridge.core.events``, msgspec). Every foreign exception is mapped here, once, to the
+``errors.KubeError`` tree.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import aiohttp
 import msgspec
 
 from bridge import errors
+from bridge.kube import paging
 from bridge.kube.lean import client as k8s_client
 from bridge.kube.lean import config as k8s_config
 from bridge.kube.lean import incluster_config
-from bridge.kube.lines import split_lines
+from bridge.kube.lines import Skipped, WatchEntry, read_lines, split_lines
 from bridge.settings import KubernetesSettings
 
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
@@ -269,6 +271,25 @@ class KubeClient:
             body = await self._body("list_namespaced_event", namespace, **params)
         return decode_list_page(body)
 
+    def list_pages(
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        field_selector: str,
+        skipped: Skipped,
+        only_resource_version: bool = False,
+    ) -> AsyncIterator[paging.Page]:
+        """A list, page by page (``bridge.kube.paging``)."""
+        return paging.list_pages(
+            self.list_events,
+            namespace,
+            limit=limit,
+            field_selector=field_selector,
+            skipped=skipped,
+            only_resource_version=only_resource_version,
+        )
+
     @asynccontextmanager
     async def watch_events(
         self,
@@ -277,9 +298,10 @@ class KubeClient:
         resource_version: str,
         timeout_seconds: int,
         field_selector: str = "",
-    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
-        """An open watch: yields an iterator of the lines that arrived together (newline
-        stripped, blank ones skipped)."""
+        skipped: Skipped,
+    ) -> AsyncIterator[AsyncIterator[list[WatchEntry]]]:
+        """An open watch: yields an iterator of the watch events of each read
+        (``bridge.kube.lines``)."""
         params: dict[str, Any] = {
             "watch": True,
             "allow_watch_bookmarks": True,
@@ -294,7 +316,7 @@ class KubeClient:
             resp = await self._call("list_namespaced_event", namespace, **params)
         try:
             keep_alive(resp, self.settings.read_timeout)
-            yield split_lines(_chunks(resp))
+            yield read_lines(split_lines(_chunks(resp)), skipped)
         finally:
             resp.close()
 

@@ -1,14 +1,33 @@
-"""Watch response bytes → lines: pure, whatever the chunking.
+"""The watch-line reader: a watch response's bytes → the watch events of each read.
 
-The API server writes one JSON object per line; the socket hands over chunks that cut lines
-anywhere. ``split_lines`` yields, per chunk read, the complete lines in it, so a whole read is
-handed on as one batch.
+What client-go's StreamWatcher and its decoder do, in two steps, neither with I/O of its own:
+
+- ``split_lines``: the API server writes one JSON object per line; the socket hands over
+  chunks that cut lines anywhere. Per chunk read, the complete lines in it, so a whole read is
+  handed on as one batch.
+- ``read_lines``: each line decoded (``bridge.core.events.from_line``) into a ``WatchEntry``,
+  ``(type, Event, resourceVersion)``. A line that is no usable watch event (not JSON, an
+  unknown type, a change or BOOKMARK without a resourceVersion) is handed to ``skipped`` with
+  its reason, in order, and left out. An ERROR ends the batch: nothing after it is read.
+
+What the entries mean for where to resume (RV order, bookmarks, the ERROR's Status) is the
+watcher's business (``bridge.runtime.watching``), as it is the reflector's in client-go.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+from bridge.core import events
+from bridge.core.events import Event, rv_of
+
+# (watch event type, the Event, its resourceVersion; None for an ERROR)
+WatchEntry = tuple[str, Event, int | None]
+# told of each input left out: (reason, the line or item as it came)
+Skipped = Callable[[str, Any], None]
+
+CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 MAX_LINE_BYTES = 8 * 2**20  # far above etcd's 1.5 MiB object limit
 OVERSIZE = b"\x00oversize"  # stands for a dropped line: no JSON, so reported as malformed
 
@@ -50,3 +69,36 @@ async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]
     last = b"".join(parts)
     if last.strip() and not skipping:
         yield [last]  # a last line without newline: the parser judges it
+
+
+def decode_lines(lines: list[bytes], skipped: Skipped) -> list[WatchEntry]:
+    """The lines of one read → their watch events, up to and including an ERROR."""
+    out: list[WatchEntry] = []
+    from_line = events.from_line
+    for line in lines:
+        try:
+            kind, ev = from_line(line)
+        except events.BadLine:
+            skipped("malformed_line", line)
+            continue
+        if kind in CHANGE_TYPES or kind == "BOOKMARK":
+            rv = rv_of(ev.view)
+            if rv is None:
+                skipped("no_resource_version", line)
+            else:
+                out.append((kind, ev, rv))
+        elif kind == "ERROR":
+            out.append((kind, ev, None))
+            break  # the watch ends here
+        else:
+            skipped("unknown_type", line)
+    return out
+
+
+async def read_lines(
+    batches: AsyncIterator[list[bytes]], skipped: Skipped
+) -> AsyncIterator[list[WatchEntry]]:
+    """Per read of the watch, its watch events (``decode_lines``); a read of nothing usable
+    still yields (an empty list): the watcher learns the watch is alive."""
+    async for lines in batches:
+        yield decode_lines(lines, skipped)

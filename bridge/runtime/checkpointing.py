@@ -8,11 +8,10 @@ filter dropped, so saving it never skips an Event. Saved at most every
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 from bridge import logs
 from bridge.core.checkpoints import scope_name
+from bridge.core.clock import SYSTEM, Clock
 from bridge.core.progress import Progress
 from bridge.metrics import Metrics
 from bridge.runtime.ports import CheckpointStore
@@ -57,24 +56,24 @@ class Checkpointer:
         scopes: list[Scope],
         metrics: Metrics,
         interval: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.scopes = scopes
         self.metrics = metrics
         self.interval = interval
         self._clock = clock
-        self._last_save = clock()
+        self._last_save = clock.monotonic()
 
     async def run(self) -> None:
         """Save what moved, every interval, until cancelled."""
         while True:
-            await asyncio.sleep(self.interval)
+            await self._clock.sleep(self.interval)
             await self.save_all()
             self.observe()
 
     def observe(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         self.metrics.checkpoint_age.set(now - self._last_save)
         for sc in self.scopes:
             self.metrics.checkpoint_lag.labels(sc.name).set(sc.lag(now))
@@ -104,6 +103,6 @@ class Checkpointer:
                 )
                 continue
             sc.saved = rv
-            sc.saved_at = self._last_save = self._clock()
+            sc.saved_at = self._last_save = self._clock.monotonic()
             self.metrics.checkpoint_rv.labels(sc.name).set(rv)
             log.debug("checkpoint_saved", key=sc.key, resource_version=rv)

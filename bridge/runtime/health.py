@@ -9,14 +9,15 @@ scope that never syncs (no RBAC in its namespace, say) keeps the bridge not read
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+
+from bridge.core.clock import SYSTEM, Clock
 
 
 class ScopeHealth:
     """One watch scope: synced yet, failing since when, and the last failure."""
 
-    def __init__(self, name: str, clock: Callable[[], float]) -> None:
+    def __init__(self, name: str, clock: Clock) -> None:
         self.name = name
         self._clock = clock
         self.synced = False
@@ -30,20 +31,20 @@ class ScopeHealth:
 
     def failing_for(self) -> float:
         """Seconds the scope's list or watch has been failing; 0 while it works."""
-        return 0.0 if self.bad_since is None else self._clock() - self.bad_since
+        return 0.0 if self.bad_since is None else self._clock.monotonic() - self.bad_since
 
     def watch_failed(self, error: str) -> None:
         self.last_error = error
         if self.bad_since is None:
-            self.bad_since = self._clock()
+            self.bad_since = self._clock.monotonic()
 
 
 class Health:
-    def __init__(self, unready_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, unready_after: float, clock: Clock = SYSTEM) -> None:
         self.unready_after = unready_after
         self._clock = clock
         self.scopes: dict[str, ScopeHealth] = {}
-        self._nats_bad_since: float | None = clock()
+        self._nats_bad_since: float | None = clock.monotonic()
         # seconds the oldest publish has waited for its ack (set once the publisher exists)
         self.publish_wait: Callable[[], float] = lambda: 0.0
         # a warm standby (leader election): healthy with no scope, as long as NATS is
@@ -60,7 +61,7 @@ class Health:
         if up:
             self._nats_bad_since = None
         elif self._nats_bad_since is None:
-            self._nats_bad_since = self._clock()
+            self._nats_bad_since = self._clock.monotonic()
 
     @property
     def nats_connected(self) -> bool:
@@ -68,7 +69,7 @@ class Health:
 
     def problems(self) -> list[str]:
         """Why the bridge is not ready; empty when it is."""
-        now = self._clock()
+        now = self._clock.monotonic()
         out = []
         if not self.scopes and not self.standby:
             out.append("no watch has started yet")

@@ -24,12 +24,10 @@ injected clock (tests/unit/test_leading.py) and against the real API server (tes
 from __future__ import annotations
 
 import asyncio
-import random
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from bridge import errors, logs
+from bridge.core.clock import SYSTEM, Clock
 from bridge.core.leases import LeaseRecord, claimed, held_by_other, lease_object, released
 from bridge.settings import LeaderElectionSettings
 
@@ -61,10 +59,7 @@ class Elector:
         *,
         identity: str,
         namespace: str,
-        clock: Callable[[], float] = time.monotonic,
-        wallclock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -74,9 +69,6 @@ class Elector:
         self.lease = f"{namespace}/{self.name}"  # for people: logs, /status, leader_changed
         self.duration = max(1, round(settings.lease_duration))
         self._clock = clock
-        self._wallclock = wallclock
-        self._sleep = sleep
-        self._rand = rand
         self._observed: LeaseRecord | None = None
         self._observed_raw: dict[str, Any] | None = None
         self._observed_at = 0.0
@@ -99,7 +91,7 @@ class Elector:
         """Return once this process holds the Lease."""
         period = self.settings.retry_period
         while not await self._try(timeout=period):
-            await self._sleep(period * (1 + JITTER * self._rand()))
+            await self._clock.sleep(period * (1 + JITTER * self._clock.random()))
         self.leading = True
         log.info(
             "leading",
@@ -114,9 +106,9 @@ class Elector:
         s = self.settings
         assert self.renewed_at is not None
         while True:
-            await self._sleep(s.retry_period)
+            await self._clock.sleep(s.retry_period)
             while True:
-                left = self.renewed_at + s.renew_deadline - self._clock()
+                left = self.renewed_at + s.renew_deadline - self._clock.monotonic()
                 if left <= 0:
                     self.leading = False
                     log.error(
@@ -129,7 +121,7 @@ class Elector:
                     raise LeadershipLost(f"no renewal of the Lease for {s.renew_deadline:g}s")
                 if await self._try(timeout=left):
                     break
-                await self._sleep(min(s.retry_period, max(0.0, left)))
+                await self._clock.sleep(min(s.retry_period, max(0.0, left)))
 
     async def release(self) -> None:
         """Hand the Lease back (on a clean stop), if this process still holds it."""
@@ -143,7 +135,7 @@ class Elector:
                     raw = await self.store.get_lease(self.namespace, self.name)
                     if raw is None or LeaseRecord.of(raw).holder != self.identity:
                         return
-                    record = released(LeaseRecord.of(raw), self._wallclock())
+                    record = released(LeaseRecord.of(raw), self._clock.wall())
                     rv = (raw.get("metadata") or {}).get("resourceVersion")
                     try:
                         await self.store.replace_lease(
@@ -185,10 +177,10 @@ class Elector:
         return False
 
     async def _try_acquire_or_renew(self) -> bool:
-        now = self._clock()
+        now = self._clock.monotonic()
         raw = await self.store.get_lease(self.namespace, self.name)
         if raw is None:
-            record = claimed(None, self.identity, self.duration, self._wallclock())
+            record = claimed(None, self.identity, self.duration, self._clock.wall())
             made = await self.store.create_lease(
                 self.namespace, lease_object(self.name, self.namespace, record, None)
             )
@@ -204,7 +196,7 @@ class Elector:
         if held_by_other(current, self.identity, self._observed_at, now):
             self.leading = False
             return False
-        record = claimed(current, self.identity, self.duration, self._wallclock())
+        record = claimed(current, self.identity, self.duration, self._clock.wall())
         rv = (raw.get("metadata") or {}).get("resourceVersion")
         written = await self.store.replace_lease(
             self.namespace, lease_object(self.name, self.namespace, record, rv)

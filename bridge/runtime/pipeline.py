@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from typing import Any
 
 from bridge import logs
 from bridge.core.checkpoints import checkpoint_key, scope_name
+from bridge.core.clock import SYSTEM, Clock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter, server_field_selector
 from bridge.core.messages import Message, Outgoing
@@ -47,8 +47,10 @@ class Pipeline:
         store: CheckpointStore,
         metrics: Metrics,
         health: Health,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.source = source
         self.publisher = publisher
         self.store = store
@@ -64,7 +66,9 @@ class Pipeline:
         # first (``leader_changed``), set by the app
         self.role = "single"
         self.leadership: dict[str, Any] | None = None
-        self.checkpointer = Checkpointer(store, self.scopes, metrics, settings.checkpoint.interval)
+        self.checkpointer = Checkpointer(
+            store, self.scopes, metrics, settings.checkpoint.interval, clock=clock
+        )
         # read at scrape time: exact even while the pipeline is blocked
         metrics.queue_depth.set_function(lambda: len(self.queue))
         metrics.queue_bytes.set_function(lambda: self.queue.bytes)
@@ -99,6 +103,7 @@ class Pipeline:
                 field_selector=selector,
                 metrics=self.metrics,
                 health=self.health.scope(name),
+                clock=self.clock,
             )
             self._scope_metrics(name)
             self.scopes.append(Scope(ns, key, progress, watcher))
@@ -134,7 +139,7 @@ class Pipeline:
 
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows of the running pipeline: each scope, and NATS."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         scopes: dict[str, Any] = {}
         for sc in self.scopes:
             health = self.health.scope(sc.name)
@@ -260,14 +265,14 @@ class Pipeline:
         """Queue the ``stopped`` status event, then wait, at most ``timeout`` in all, until
         what was read is acked."""
         publisher = self.publisher
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         stopped = process_status(self.converter, "stopped")
         try:  # the queue may be full and NATS away: the deadline holds for this too
             await asyncio.wait_for(enqueue_status(self.queue, stopped), timeout)
         except TimeoutError:
             pass
         while len(self.queue) or publisher.busy:
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 log.warning(
                     "drain_timeout",
                     queued=len(self.queue),
@@ -275,5 +280,5 @@ class Pipeline:
                     note="not acked: the checkpoint stays before them, read again on restart",
                 )
                 return False
-            await asyncio.sleep(DRAIN_POLL)
+            await self.clock.sleep(DRAIN_POLL)
         return True

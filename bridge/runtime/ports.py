@@ -18,10 +18,19 @@ from bridge.core.queueing import BoundedQueue
 
 # (watch event type, the Event, its resourceVersion or None for a list item)
 Item = tuple[str, Event, int | None]
+# What a watch hands over per read (``bridge.kube.lines``): (watch event type, the Event, its
+# resourceVersion; None for an ERROR).
+WatchEntry = tuple[str, Event, int | None]
+# One page of a list (``bridge.kube.paging``): (the list's resourceVersion, None when it has
+# none; [(a listed Event, its resourceVersion), ...]).
+ListPage = tuple[int | None, list[tuple[Event, int]]]
+# Told of each line or list item left out: (reason, the input as it came).
+Skipped = Callable[[str, Any], None]
 
 
 class EventSource(Protocol):
-    """The API server's core/v1 Events. Raises ``errors.KubeError``."""
+    """The API server's core/v1 Events (client-go's ListerWatcher). Raises
+    ``errors.KubeError``."""
 
     async def list_events(
         self,
@@ -32,7 +41,19 @@ class EventSource(Protocol):
         resource_version: str | None = None,
         field_selector: str = "",
     ) -> dict[str, Any]:
-        """One page: ``{"metadata": {...}, "items": [raw item, ...]}``."""
+        """One page as answered: ``{"metadata": {...}, "items": [raw item, ...]}``."""
+        ...
+
+    def list_pages(
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        field_selector: str,
+        skipped: Skipped,
+        only_resource_version: bool = False,
+    ) -> AsyncIterator[ListPage]:
+        """A list, page by page, its items decoded (the pager)."""
         ...
 
     def watch_events(
@@ -42,8 +63,9 @@ class EventSource(Protocol):
         resource_version: str,
         timeout_seconds: int,
         field_selector: str = "",
-    ) -> AbstractAsyncContextManager[AsyncIterator[list[bytes]]]:
-        """An open watch: yields the lines (newline stripped) that arrived together."""
+        skipped: Skipped,
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[WatchEntry]]]:
+        """An open watch: yields, per read, the watch events in it (the line reader)."""
         ...
 
     async def reload_credentials(self) -> None: ...

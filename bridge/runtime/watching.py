@@ -1,33 +1,35 @@
 """The list+watch loop over core/v1 Events, modelled on client-go's Reflector.
 
-``Watcher.run`` drives the state machine of ``bridge.core.watchstate``: it lists (paged) when
-it has no resourceVersion to resume from or after a 410, watches from the last resourceVersion
-it passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order.
+``Watcher.run`` drives the state machine of ``bridge.core.watchstate``: it lists when it has
+no resourceVersion to resume from or after a 410, watches from the last resourceVersion it
+passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order. Its parts,
+each readable alone:
 
-Which resourceVersion is "the last one passed on":
-- a watch event's own ``metadata.resourceVersion`` (watch events come in RV order);
-- a BOOKMARK's: the watch has synced there, so just update the resourceVersion;
-- a list's ``metadata.resourceVersion``, never one of its items' (they come in no order).
+- the list pager (``bridge.kube.paging``) and the watch-line reader (``bridge.kube.lines``),
+  behind the ``EventSource`` port: pages and watch events, already decoded;
+- where to resume (``bridge.core.resume.ResumePoint``): what client-go's
+  ``relistResourceVersion`` answers from;
+- the gap decision after a 410 relist (``bridge.core.gaps``, pure);
+- the breaker in front of the API server (``bridge.core.breaker``), on the back-off steps
+  (``bridge.core.backoff``), all on one injected ``Clock``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from bridge import errors, logs
-from bridge.core import events
+from bridge.core import gaps
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import GAUGE, Breaker, Change
 from bridge.core.checkpoints import scope_name
-from bridge.core.events import parse_rv, rv_of
+from bridge.core.clock import SYSTEM, Clock
+from bridge.core.resume import ResumePoint
 from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
 from bridge.runtime.health import ScopeHealth
-from bridge.runtime.ports import EventSource, Item, Sink
+from bridge.runtime.ports import EventSource, Item, Sink, WatchEntry
 from bridge.settings import KubernetesSettings
 
 log = logs.get("watching")
@@ -63,45 +65,37 @@ class Watcher:
         include_deleted: bool = False,
         metrics: Metrics,
         health: ScopeHealth,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
-        wallclock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.source = source
         self.sink = sink
         self.settings = settings
         self.namespace = namespace
         self.scope = scope_name(namespace)
-        self.rv: int | None = checkpoint
-        self._wallclock = wallclock
-        # when self.rv was seen (epoch s): a relist can prove nothing was missed only while
-        # no Event written after it can have expired (kubernetes.event_ttl)
-        self._rv_at = (checkpoint_at if checkpoint_at is not None else wallclock()) - (
-            0.0 if checkpoint is None else 1.0
-        )
         self.field_selector = field_selector
+        self.include_deleted = include_deleted
         self.m = metrics
         self.health = health
-        self._clock = clock
-        self._sleep = sleep
-        self._rand = rand
-        self.backoff = Backoff.from_settings(settings.backoff, clock=clock, rand=rand)
+        self.clock = clock
+        self.resume = ResumePoint(checkpoint, checkpoint_at, clock.wall())
+        self.backoff = Backoff.from_settings(settings.backoff, clock=clock)
         # in front of the API server: probes on the same back-off steps (core/breaker.py)
         self.breaker = Breaker(settings.breaker, self.backoff, clock=clock)
         metrics.scope_started(self.scope)
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
         self._reachable = True
         self._retry_after: float | None = None
-        self._gap_from: int | None = None  # set by a 410: the relist must report a gap from here
-        self._gap_from_at = 0.0
-        # Whether this process has seen every change in scope after self.rv: true after a
-        # list or a watch that ended normally (a watch shows deletions too); false from a
-        # checkpoint (the bridge was away) and after any failure (an outage of unknown length).
-        self._covered = False
-        self._gap_covered = False  # _covered when the 410 came, and nothing failed since
-        self.include_deleted = include_deleted
+        self._lines_read = 0  # lines of the current watch, the skipped ones too
         self.lists = 0
+
+    @property
+    def rv(self) -> int | None:
+        """The last resourceVersion passed on: where the next watch starts."""
+        return self.resume.rv
+
+    @rv.setter
+    def rv(self, rv: int | None) -> None:
+        self.resume.rv = rv
 
     async def run(self) -> None:
         must_list = False
@@ -112,7 +106,7 @@ class Watcher:
                 wait = self.breaker.ready_in()
                 if wait > 0:  # open: nothing goes to the API server until the next probe
                     log.info("breaker_open_waiting", scope=self.scope, seconds=round(wait, 3))
-                    await self._sleep(wait)
+                    await self.clock.sleep(wait)
                     continue
                 probe = self.breaker.begin()
                 self.m.breaker_state.labels(self.scope).set(GAUGE[self.breaker.state])
@@ -127,7 +121,7 @@ class Watcher:
                 if not self.breaker.is_open:
                     delay = self.backoff.next_delay(self._retry_after)
                     log.info("backing_off", scope=self.scope, seconds=round(delay, 3))
-                    await self._sleep(delay)
+                    await self.clock.sleep(delay)
                 self._retry_after = None
                 if reload_credentials:
                     try:
@@ -136,7 +130,7 @@ class Watcher:
                         log.error("credentials_reload_failed", error=str(exc))
                 outcome = Outcome.RETRY
             if outcome in (Outcome.CLOSED, Outcome.QUIET, Outcome.LISTED):
-                self._covered = True
+                self.resume.synced()
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
             if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
                 self.m.watch_restarts.labels(outcome.value).inc()
@@ -171,10 +165,7 @@ class Watcher:
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
-            if self._gap_from is None and self.rv is not None:
-                self._gap_from = self.rv  # what was passed on last; kept until a list succeeds
-                self._gap_from_at = self._rv_at
-                self._gap_covered = self._covered
+            self.resume.expire()  # what was passed on last; kept until a list succeeds
             self.m.watch_restarts.labels("expired").inc()
             log.info(
                 "resource_version_expired",
@@ -183,7 +174,7 @@ class Watcher:
                 detail=str(exc),
             )
             return
-        self._covered = self._gap_covered = False
+        self.resume.broken()
         self.health.watch_failed(f"{type(exc).__name__}: {str(exc)[:300]}")
         self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
         if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
@@ -224,43 +215,33 @@ class Watcher:
 
     async def _list(self) -> Outcome:
         """A consistent, paged list; publishes what is newer than what was passed on."""
-        relist = self._gap_from is not None
+        relist = self.resume.expired is not None
         self.lists += 1
         if self.lists > 1:
             self.m.relists.labels("expired" if relist else "no_resource_version").inc()
-        only_rv = self.rv is None and self.settings.initial == "new"
-        limit = 1 if only_rv else self.settings.page_size
-        cont: str | None = None
+        rv = self.rv
+        only_rv = rv is None and self.settings.initial == "new"
         list_rv: int | None = None
         passed = skipped = 0
+        pages = self.source.list_pages(
+            self.namespace,
+            limit=1 if only_rv else self.settings.page_size,
+            field_selector=self.field_selector,
+            skipped=self._bad,
+            only_resource_version=only_rv,
+        )
         while True:
-            asked = self._clock()
-            doc = await self.source.list_events(
-                self.namespace, limit=limit, cont=cont, field_selector=self.field_selector
-            )
-            meta = doc.get("metadata")
-            if not isinstance(meta, dict):
-                raise errors.KubeUnavailable("list answer has no metadata")
-            await self._reached(self._clock() - asked)
-            if list_rv is None:
-                list_rv = parse_rv(meta.get("resourceVersion"))
-                if list_rv is None:
-                    raise errors.KubeUnavailable("list answer has no resourceVersion")
-            if only_rv:
+            asked = self.clock.monotonic()
+            page = await anext(pages, None)
+            if page is None:
                 break
-            items = doc.get("items")
+            await self._reached(self.clock.monotonic() - asked)
+            list_rv, listed = page
+            if list_rv is None:
+                raise errors.KubeUnavailable("list answer has no resourceVersion")
             batch: list[Item] = []
-            for raw in items if isinstance(items, list) else ():
-                try:
-                    item = events.from_item(raw)
-                except events.BadLine as exc:
-                    self._bad("malformed_item", f"{exc}: {str(raw)[:200]}")
-                    continue
-                item_rv = rv_of(item.view)
-                if item_rv is None:
-                    self._bad("no_resource_version", raw)
-                    continue
-                if self.rv is not None and item_rv <= self.rv:
+            for item, item_rv in listed:
+                if rv is not None and item_rv <= rv:
                     skipped += 1  # passed on before the relist: the stream has it
                     continue
                 passed += 1
@@ -269,13 +250,12 @@ class Watcher:
                 batch.append(("ADDED", item, None))
             if batch:
                 await self.sink.items(batch)
-            cont = meta.get("continue") or None
-            if not isinstance(cont, str) or not cont:
-                break
         assert list_rv is not None
-        if self._gap_from is not None and list_rv > self._gap_from:
-            await self._gap_or_not(self._gap_from, list_rv, newer=passed)
-        self._gap_from = None
+        expired = self.resume.expired
+        if expired is not None:
+            age = self.clock.wall() - expired.seen_at
+            await self._relisted(expired.rv, list_rv, age, expired.covered, passed)
+        self.resume.listed(list_rv, self.clock.wall())
         log.info(
             "listed",
             scope=self.scope,
@@ -284,58 +264,27 @@ class Watcher:
             not_newer=skipped,
             relist=relist,
         )
-        self.rv = list_rv
-        self._rv_at = self._wallclock()
         self.sink.mark(list_rv)
         return Outcome.LISTED
 
-    async def _gap_or_not(self, from_rv: int, to_rv: int, *, newer: int) -> None:
-        """After a 410 relist: report a gap unless the list proves nothing was missed.
-
-        The API server serves Event watches from etcd (no watch cache, no bookmarks), so a
-        quiet scope or a narrow selector lets the resourceVersion fall behind etcd's compaction
-        and the next watch gets 410 though nothing happened. A list shows what exists, never
-        what was deleted, so the proof that nothing happened needs all of:
-
-        - no listed Event is newer than ``from_rv`` (nothing created or changed since and
-          still there);
-        - ``from_rv`` was seen less than ``kubernetes.event_ttl`` ago (nothing written after
-          it has expired yet: an Event's TTL starts at its last write);
-        - this process watched the scope without a break up to the 410 (a list or a watch
-          that ended normally, then the 410 at once): a watch shows deletions, so nothing can
-          have been created and deleted unseen (a namespace deleted, an explicit delete),
-          but for the instant between that watch's end and the relist;
-        - deletions are not published (``filter.include_deleted`` off): the list can not
-          show the expiries of older Events, which happen all the time.
-
-        Otherwise the gap is reported, with how sure: ``likely`` when the list shows changes
-        since, the TTL has passed or deletions are published; ``possible`` when only Events
-        created and deleted while the bridge was not watching could be missing.
-        """
-        age = self._wallclock() - self._gap_from_at
-        likely = []
-        if newer:
-            likely.append(
-                f"{newer} Events were created or changed since: versions of them in between "
-                "may be gone"
-            )
-        if age >= self.settings.event_ttl:
-            likely.append(
-                f"the last resourceVersion was seen {age:.0f}s ago, longer than the event "
-                "TTL: Events written after it may have expired unseen"
-            )
-        if self.include_deleted:
-            likely.append("deletions are published, and a list shows none")
-        if likely:
-            certainty, why = "likely", "; ".join(likely)
-        elif not self._gap_covered:
-            certainty = "possible"
-            why = (
-                "nothing listed is newer, but the bridge was not watching in between (a "
-                "restart or a failed watch): Events created and deleted meanwhile (a namespace "
-                "deleted, an explicit delete) leave nothing in a list"
-            )
-        else:
+    async def _relisted(
+        self, from_rv: int, to_rv: int, age: float, covered: bool, newer: int
+    ) -> None:
+        """After a 410 relist: report a gap unless the list proves nothing was missed
+        (``bridge.core.gaps``)."""
+        s = self.settings
+        gap = gaps.after_relist(
+            from_rv,
+            to_rv,
+            newer=newer,
+            age=age,
+            covered=covered,
+            event_ttl=s.event_ttl,
+            include_deleted=self.include_deleted,
+        )
+        if gap is None:
+            return
+        if gap.certainty is None:
             log.info(
                 "relisted_nothing_missed",
                 scope=self.scope,
@@ -344,29 +293,27 @@ class Watcher:
                 seconds_behind=round(age),
             )
             return
-        # Versions between the two may have been compacted away before we read them; the
-        # list just passed on the newest version of every Event that still exists.
-        self.m.gaps.labels(certainty).inc()
+        self.m.gaps.labels(gap.certainty).inc()
         log.warning(
             "history_gap",
             scope=self.scope,
             from_resource_version=from_rv,
             to_resource_version=to_rv,
             newer_events=newer,
-            certainty=certainty,
-            why=why,
+            certainty=gap.certainty,
+            why=gap.why,
         )
-        await self.sink.gap(from_rv, to_rv, certainty=certainty, why=why)
+        await self.sink.gap(from_rv, to_rv, certainty=gap.certainty, why=gap.why)
 
     async def _probe(self) -> Outcome:
         """One cheap request instead of a relist while the breaker is not healthy: a list of
         one Event, without the field selector (which the API server would apply by reading
         on until it found a match)."""
-        asked = self._clock()
+        asked = self.clock.monotonic()
         doc = await self.source.list_events(self.namespace, limit=1, field_selector="")
         if not isinstance(doc.get("metadata"), dict):
             raise errors.KubeUnavailable("probe answer has no metadata")
-        await self._answered(self._clock() - asked)
+        await self._answered(self.clock.monotonic() - asked)
         log.info("apiserver_probed", scope=self.scope, breaker=self.breaker.state.value)
         return Outcome.RETRY  # list next, once the breaker lets it
 
@@ -396,76 +343,73 @@ class Watcher:
 
     async def _watch(self) -> Outcome:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
-        timeout = int(lo + (hi - lo) * self._rand())
-        started = self._clock()
+        timeout = int(lo + (hi - lo) * self.clock.random())
+        started = self.clock.monotonic()
         assert self.rv is not None
         start_rv = self.rv
-        lines = 0
-        asked = self._clock()
+        self._lines_read = 0
+        asked = self.clock.monotonic()
         async with self.source.watch_events(
             self.namespace,
             resource_version=str(self.rv),
             timeout_seconds=max(1, timeout),
             field_selector=self.field_selector,
+            skipped=self._skipped_line,
         ) as stream:
-            await self._reached(self._clock() - asked)
+            await self._reached(self.clock.monotonic() - asked)
             log.debug(
                 "watch_started", scope=self.scope, resource_version=self.rv, timeout_seconds=timeout
             )
-            async for chunk in stream:
-                lines += len(chunk)
-                await self._lines(chunk)
-        if self.rv == start_rv and self._clock() - started < MIN_HEALTHY_WATCH:
+            async for entries in stream:
+                self._lines_read += len(entries)
+                await self._handle(entries)
+        if self.rv == start_rv and self.clock.monotonic() - started < MIN_HEALTHY_WATCH:
             # Closed at once without moving on (nothing, garbage, a stale bookmark): going
             # again at once would be a tight loop.
-            raise errors.KubeUnavailable(f"the watch closed at once after {lines} lines")
-        log.debug("watch_closed", scope=self.scope, resource_version=self.rv, lines=lines)
+            raise errors.KubeUnavailable(f"the watch closed at once after {self._lines_read} lines")
+        log.debug(
+            "watch_closed", scope=self.scope, resource_version=self.rv, lines=self._lines_read
+        )
         return Outcome.CLOSED
 
-    async def _lines(self, chunk: list[bytes]) -> None:
-        """The lines that arrived together, handed on in one batch (or more: a bookmark or
-        an error ends one). ``self.rv`` moves only past what the sink has taken."""
+    async def _handle(self, entries: list[WatchEntry]) -> None:
+        """The watch events of one read, handed on in one batch (or more: a bookmark or an
+        error ends one), in RV order: one not newer than the last passed on is dropped. The
+        resume point moves only past what the sink has taken (client-go's watchHandler)."""
         batch: list[Item] = []
         rv_before = self.rv
-        last = self.rv
-        from_line = events.from_line
-        for line in chunk:
-            try:
-                kind, ev = from_line(line)
-            except events.BadLine:
-                self._bad("malformed_line", line)
-                continue
+        last = rv_before
+        for kind, ev, rv in entries:
             if kind in CHANGE_TYPES:
-                rv = rv_of(ev.view)
-                if rv is None:
-                    self._bad("no_resource_version", line)
-                elif last is not None and rv <= last:
+                assert rv is not None
+                if last is not None and rv <= last:
                     self.m.skipped.labels("not_newer").inc()
                 else:
                     batch.append((kind, ev, rv))
                     last = rv
             elif kind == "BOOKMARK":
-                rv = rv_of(ev.view)
-                if rv is None:
-                    self._bad("no_resource_version", line)
-                elif last is None or rv > last:
+                # A Bookmark means the watch has synced here: just update the resourceVersion.
+                assert rv is not None
+                if last is None or rv > last:
                     await self._pass_on(batch)  # in order: the items before the bookmark
                     batch = []
                     self.sink.mark(rv)
                     self.rv = last = rv
-            elif kind == "ERROR":
+            else:  # ERROR, the reader's last entry
                 await self._pass_on(batch)
                 raise errors.from_status(*ev.status())
-            else:
-                self._bad("unknown_type", line)
         await self._pass_on(batch)
         if self.rv != rv_before:
-            self._rv_at = self._wallclock()
+            self.resume.moved_on(self.clock.wall())
 
     async def _pass_on(self, batch: list[Item]) -> None:
         if batch:
             await self.sink.items(batch)
             self.rv = batch[-1][2]
+
+    def _skipped_line(self, reason: str, sample: Any) -> None:
+        self._lines_read += 1
+        self._bad(reason, sample)
 
     def _bad(self, reason: str, sample: Any) -> None:
         self.m.skipped.labels(reason).inc()

@@ -6,6 +6,7 @@ import msgspec
 import nats
 import pytest
 
+from bridge.core.clock import Clock
 from bridge.core.messages import Message, Outgoing
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
@@ -375,7 +376,9 @@ async def test_a_publish_nobody_takes_is_tried_again_within_an_ack_timeout(nats_
     back-off of its own (1, 2, 4 ... 10 s), so publishing resumes when the leader is back."""
     nc = await nats.connect(nats_server.url)
     now = [1000.0]
-    pub = Publisher(nc, Metrics(), ack_timeout=0.3, max_inflight=4, clock=lambda: now[0])
+    pub = Publisher(
+        nc, Metrics(), ack_timeout=0.3, max_inflight=4, clock=Clock(monotonic=lambda: now[0])
+    )
     await pub.start()
     q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
     p = Progress(0)

@@ -6,19 +6,12 @@ import pytest
 
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import Breaker, BreakerState
+from bridge.core.clock import ManualClock
 from bridge.settings import BreakerSettings
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def make(**settings):
-    clock = Clock()
+    clock = ManualClock()
     backoff = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.0, clock=clock)
     return Breaker(BreakerSettings(**settings), backoff, clock=clock), clock
 
@@ -56,18 +49,18 @@ def test_open_waits_a_back_off_step_then_lets_one_probe_through():
     for _ in range(3):
         b.failure("503")
     assert b.ready_in() == 1.0  # the first step
-    clock.t = 0.5
+    clock.now = 0.5
     assert b.ready_in() == 0.5
-    clock.t = 1.0
+    clock.now = 1.0
     assert b.ready_in() == 0.0
     assert b.begin() is True and b.state is BreakerState.HALF_OPEN
     assert b.failure("503") is None  # still degraded: nothing new to tell
     assert b.state is BreakerState.OPEN and b.ready_in() == 2.0  # the next, longer step
-    clock.t = 3.0
+    clock.now = 3.0
     assert b.begin()
     assert b.success(2.5) is None  # answered, but slowly: open again
     assert b.state is BreakerState.OPEN and b.ready_in() == 4.0
-    clock.t = 7.0
+    clock.now = 7.0
     assert b.begin()
     change = b.success(0.2)
     assert change is not None and not change.opened and change.open_for == 7.0
@@ -82,7 +75,7 @@ def test_steps_are_capped():
     steps = []
     for _ in range(8):
         steps.append(b.ready_in())
-        clock.t += b.ready_in()
+        clock.now += b.ready_in()
         b.begin()
         b.failure("503")
     assert steps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
@@ -107,7 +100,7 @@ def test_describe_is_what_status_shows():
     assert b.describe()["state"] == "healthy"
     for _ in range(3):
         b.failure("503")
-    clock.t = 0.25
+    clock.now = 0.25
     d = b.describe()
     assert d["state"] == "open" and d["consecutive_failures"] == 3
     assert d["next_probe_in_seconds"] == 0.8 and d["open_for_seconds"] == 0.2

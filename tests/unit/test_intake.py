@@ -4,6 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.core import events
+from bridge.core.clock import ManualClock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
@@ -152,7 +153,7 @@ async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event
         field_selector="",
         metrics=m,
         health=Health(60).scope("*"),
-        sleep=_no_sleep,
+        clock=ManualClock(),
     )
     with pytest.raises(Stop):  # the script's end; anything else escaping fails the test
         await watcher.run()
@@ -169,7 +170,3 @@ async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event
         assert progress.safe_rv == (wanted[k - 1] if k else 10)
         progress.ack(outs[k].entry)
         assert progress.safe_rv == wanted[-1]
-
-
-async def _no_sleep(_):
-    return None

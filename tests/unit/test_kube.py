@@ -80,15 +80,18 @@ async def test_a_fast_watch_is_handed_over_in_bounded_chunks(tmp_path):
         KubernetesSettings(kubeconfig=kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     )
     await kube.connect()
-    sizes = []
+    sizes, skipped = [], []
     try:
-        async with kube.watch_events(None, resource_version="0", timeout_seconds=5) as stream:
+        async with kube.watch_events(
+            None, resource_version="0", timeout_seconds=5, skipped=lambda *a: skipped.append(a)
+        ) as stream:
             await asyncio.sleep(0.5)  # a busy bridge: the server has sent all it could
-            async for chunk in stream:
-                sizes.append(sum(map(len, chunk)))
+            async for entries in stream:  # each Event's bytes are its line's
+                sizes.append(sum(len(ev.buf) for _, ev, _ in entries))
     finally:
         await kube.close()
         await runner.cleanup()
+    assert skipped == []
     assert sum(sizes) == 8000 * (len(line) - 1)
     assert max(sizes) <= 4 * READ_BUFSIZE + 2**18, max(sizes)
 
@@ -123,7 +126,9 @@ async def test_a_quiet_watch_ends_as_quiet_on_a_socket_with_keepalive(tmp_path, 
 
     monkeypatch.setattr(client, "keep_alive", keep_alive_and_read_back)
     try:
-        async with kube.watch_events(None, resource_version="5", timeout_seconds=300) as stream:
+        async with kube.watch_events(
+            None, resource_version="5", timeout_seconds=300, skipped=lambda *a: None
+        ) as stream:
             with pytest.raises(errors.QuietWatch):
                 async for _ in stream:
                     pass

@@ -9,21 +9,10 @@ import copy
 import pytest
 
 from bridge import errors
+from bridge.core.clock import Clock, ManualClock
 from bridge.core.leases import LeaseRecord, micro_time
 from bridge.runtime.leading import Elector, LeadershipLost
 from bridge.settings import LeaderElectionSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    async def sleep(self, d: float) -> None:
-        self.t += d
-        await asyncio.sleep(0)
 
 
 class Leases:
@@ -75,21 +64,18 @@ class Leases:
 SETTINGS = LeaderElectionSettings(enabled=True, lease_name="bridge")
 
 
+def shared_clock() -> ManualClock:
+    return ManualClock(1000.0, wall_at_zero=1_700_000_000.0)
+
+
 def elector(store, clock, identity, rand=0.0):
-    return Elector(
-        store,
-        SETTINGS,
-        identity=identity,
-        namespace="ns",
-        clock=clock,
-        wallclock=lambda: 1_700_000_000.0 + clock.t,
-        sleep=clock.sleep,
-        rand=lambda: rand,
-    )
+    """An elector on the shared ``clock``, with a jitter of its own."""
+    own = Clock(monotonic=clock.monotonic, wall=clock.wall, sleep=clock.sleep, random=lambda: rand)
+    return Elector(store, SETTINGS, identity=identity, namespace="ns", clock=own)
 
 
 async def test_the_first_takes_a_missing_lease():
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a = elector(store, clock, "a")
     await a.acquire()
     assert a.leading and store.holder() == "a" and a.previous_holder == ""
@@ -99,18 +85,18 @@ async def test_the_first_takes_a_missing_lease():
 
 
 async def test_a_standby_takes_over_only_after_the_lease_went_unrenewed_for_its_duration():
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     await a.acquire()
-    start = clock.t
+    start = clock.now
     await b.acquire()  # a never renews: b waits out the duration, as it saw it
     assert b.leading and store.holder() == "b" and b.previous_holder == "a"
-    assert 15.0 <= clock.t - start <= 15.0 + 2 * 2.2  # one duration, plus its retry period
+    assert 15.0 <= clock.now - start <= 15.0 + 2 * 2.2  # one duration, plus its retry period
     assert store.objects["bridge"]["spec"]["leaseTransitions"] == 1
 
 
 async def test_a_renewing_leader_keeps_it():
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     await a.acquire()
     hold = asyncio.create_task(a.hold())
@@ -125,7 +111,7 @@ async def test_a_renewing_leader_keeps_it():
 async def test_a_leader_that_can_not_renew_gives_up_before_anyone_may_take_over():
     """No renewal for renew_deadline (10 s): LeadershipLost, while the Lease still has 5 s
     to run for anyone else (15 s): the deposed leader stops first."""
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a = elector(store, clock, "a")
     await a.acquire()
     renewed = a.renewed_at
@@ -133,24 +119,24 @@ async def test_a_leader_that_can_not_renew_gives_up_before_anyone_may_take_over(
     with pytest.raises(LeadershipLost):
         await a.hold()
     assert not a.leading
-    assert renewed + 10.0 <= clock.t < renewed + 15.0
+    assert renewed + 10.0 <= clock.now < renewed + 15.0
 
 
 async def test_release_lets_the_standby_take_over_at_its_next_attempt():
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     await a.acquire()
     assert not await b._try(timeout=1.0)  # b has seen a's record
     await a.release()
     assert store.holder() == "" and store.objects["bridge"]["spec"]["leaseDurationSeconds"] == 1
-    start = clock.t
+    start = clock.now
     await b.acquire()
-    assert clock.t - start < 5.0  # not a lease duration
+    assert clock.now - start < 5.0  # not a lease duration
     assert b.previous_holder == "" and store.holder() == "b"
 
 
 async def test_two_racing_for_a_missing_lease_one_wins():
-    store, clock = Leases(), Clock()
+    store, clock = Leases(), shared_clock()
     a, b = elector(store, clock, "a"), elector(store, clock, "b")
     results = await asyncio.gather(a._try(timeout=1.0), b._try(timeout=1.0))
     assert sorted(results) == [False, True]

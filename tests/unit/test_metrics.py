@@ -92,11 +92,11 @@ def test_every_skip_reason_in_the_code_starts_at_zero():
 
     from bridge.metrics import SKIP_REASONS
 
-    runtime = Path(__file__).resolve().parents[2] / "bridge" / "runtime"
+    bridge = Path(__file__).resolve().parents[2] / "bridge"
     found = set()
-    for name in ("watching.py", "intake.py"):
-        text = (runtime / name).read_text()
-        found |= set(re.findall(r'_bad\(\s*"(\w+)"', text))
+    for name in ("runtime/watching.py", "runtime/intake.py", "kube/lines.py", "kube/paging.py"):
+        text = (bridge / name).read_text()
+        found |= set(re.findall(r'(?:_bad|skipped)\(\s*"(\w+)"', text))
         found |= set(re.findall(r'skipped\.labels\(\s*"(\w+)"', text))
         for pair in re.findall(r'reason = "(\w+)" if .* else "(\w+)"', text):
             found |= set(pair)

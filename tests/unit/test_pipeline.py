@@ -11,9 +11,12 @@ import msgspec
 
 from bridge import errors
 from bridge.core.checkpoints import Checkpoint, checkpoint_key
+from bridge.core.clock import Clock
 from bridge.core.messages import Outgoing
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import EXIT_FAILED, EXIT_OK
+from bridge.kube import lines as watch_lines
+from bridge.kube import paging
 from bridge.metrics import Metrics
 from bridge.runtime import ports
 from bridge.runtime.health import Health
@@ -58,9 +61,12 @@ class MemorySource:
         self.lists += 1
         return self.page
 
+    def list_pages(self, namespace, **kw):
+        return paging.list_pages(self.list_events, namespace, **kw)
+
     @asynccontextmanager
     async def watch_events(
-        self, namespace, *, resource_version, timeout_seconds, field_selector=""
+        self, namespace, *, resource_version, timeout_seconds, field_selector="", skipped
     ):
         self.watched_from.append(resource_version)
         if int(resource_version) < self.expired_below:
@@ -70,7 +76,7 @@ class MemorySource:
             yield list(self.lines)
             await asyncio.Event().wait()  # open and quiet until the pipeline stops reading
 
-        yield chunks()
+        yield watch_lines.read_lines(chunks(), skipped)
 
     async def reload_credentials(self) -> None:
         pass
@@ -234,7 +240,7 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
 
 def test_readiness_is_per_scope():
     clock = [100.0]
-    health = Health(60.0, clock=lambda: clock[0])
+    health = Health(60.0, clock=Clock(monotonic=lambda: clock[0]))
     assert health.problems() == ["no watch has started yet"]
     health.nats_up(True)
     shop, payments = health.scope("shop"), health.scope("payments")
@@ -273,7 +279,7 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     now = [1000.0]
     progress, watcher, store, metrics = Progress(10), Watching(), FailingStore(), Metrics()
     scope = Scope(None, KEY, progress, watcher)  # type: ignore[arg-type]
-    cp = Checkpointer(store, [scope], metrics, 1.0, clock=lambda: now[0])
+    cp = Checkpointer(store, [scope], metrics, 1.0, clock=Clock(monotonic=lambda: now[0]))
 
     def lag():
         cp.observe()
@@ -325,7 +331,7 @@ async def test_a_lost_lease_stops_everything_at_once_and_writes_no_checkpoint():
 
 def test_a_standby_is_ready_with_no_scope_while_nats_is():
     clock = [100.0]
-    health = Health(60.0, clock=lambda: clock[0])
+    health = Health(60.0, clock=Clock(monotonic=lambda: clock[0]))
     health.standby = True
     health.nats_up(True)
     assert health.ready

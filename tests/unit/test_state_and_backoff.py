@@ -1,6 +1,7 @@
 import pytest
 
 from bridge.core.backoff import Backoff, retrying
+from bridge.core.clock import ManualClock
 from bridge.core.watchstate import Outcome, Transition, WatchState, next_state
 
 L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, WatchState.STOPPED
@@ -30,41 +31,31 @@ def test_next_state(state, outcome, have_rv, must_list, expected):
     assert next_state(state, outcome, have_rv=have_rv, must_list=must_list) == expected
 
 
-class FakeClock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
 def test_backoff_follows_reflector_numbers_without_jitter():
-    clock = FakeClock()
-    b = Backoff(clock=clock, rand=lambda: 0.0)
+    b = Backoff(clock=ManualClock(1000.0, rand=0.0))
     delays = [b.next_delay() for _ in range(8)]
     assert delays == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
 
 
 def test_backoff_jitter_stays_between_base_and_cap():
-    clock = FakeClock()
-    b = Backoff(clock=clock, rand=lambda: 1.0)
+    b = Backoff(clock=ManualClock(1000.0, rand=1.0))
     delays = [b.next_delay() for _ in range(7)]
     assert delays == [1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
 
 
 def test_backoff_resets_after_two_healthy_minutes():
-    clock = FakeClock()
-    b = Backoff(clock=clock, rand=lambda: 0.0)
+    clock = ManualClock(1000.0, rand=0.0)
+    b = Backoff(clock=clock)
     for _ in range(5):
         b.next_delay()
-    clock.t += 119
+    clock.advance(119)
     assert b.next_delay() == 25.6  # not yet healthy long enough
-    clock.t += 121
+    clock.advance(121)
     assert b.next_delay() == 0.8
 
 
 def test_backoff_honours_retry_after():
-    b = Backoff(clock=FakeClock(), rand=lambda: 0.0)
+    b = Backoff(clock=ManualClock(1000.0, rand=0.0))
     assert b.next_delay(retry_after=7) == 7
     assert b.next_delay(retry_after=0.1) == 1.6
 
@@ -88,32 +79,26 @@ class Throttled(Exception):
 
 
 async def test_retrying_sleeps_off_passing_failures_on_the_schedule():
-    step, slept, seen = Flaky(OSError("a"), Throttled(), OSError("b")), [], []
-
-    async def sleep(d):
-        slept.append(d)
+    step, clock, seen = Flaky(OSError("a"), Throttled(), OSError("b")), ManualClock(1000.0), []
 
     async def failed(exc, delay):
         seen.append((type(exc).__name__, delay))
 
     result = await retrying(
         step,
-        Backoff(clock=FakeClock(), rand=lambda: 0.0),
+        Backoff(clock=clock),
         passing=lambda exc: isinstance(exc, OSError | Throttled),
         on_failure=failed,
-        sleep=sleep,
+        clock=clock,
     )
     assert result == "done" and step.calls == 4
     # the schedule, with a retry_after on the failure as the floor of its delay
     assert seen == [("OSError", 0.8), ("Throttled", 9.0), ("OSError", 3.2)]
-    assert slept == [0.8, 9.0, 3.2]
+    assert clock.slept == [0.8, 9.0, 3.2]
 
 
 async def test_retrying_raises_a_final_failure_at_once():
-    step, slept = Flaky(OSError("a"), ValueError("final"), OSError("b")), []
-
-    async def sleep(d):
-        slept.append(d)
+    step, clock = Flaky(OSError("a"), ValueError("final"), OSError("b")), ManualClock(1000.0)
 
     async def failed(exc, delay):
         pass
@@ -121,9 +106,9 @@ async def test_retrying_raises_a_final_failure_at_once():
     with pytest.raises(ValueError, match="final"):
         await retrying(
             step,
-            Backoff(clock=FakeClock(), rand=lambda: 0.0),
+            Backoff(clock=clock),
             passing=lambda exc: isinstance(exc, OSError),
             on_failure=failed,
-            sleep=sleep,
+            clock=clock,
         )
-    assert step.calls == 2 and slept == [0.8]
+    assert step.calls == 2 and clock.slept == [0.8]

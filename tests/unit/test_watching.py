@@ -6,6 +6,9 @@ import msgspec
 import pytest
 
 from bridge import errors
+from bridge.core.clock import ManualClock
+from bridge.kube import lines as watch_lines
+from bridge.kube import paging
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.watching import Watcher
@@ -48,7 +51,8 @@ class Stop(Exception):
 
 
 class FakeSource:
-    """Answers list/watch calls from scripts; each script entry is consumed once."""
+    """Answers list/watch calls from scripts; each script entry is consumed once. Pages and
+    lines go through the real pager and line reader, as KubeClient's do."""
 
     def __init__(self, lists=(), watches=()):
         self.lists = list(lists)  # each: dict page, or an exception
@@ -72,9 +76,12 @@ class FakeSource:
             raise page
         return page
 
+    def list_pages(self, namespace, **kw):
+        return paging.list_pages(self.list_events, namespace, **kw)
+
     @asynccontextmanager
     async def watch_events(
-        self, namespace, *, resource_version, timeout_seconds, field_selector=""
+        self, namespace, *, resource_version, timeout_seconds, field_selector="", skipped
     ):
         self.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
         self.on_watch()
@@ -97,7 +104,7 @@ class FakeSource:
             if chunk:
                 yield chunk
 
-        yield lines()
+        yield watch_lines.read_lines(lines(), skipped)
 
     async def reload_credentials(self):
         self.reloads += 1
@@ -132,22 +139,8 @@ class RecordingSink:
         self.degraded.append((degraded, data.get("reason")))
 
 
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-
-def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, wall=None, **settings):
-    clock = Clock()
-    sleeps = []
-
-    async def sleep(d):
-        sleeps.append(d)
-        clock.t += d
-
+def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, **settings):
+    clock = ManualClock()
     sink = RecordingSink()
     metrics = Metrics()
     w = Watcher(
@@ -160,13 +153,10 @@ def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, wal
         metrics=metrics,
         health=Health(60, clock=clock).scope("*"),
         clock=clock,
-        sleep=sleep,
-        rand=lambda: 0.0,
         checkpoint_at=checkpoint_at,
         include_deleted=include_deleted,
-        wallclock=wall or (lambda: 1_000_000.0),
     )
-    return w, sink, sleeps, metrics, clock
+    return w, sink, clock.slept, metrics, clock
 
 
 def page(rv, items, cont=None):
@@ -207,7 +197,7 @@ async def test_initial_new_skips_what_exists():
 async def test_watch_timeout_is_random_between_5_and_10_minutes():
     src = FakeSource(watches=[[line("ADDED", ev("a", 11))]])
     w, *_ = make(src, checkpoint=10)
-    w._rand = lambda: 0.999
+    w.clock.rand = 0.999
     await run_until_stop(w)
     assert 300 <= src.watch_calls[0]["timeout"] < 600
 
@@ -494,7 +484,7 @@ async def test_410_relist_with_nothing_newer_and_recent_rv_is_not_a_gap():
     than the TTL, nothing was missed: no gap event."""
     src = FakeSource(watches=[[], [expired()], [bookmark(300)]], lists=[page(300, [ev("old", 5)])])
     w, sink, _, _, clock = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
-    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)  # a quiet watch that lasts
+    src.on_watch = lambda: clock.advance(5)  # a quiet watch that lasts
     await run_until_stop(w)
     assert sink.gaps == [] and sink.got == [] and sink.marks[0] == 300
 
@@ -518,7 +508,7 @@ async def test_410_after_a_failed_watch_is_a_possible_gap():
         lists=[page(300, [])],
     )
     w, sink, _, _, clock = make(src, checkpoint=10, checkpoint_at=1_000_000.0 - 600)
-    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)
+    src.on_watch = lambda: clock.advance(5)
     await run_until_stop(w)
     assert sink.gaps == [(10, 300)] and sink.certainty == ["possible"]
 
@@ -533,7 +523,7 @@ async def test_410_relist_reports_a_gap_when_nothing_proves_otherwise(age, inclu
         src, checkpoint=10, checkpoint_at=1_000_000.0 - age, include_deleted=include_deleted
     )
     src.watches.insert(0, [])  # watched without a break: only the TTL or deletions speak
-    src.on_watch = lambda: setattr(clock, "t", clock.t + 5)
+    src.on_watch = lambda: clock.advance(5)
     await run_until_stop(w)
     assert sink.gaps == [(10, 300)] and sink.certainty == ["likely"]
 
@@ -567,7 +557,7 @@ async def test_slow_answers_open_the_breaker_and_a_fast_probe_closes_it():
     src = FakeSource(watches=[[bookmark(11 + i)] for i in range(6)])
     w, sink, sleeps, metrics, clock = make(src, checkpoint=10, breaker={"latency_samples": 5})
     slow = iter([3.0] * 5)
-    src.on_watch = lambda: setattr(clock, "t", clock.t + next(slow, 0.0))
+    src.on_watch = lambda: clock.advance(next(slow, 0.0))
     await run_until_stop(w)
     assert sink.degraded == [(True, "latency"), (False, None)]
     assert sleeps == [pytest.approx(0.8)]  # one step before the probe
@@ -583,3 +573,32 @@ async def test_auth_failures_and_410s_do_not_open_the_breaker():
     w, sink, *_ = make(src, checkpoint=10)
     await run_until_stop(w)
     assert sink.degraded == [] and w.breaker.healthy
+
+
+@pytest.mark.parametrize("rv", ["12a", "", "-12", "1e3", " 12", "١٢"])
+async def test_an_unparseable_resource_version_is_skipped_never_guessed(rv):
+    """resourceVersions are compared as integers (bridge.core.events.parse_rv): a watch event
+    or bookmark whose resourceVersion is no decimal integer is skipped and counted, the resume
+    point does not move, and the events around it go on."""
+    odd = ev("odd", 0)
+    odd["metadata"]["resourceVersion"] = rv
+    odd_bookmark = line("BOOKMARK", {"metadata": {"resourceVersion": rv}})
+    src = FakeSource(
+        watches=[[line("ADDED", ev("a", 11)), line("ADDED", odd), odd_bookmark], [bookmark(12)]]
+    )
+    w, sink, _, metrics, _ = make(src, checkpoint=10)
+    await run_until_stop(w)
+    assert sink.got == [("ADDED", "a", 11)] and sink.marks == [12]
+    assert [c["rv"] for c in src.watch_calls] == ["10", "11", "12"]
+    assert metrics.skipped.labels("no_resource_version")._value.get() == 2
+
+
+async def test_a_list_with_an_unparseable_resource_version_is_a_failed_answer():
+    src = FakeSource(
+        lists=[page("v100", [ev("a", 5)]), page(100, [ev("a", 5)])], watches=[[bookmark(101)]]
+    )
+    w, sink, sleeps, metrics, _ = make(src)
+    await run_until_stop(w)
+    assert sleeps == [0.8]  # backed off, then listed again
+    assert sink.got == [("ADDED", "a", None)] and sink.marks == [100, 101]
+    assert metrics.watch_restarts.labels("error")._value.get() == 1
