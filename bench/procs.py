@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,25 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
+
+from bridge.sim.waiting import NotMet, eventually
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PREFIX = "k8s_event_bridge_"
-
-
-def sim_kubeconfig(path: Path, server: str, user: dict[str, Any] | None = None) -> Path:
-    """A kubeconfig for the simulated API server at ``server`` (what the benchmark and the
-    soak hand the bridge)."""
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sim",
-        "clusters": [{"name": "sim", "cluster": {"server": server}}],
-        "users": [{"name": "bridge", "user": user or {}}],
-        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
-    }
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def cpu_seconds(pid: int) -> float:
@@ -156,19 +142,19 @@ class BridgeProc:
 
     async def wait_ready(self, timeout: float = 30.0, poll: float = 0.01) -> float:
         """Poll /readyz until 200; return seconds from process start to that answer."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        async def ready() -> bool:
             if not self.alive():
                 raise RuntimeError(f"bridge exited:\n{self.logs_tail()}")
-            try:
-                status, _ = await self.get("/readyz")
-                if status == 200:
-                    self.ready_after = time.monotonic() - self.started_at
-                    return self.ready_after
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                pass
-            await asyncio.sleep(poll)
-        raise RuntimeError(f"bridge not ready in {timeout}s:\n{self.logs_tail()}")
+            status, _ = await self.get("/readyz")
+            return status == 200
+
+        try:
+            await eventually(ready, timeout, poll)
+        except NotMet:
+            raise RuntimeError(f"bridge not ready in {timeout}s:\n{self.logs_tail()}") from None
+        self.ready_after = time.monotonic() - self.started_at
+        return self.ready_after
 
     async def metrics(self) -> dict[str, float]:
         _, text = await self.get("/metrics")
@@ -193,9 +179,9 @@ class BridgeProc:
                     os.kill(int(kid), signal.SIGTERM)
             else:
                 self.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            proc = self.proc
+            with contextlib.suppress(NotMet):  # killed below
+                await eventually(lambda: proc.poll() is not None, timeout, 0.05)
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()

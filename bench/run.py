@@ -35,7 +35,6 @@ import importlib.util
 import math
 import os
 import platform
-import random
 import shutil
 import statistics
 import subprocess
@@ -57,11 +56,12 @@ from bench.procs import (
     histogram,
     histogram_quantile,
     machine_busy_seconds,
-    sim_kubeconfig,
 )
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.kubeconfig import write_kubeconfig
 from bridge.sim.natsserver import NatsServer, binary, free_port
-from bridge.sim.workload import make_event
+from bridge.sim.waiting import NotMet, eventually
+from bridge.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -85,42 +85,13 @@ def pct(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
-class Feed:
-    """Writes realistic Events into the simulated API server: ~30 % count bumps of a recent
-    Event, else a new one (``bridge.sim.workload.make_event``). Remembers every version's id
-    (``<uid>/<resourceVersion>`` = the CloudEvent id = ``Nats-Msg-Id``)."""
-
-    def __init__(self, sim: SimApiServer, seed: int = 42, bump_ratio: float = 0.3) -> None:
-        self.sim = sim
-        self.rng = random.Random(seed)
-        self.bump_ratio = bump_ratio
-        self.recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
-        self.index = 0
-        self.created = 0
-        self.bumped = 0
-
-    def op(self) -> str:
-        self.index += 1
-        if self.recent and self.rng.random() < self.bump_ratio:
-            ns, name = self.rng.choice(self.recent)
-            obj = self.sim.bump_count(ns, name)
-            self.bumped += 1
-        else:
-            while True:
-                event = make_event(self.rng, i=self.index)
-                try:
-                    obj = self.sim.create_event(event)
-                    break
-                except ValueError:  # same name drawn twice: draw again
-                    continue
-            self.created += 1
-            meta = obj["metadata"]
-            self.recent.append((meta["namespace"], meta["name"]))
-        meta = obj["metadata"]
-        return f"{meta['uid']}/{meta['resourceVersion']}"
-
-    def write(self, n: int) -> list[str]:
-        return [self.op() for _ in range(n)]
+def feed_op(feed: Workload) -> str:
+    """One operation of the feed (``bridge.sim.workload``: ~30 % count bumps of a recent Event,
+    else a new one); the id of the version written (``<uid>/<resourceVersion>`` = the
+    CloudEvent id = ``Nats-Msg-Id``). A name drawn twice is drawn again."""
+    while feed.step() is None:
+        pass
+    return feed.ids[-1]
 
 
 def encode_history(sim: SimApiServer) -> None:
@@ -196,7 +167,7 @@ class Bench:
         self.tmp = Path(tempfile.mkdtemp(prefix="bridge-bench-"))
         self.nats = NatsServer(store_dir=str(self.tmp / "nats"))
         self.sim = SimApiServer(bookmark_interval=1.0)
-        self.feed = Feed(self.sim)
+        self.feed = Workload(self.sim, 42, bump_ratio=0.3)
         self.nc: Any = None
         self.js: Any = None
         self.bridge: BridgeProc | None = None
@@ -219,7 +190,7 @@ class Bench:
                 duplicate_window=7200,
             )
         )
-        kubeconfig = sim_kubeconfig(self.tmp / "kubeconfig", self.sim.url, {"token": "bench"})
+        kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.sim.url, token="bench")
         self.port = free_port()
         # tests/integration/harness.py's bridge_config, with the benchmark's changes
         cfg: dict[str, Any] = {
@@ -290,7 +261,8 @@ class Bench:
         start_rv = self.sim.resource_version
         before = await event_count(self.js)
         t = time.perf_counter()
-        self.feed.write(n)
+        for _ in range(n):
+            feed_op(self.feed)
         write_s = time.perf_counter() - t
         encode_history(self.sim)
         quiet_gc()
@@ -300,11 +272,12 @@ class Bench:
         # (monotonic, published, bridge cpu s, this process's cpu s, nats-server cpu s,
         #  busy cpu s of the whole machine)
         samples: list[tuple[float, float, float, float, float, float]] = []
-        deadline = time.monotonic() + timeout
         target = n + 1  # + the "started" status event
-        complete = False
         max_rss_kb = 0
-        while time.monotonic() < deadline:
+
+        async def published_all() -> bool:
+            """One sample; whether every change is published."""
+            nonlocal max_rss_kb
             max_rss_kb = max(max_rss_kb, b.memory().get("VmRSS", 0))
             m = await b.metrics()
             now = time.monotonic()
@@ -319,10 +292,12 @@ class Bench:
                     machine_busy_seconds(),
                 )
             )
-            if published >= target:
-                complete = True
-                break
-            await asyncio.sleep(0.05)
+            return published >= target
+
+        try:
+            complete = await eventually(published_all, timeout, 0.05, retry_on=())
+        except NotMet:
+            complete = False
         mem_peak = b.memory()
         flowing = [s for s in samples if s[1] >= 2]
         first, last = (flowing[0], flowing[-1]) if flowing else (samples[0], samples[-1])
@@ -343,7 +318,7 @@ class Bench:
         m = await b.metrics()
         code = await self.stop_bridge()
         stored = await event_count(self.js) - before
-        run = {
+        run: dict[str, Any] = {
             "run": k,
             "events": n,
             "complete": complete,
@@ -509,16 +484,15 @@ class Bench:
             delay = t0 + i / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            mid = self.feed.op()
+            mid = feed_op(self.feed)
             written[mid] = time.perf_counter()
         elapsed = time.perf_counter() - t0
         achieved = total / elapsed
         load1 = (machine_busy_seconds(), b.cpu(), time.process_time(), self.nats_cpu())
         ours = sum(load1[i] - load0[i] for i in (1, 2, 3))
         other_share = ((load1[0] - load0[0]) - ours) / elapsed
-        deadline = time.monotonic() + 20
-        while len(arrivals.keys() & written.keys()) < total and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        with contextlib.suppress(NotMet):  # what did not arrive is left out of e2e below
+            await eventually(lambda: len(arrivals.keys() & written.keys()) >= total, 20)
         await asyncio.sleep(0.3)  # the last acks reach the histogram
         hist_after = histogram(await b.metrics(), LATENCY_METRIC)
         await sub.unsubscribe()
@@ -608,7 +582,7 @@ class Bench:
         while i < total:
             due = min(total, int((time.perf_counter() - t0) / tick * per_tick) + int(per_tick))
             while i < due:
-                written.append(self.feed.op())
+                written.append(feed_op(self.feed))
                 i += 1
             await asyncio.sleep(tick)
         write_elapsed = time.perf_counter() - t0
@@ -621,14 +595,16 @@ class Bench:
         stop = asyncio.Event()
         sampling = asyncio.create_task(sampler("recovery", stop))
         want = expected_total + len(written)
-        deadline = time.monotonic() + 60 + len(written) / 1000
         have = 0
-        while time.monotonic() < deadline:
+
+        async def all_stored() -> bool:
+            nonlocal have
             with contextlib.suppress(Exception):
                 have = await event_count(self.js)
-            if have >= want:
-                break
-            await asyncio.sleep(0.25)
+            return have >= want
+
+        with contextlib.suppress(NotMet):  # the result says how many are missing
+            await eventually(all_stored, 60 + len(written) / 1000, 0.25, retry_on=())
         recovered_s = time.monotonic() - t_restart
         stop.set()
         await sampling
@@ -752,7 +728,8 @@ class Bench:
             "median_s": statistics.median(s["ready_s"] for s in self.starts),
             "max_s": max(s["ready_s"] for s in self.starts),
         }
-        self.result["writes"] = {"created": self.feed.created, "bumped": self.feed.bumped}
+        stats = self.feed.stats
+        self.result["writes"] = {"created": stats.created, "bumped": stats.bumped}
         self.result["duration_s"] = time.monotonic() - began
         return self.result
 

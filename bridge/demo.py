@@ -5,49 +5,22 @@ cluster, through a stop and a restart, then the stream checked against what was 
 from __future__ import annotations
 
 import asyncio
-import random
+import contextlib
 import shutil
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-import yaml
 
 from bridge import logs
 from bridge.app import Bridge
 from bridge.jetstream import tailing
 from bridge.settings import Settings
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.kubeconfig import write_kubeconfig
 from bridge.sim.natsserver import NatsServer
-from bridge.sim.workload import make_event
-
-
-class _Cluster:
-    """Writes Events into the simulated API server and remembers every version's id."""
-
-    def __init__(self, sim: SimApiServer) -> None:
-        self.sim = sim
-        self.rng = random.Random(7)
-        self.ids: list[str] = []
-        self.recent: list[tuple[str, str]] = []
-        self.n = 0
-
-    def one(self, bump_ratio: float = 0.3) -> None:
-        if self.recent and self.rng.random() < bump_ratio:
-            ns, name = self.rng.choice(self.recent[-40:])
-            obj = self.sim.bump_count(ns, name)
-        else:
-            self.n += 1
-            obj = self.sim.create_event(make_event(self.rng, i=self.n, now=datetime.now(UTC)))
-            self.recent.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        self.ids.append(f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}")
-
-    async def write(self, n: int, rate: float) -> None:
-        for _ in range(n):
-            self.one()
-            await asyncio.sleep(1 / rate)
+from bridge.sim.waiting import NotMet, eventually
+from bridge.sim.workload import Workload
 
 
 async def show(reader: tailing.Tail, received: list[str], quiet: bool, indent: str = "") -> None:
@@ -94,19 +67,7 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
     server = NatsServer(store_dir=str(tmp / "nats")).start()
     sim = SimApiServer()  # no bookmarks on Event watches, as a default kube-apiserver
     await sim.start()
-    kubeconfig = tmp / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "sim",
-                "clusters": [{"name": "sim", "cluster": {"server": sim.url}}],
-                "users": [{"name": "demo", "user": {"token": "demo"}}],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "demo"}}],
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp / "kubeconfig", sim.url, token="demo", user="demo")
     settings = Settings(
         cluster={"name": "demo"},
         kubernetes={"kubeconfig": str(kubeconfig)},
@@ -114,7 +75,8 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         checkpoint={"interval": 0.2},
         http={"host": "127.0.0.1", "port": 0},
     )
-    cluster = _Cluster(sim)
+    # the simulated cluster's Events, stamped now; every version's id in cluster.ids
+    cluster = Workload(sim, 7, now=lambda: datetime.now(UTC), recent=40)
     received: list[str] = []
     reader: tailing.Tail | None = None
     showing: asyncio.Task[None] | None = None
@@ -122,8 +84,7 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
     try:
         print(f"nats-server {server.url} (JetStream, store {server.store_dir})")
         print(f"simulated API server {sim.url}")
-        for _ in range(40):
-            cluster.one(bump_ratio=0.0)
+        await cluster.write(40, bump_ratio=0.0)
         _say(
             f"1. the cluster already holds {len(cluster.ids)} Events; the bridge starts, "
             "lists them, then watches"
@@ -153,11 +114,8 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         bridge = Bridge(settings)
         run = asyncio.create_task(bridge.run())
         await cluster.write(events - first - down, rate)
-        deadline = time.monotonic() + 30
-        while len(set(received) & set(cluster.ids)) < len(cluster.ids):
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
+        with contextlib.suppress(NotMet):  # the summary says what is missing
+            await eventually(lambda: set(cluster.ids) <= set(received), 30)
         await asyncio.sleep(0.5)
         bridge.request_stop()
         await run

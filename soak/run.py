@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import datetime
 import json
 import os
 import platform
-import random
 import shutil
 import signal
 import sys
@@ -47,10 +45,12 @@ import msgspec
 import nats
 import yaml
 
-from bench.procs import BridgeProc, memory_kb, sim_kubeconfig
+from bench.procs import BridgeProc, memory_kb
 from bridge.sim.apiserver import SimApiServer
+from bridge.sim.kubeconfig import write_kubeconfig
 from bridge.sim.natsserver import NatsServer, free_port
-from bridge.sim.workload import make_event
+from bridge.sim.waiting import NotMet, eventually
+from bridge.sim.workload import Workload
 from soak import verdict
 from soak.verdict import Bounds, Version
 
@@ -100,35 +100,21 @@ def kept(obj: dict[str, Any]) -> bool:
 
 
 class Writer:
-    """Steady Events into the simulated API server; every version written is recorded."""
+    """Steady Events into the simulated API server (the workload of ``bridge.sim.workload``);
+    every version written is recorded with what the filter keeps."""
 
     def __init__(self, sim: SimApiServer, rate: float, bump_ratio: float, seed: int) -> None:
-        self.sim = sim
         self.rate = rate
-        self.bump_ratio = bump_ratio
-        self.rng = random.Random(seed)
+        self.workload = Workload(sim, seed, bump_ratio=bump_ratio)
         self.versions: list[Version] = []
-        self.recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
         self.paused = False
-        self.n = 0
-
-    def _record(self, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        rv = int(meta["resourceVersion"])
-        self.versions.append(Version(f"{meta['uid']}/{rv}", meta["uid"], rv, kept(obj)))
 
     def one(self) -> None:
-        if self.recent and self.rng.random() < self.bump_ratio:
-            namespace, name = self.rng.choice(self.recent)
-            try:
-                self._record(self.sim.bump_count(namespace, name))
-                return
-            except KeyError:  # expired by the TTL meanwhile
-                self.recent.remove((namespace, name))
-        self.n += 1
-        obj = self.sim.create_event(make_event(self.rng, i=self.n))
-        self._record(obj)
-        self.recent.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        obj = self.workload.step()
+        if obj is not None:
+            meta = obj["metadata"]
+            rv = int(meta["resourceVersion"])
+            self.versions.append(Version(f"{meta['uid']}/{rv}", meta["uid"], rv, kept(obj)))
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -167,7 +153,7 @@ class Soak:
 
     def config(self, port: int) -> Path:
         s = self.s
-        kubeconfig = sim_kubeconfig(self.work / "kubeconfig", self.sim.url)
+        kubeconfig = write_kubeconfig(self.work / "kubeconfig", self.sim.url)
         cfg = {
             "cluster": {"name": CLUSTER},
             "kubernetes": {
@@ -358,21 +344,24 @@ class Soak:
     async def caught_up(self, timeout: float = 120.0) -> bool:
         """The checkpoint is past everything written and nothing is held."""
         top = self.sim.resource_version
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        async def done() -> bool:
             status = await self.status()
-            if status:
-                saved = status["scopes"].get(SCOPE, {}).get("checkpoint")
-                internals = status.get("internals") or {}
-                if (
-                    isinstance(saved, int)
-                    and saved >= top
-                    and internals.get("queue") == 0
-                    and internals.get("publisher_pending") == 0
-                ):
-                    return True
-            await asyncio.sleep(0.5)
-        return False
+            if not status:
+                return False
+            saved = status["scopes"].get(SCOPE, {}).get("checkpoint")
+            internals = status.get("internals") or {}
+            return (
+                isinstance(saved, int)
+                and saved >= top
+                and internals.get("queue") == 0
+                and internals.get("publisher_pending") == 0
+            )
+
+        try:
+            return await eventually(done, timeout, 0.5, retry_on=())
+        except NotMet:
+            return False
 
     async def run(self) -> dict[str, Any]:
         s = self.s

@@ -29,7 +29,7 @@ async def sim():
 
 @pytest.fixture
 def kubeconfig(tmp_path, sim):
-    from tests.integration.harness import write_kubeconfig
+    from tests.support import write_kubeconfig
 
     return write_kubeconfig(tmp_path / "kubeconfig", sim.url)
 

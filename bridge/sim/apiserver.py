@@ -464,6 +464,23 @@ class _Watcher:
         return batch
 
 
+def repeat_patch(current: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch a client-go recorder sends on a repeat of Event ``current``: a series
+    bumped (events.k8s.io style), or ``count`` + 1 and ``lastTimestamp`` now (core/v1)."""
+    series = current.get("series")
+    if series:
+        return {
+            "series": {
+                "count": int(series.get("count") or 1) + 1,
+                "lastObservedTime": now_rfc3339_micro(),
+            }
+        }
+    if current.get("count") is None and current.get("eventTime"):
+        # events.k8s.io recorder: the first repeat starts a series at 2
+        return {"series": {"count": 2, "lastObservedTime": now_rfc3339_micro()}}
+    return {"count": int(current.get("count") or 1) + 1, "lastTimestamp": now_rfc3339()}
+
+
 class SimApiServer:
     """A kube-apiserver stand-in serving ``/api/v1/events`` over real HTTP."""
 
@@ -609,18 +626,7 @@ class SimApiServer:
     def bump_count(self, namespace: str, name: str) -> dict[str, Any]:
         """Record a repeat of an Event as the client-go recorders do."""
         current = self._require(f"{namespace}/{name}")
-        series = current.get("series")
-        if series:
-            patch: Obj = {
-                "series": {"count": int(series.get("count") or 1) + 1},
-            }
-            patch["series"]["lastObservedTime"] = now_rfc3339_micro()
-        elif current.get("count") is None and current.get("eventTime"):
-            # events.k8s.io recorder: the first repeat starts a series at 2
-            patch = {"series": {"count": 2, "lastObservedTime": now_rfc3339_micro()}}
-        else:
-            patch = {"count": int(current.get("count") or 1) + 1, "lastTimestamp": now_rfc3339()}
-        return self.update_event(namespace, name, patch)
+        return self.update_event(namespace, name, repeat_patch(current))
 
     def delete_event(self, namespace: str, name: str) -> dict[str, Any]:
         key = f"{namespace}/{name}"

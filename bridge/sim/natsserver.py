@@ -14,11 +14,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bridge.sim.waiting import eventually_sync
 
 
 def binary() -> str:
@@ -43,16 +44,16 @@ def _wait_listening(
     proc: subprocess.Popen[bytes], port: int, log_path: str, what: str, timeout: float
 ) -> None:
     """Until ``proc`` listens on ``port``; its log's tail in the error when it exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited: {Path(log_path).read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{what} did not listen on {port} in {timeout}s")
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+
+    eventually_sync(
+        listening, timeout, 0.05, what=f"{what} listening on {port}", error=TimeoutError
+    )
 
 
 def _kill(proc: subprocess.Popen[bytes] | None) -> None:
@@ -267,12 +268,10 @@ class NatsCluster:
         self._wait(lambda: self.stream_current(name, replicas), timeout, f"stream {name} current")
 
     def _wait(self, check: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(0.1)
-        raise TimeoutError(f"{what}: not in {timeout}s ({self.describe()})")
+        try:
+            eventually_sync(check, timeout, what=what, error=TimeoutError)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc} ({self.describe()})") from None
 
     def describe(self) -> str:
         """One line on each node: running, frozen, healthy, meta leader."""

@@ -1,5 +1,8 @@
 """Realistic core/v1 Events and a bounded, seeded workload that feeds them to the simulator.
 
+:class:`Workload` is the one writer of Events for the demo, the benchmark, the soak and the
+tests (the e2e tier draws from it too and writes to a real kube-apiserver).
+
 The shapes follow what ``kubectl get events -o json`` shows on real clusters: the kubelet and
 controllers write core/v1 Events (``count``, ``firstTimestamp``/``lastTimestamp``,
 ``source``), the scheduler writes through events.k8s.io (``eventTime``, ``action``,
@@ -10,18 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime
 import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from bridge.sim.apiserver import SimApiServer
 
-__all__ = ["NAMESPACES", "WorkloadStats", "make_event", "run_workload"]
+__all__ = [
+    "NAMESPACES",
+    "EventTarget",
+    "Workload",
+    "WorkloadStats",
+    "make_event",
+    "run_workload",
+]
 
 Style = Literal["core", "events.k8s.io"]
 
@@ -361,6 +372,160 @@ def make_event(
     return event
 
 
+class EventTarget(Protocol):
+    """Where a workload writes: the simulated API server (a real kube-apiserver is written
+    through HTTP by the e2e tier's writer, which draws from the same ``Workload``)."""
+
+    def create_event(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def bump_count(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+class Workload:
+    """The one source of Events for the demo, the benchmark, the soak and the tests: a seeded
+    sequence of new Events (:func:`make_event`) and, with ``bump_ratio``, repeats of a recent
+    one (a count bump, as client-go's recorder makes), written to ``target``; the id
+    (``<uid>/<resourceVersion>``, the CloudEvent id and ``Nats-Msg-Id``) of every version
+    written is kept in ``ids``, the newest of each Event in ``latest``.
+
+    ``now`` stamps new Events (default: the fixed epoch of :func:`make_event`, so the sequence
+    is a function of ``seed``); ``namespaces``, ``kinds`` and ``style`` narrow what is drawn.
+    The draw (``draw_event``, ``draw_repeat``) is apart from the write (``create``, ``bump``),
+    so a writer to another server (tests/e2e/writer.py) reuses the draw and the record.
+    """
+
+    def __init__(
+        self,
+        target: EventTarget | None = None,
+        seed: int = 0,
+        *,
+        bump_ratio: float = 0.3,
+        namespaces: list[str] | tuple[str, ...] | None = None,
+        kinds: tuple[str, ...] | None = None,
+        style: Style | None = None,
+        now: Callable[[], datetime.datetime] | None = None,
+        recent: int = 64,
+        rate: float | None = None,
+    ) -> None:
+        self.target = target
+        self.rate = rate  # the default of ``write``
+        self.rng = random.Random(seed)
+        self.bump_ratio = bump_ratio
+        self.namespaces = namespaces
+        self.kinds = kinds
+        self.style = style
+        self.now = now
+        self.recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=recent)
+        self.ids: list[str] = []
+        self.latest: dict[str, str] = {}  # uid -> newest id
+        self.stats = WorkloadStats()
+        self.n = 0  # Events drawn
+
+    # ------------------------------------------------------------------ the draw
+
+    def draw_event(self, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
+        """The next new Event; ``fields`` replace top-level fields (``reason="OOMKilling"``)."""
+        while True:
+            self.n += 1
+            if namespace is None and self.namespaces:
+                chosen: str | None = self.rng.choice(self.namespaces)
+            else:
+                chosen = namespace
+            now = self.now() if self.now is not None else None
+            event = make_event(self.rng, namespace=chosen, i=self.n, style=self.style, now=now)
+            if self.kinds is None or event["involvedObject"]["kind"] in self.kinds:
+                break
+        event.update(fields)
+        return event
+
+    def draw_repeat(self, bump_ratio: float | None = None) -> tuple[str, str] | None:
+        """(namespace, name) of a recent Event to repeat, or None: draw a new one."""
+        ratio = self.bump_ratio if bump_ratio is None else bump_ratio
+        if self.recent and self.rng.random() < ratio:
+            return self.rng.choice(self.recent)
+        return None
+
+    # ------------------------------------------------------------------ the record
+
+    def record(self, obj: dict[str, Any], *, created: bool) -> dict[str, Any]:
+        """Remember a version the server wrote (``obj`` as it answered); returns it."""
+        meta = obj["metadata"]
+        mid = f"{meta['uid']}/{meta['resourceVersion']}"
+        self.ids.append(mid)
+        self.latest[meta["uid"]] = mid
+        if created:
+            self.stats.created += 1
+            self.recent.append((meta["namespace"], meta["name"]))
+        else:
+            self.stats.bumped += 1
+        return obj
+
+    def forget(self, namespace: str, name: str) -> None:
+        """An Event that is gone (expired, deleted): never repeated again."""
+        with contextlib.suppress(ValueError):
+            self.recent.remove((namespace, name))
+
+    # ------------------------------------------------------------------ the write
+
+    def _target(self) -> EventTarget:
+        if self.target is None:
+            raise RuntimeError("this workload has no target to write to")
+        return self.target
+
+    def create(self, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Write a new Event (ValueError from the server: the name exists)."""
+        return self.record(
+            self._target().create_event(self.draw_event(namespace, **fields)), created=True
+        )
+
+    def bump(self, namespace: str | None = None, name: str | None = None) -> dict[str, Any]:
+        """Repeat an Event (by default a recent one); KeyError: it is gone."""
+        if namespace is None or name is None:
+            namespace, name = self.rng.choice(self.recent)
+        return self.record(self._target().bump_count(namespace, name), created=False)
+
+    def step(self, bump_ratio: float | None = None, **fields: Any) -> dict[str, Any] | None:
+        """One operation: a repeat of a recent Event (one expired meanwhile is forgotten and a
+        new Event written instead) or a new Event; None when the new Event's name was taken
+        (the same seed written twice to one server: counted in ``stats.conflicts``)."""
+        repeat = self.draw_repeat(bump_ratio)
+        if repeat is not None:
+            try:
+                return self.bump(*repeat)
+            except KeyError:  # expired by the TTL meanwhile
+                self.forget(*repeat)
+        try:
+            return self.create(**fields)
+        except ValueError:
+            self.stats.conflicts += 1
+            return None
+
+    async def write(
+        self,
+        n: int,
+        rate: float | None = None,
+        bump_ratio: float | None = None,
+        **fields: Any,
+    ) -> list[str]:
+        """``n`` operations at ``rate`` per second (default ``self.rate``; None: as fast as
+        possible, yielding to the loop every 200); returns the ids of the versions written."""
+        rate = self.rate if rate is None else rate
+        first = len(self.ids)
+        started = time.monotonic()
+        for index in range(n):
+            self.step(bump_ratio, **fields)
+            if rate:
+                delay = started + (index + 1) / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                elif index % 200 == 199:
+                    await asyncio.sleep(0)
+            elif index % 200 == 199:
+                await asyncio.sleep(0)
+        self.stats.elapsed += time.monotonic() - started
+        return self.ids[first:]
+
+
 async def run_workload(
     sim: SimApiServer,
     *,
@@ -377,38 +542,6 @@ async def run_workload(
     The sequence is a function of ``seed`` (and of ``clock``, which stamps the Events; by default
     the fixed epoch used by :func:`make_event`).
     """
-    rng = random.Random(seed)
-    stats = WorkloadStats()
-    recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
-    started = time.monotonic()
-    for index in range(total):
-        bumped = False
-        if recent and rng.random() < bump_ratio:
-            namespace, name = rng.choice(recent)
-            try:
-                sim.bump_count(namespace, name)
-                stats.bumped += 1
-                bumped = True
-            except KeyError:  # expired by the TTL meanwhile
-                recent.remove((namespace, name))
-        if not bumped:
-            chosen = rng.choice(namespaces) if namespaces else None
-            event = make_event(
-                rng, namespace=chosen, i=index, now=clock() if clock is not None else None
-            )
-            try:
-                sim.create_event(event)
-                stats.created += 1
-                recent.append((event["metadata"]["namespace"], event["metadata"]["name"]))
-            except ValueError:
-                stats.conflicts += 1
-        if rate:
-            delay = started + (index + 1) / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif index % 200 == 199:
-                await asyncio.sleep(0)
-        elif index % 200 == 199:
-            await asyncio.sleep(0)
-    stats.elapsed = time.monotonic() - started
-    return stats
+    workload = Workload(sim, seed, bump_ratio=bump_ratio, namespaces=namespaces, now=clock)
+    await workload.write(total, rate)
+    return workload.stats

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import ssl
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,8 @@ from tests.e2e.controlplane import (
     ControlPlaneError,
     _kill,
     _tail,
-    free_port,
 )
+from tests.support import NotMet, eventually_sync, free_port
 
 STAGES = REPO / "e2e" / "kwok" / "stages.yaml"
 MANAGED_LABEL = "kwok.x-k8s.io/node"
@@ -128,19 +127,19 @@ class Component:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        health = self.health
+
+        def healthy() -> bool:
             self.check()
-            try:
-                with urllib.request.urlopen(self.health, context=ctx, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise ControlPlaneError(
-            f"{self.name} not healthy after {timeout}s:\n{_tail(self.log_path)}"
-        )
+            with urllib.request.urlopen(health, context=ctx, timeout=2) as r:
+                return bool(r.status == 200)
+
+        try:
+            eventually_sync(healthy, timeout, 0.2, retry_on=(OSError,))
+        except NotMet:
+            raise ControlPlaneError(
+                f"{self.name} not healthy after {timeout}s:\n{_tail(self.log_path)}"
+            ) from None
 
     def check(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -313,12 +312,16 @@ class LivingCluster(ControlPlane):
 
     def wait_for(self, check: Any, what: str, timeout: float = 60) -> None:
         """Poll ``check()`` (a plain function) until true; a dead component fails at once."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def met() -> Any:
             for c in self.components:
                 c.check()
-            if check():
-                return
-            time.sleep(0.25)
-        logs = "\n".join(f"--- {c.name}\n{_tail(c.log_path, 15)}" for c in self.components)
-        raise ControlPlaneError(f"living cluster: not {what} after {timeout}s\n{logs}")
+            return check()
+
+        try:
+            eventually_sync(met, timeout, 0.25, what=what, retry_on=())
+        except NotMet:
+            logs = "\n".join(f"--- {c.name}\n{_tail(c.log_path, 15)}" for c in self.components)
+            raise ControlPlaneError(
+                f"living cluster: not {what} after {timeout}s\n{logs}"
+            ) from None

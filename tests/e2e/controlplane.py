@@ -75,7 +75,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -86,6 +85,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.support import NotMet, eventually_sync, free_port, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
@@ -202,12 +203,6 @@ def ensure_binaries(version: str | None = None, stream: bool = False) -> Path:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -354,37 +349,6 @@ class Certs:
         return ctx
 
 
-def write_kubeconfig(
-    path: Path,
-    server: str,
-    ca_file: Path,
-    *,
-    user: str,
-    client_cert: Path | None = None,
-    client_key: Path | None = None,
-    token: str | None = None,
-) -> Path:
-    u: dict[str, str] = {}
-    if client_cert and client_key:
-        u = {"client-certificate": str(client_cert), "client-key": str(client_key)}
-    if token:
-        u["token"] = token
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
-        ],
-        "users": [{"name": user, "user": u}],
-        "contexts": [{"name": user, "context": {"cluster": "e2e", "user": user}}],
-        "current-context": user,
-    }
-    # JSON is YAML: kubectl and kubernetes_asyncio both read it.
-    path.write_text(json.dumps(cfg, indent=2))
-    path.chmod(0o600)
-    return path
-
-
 # ----------------------------------------------------------------------------- processes
 
 
@@ -419,20 +383,22 @@ class Etcd:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
                 raise ControlPlaneError(
-                    f"etcd exited with {self.proc.returncode}:\n{_tail(self.log_path)}"
+                    f"etcd exited with {proc.returncode}:\n{_tail(self.log_path)}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if json.loads(r.read()).get("health") == "true":
-                        return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.1)
-        raise ControlPlaneError(f"etcd not healthy after {timeout}s:\n{_tail(self.log_path)}")
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                return bool(json.loads(r.read()).get("health") == "true")
+
+        try:
+            eventually_sync(healthy, timeout, retry_on=(OSError, ValueError))
+        except NotMet:
+            raise ControlPlaneError(
+                f"etcd not healthy after {timeout}s:\n{_tail(self.log_path)}"
+            ) from None
 
     def stop(self) -> None:
         """kill -9; the data dir stays, so start() resumes with the same data."""
@@ -493,10 +459,11 @@ class ApiServer:
         self.kubeconfig = write_kubeconfig(
             workdir / f"{name}.kubeconfig",
             self.url,
-            certs.ca_cert,
+            ca_file=certs.ca_cert,
             user=ADMIN_USER,
             client_cert=certs.admin_cert,
             client_key=certs.admin_key,
+            cluster="e2e",
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.last_start_seconds: float | None = None
@@ -558,30 +525,34 @@ class ApiServer:
                 start_new_session=True,
             )
         ctx = self.certs.admin_ssl_context()
-        deadline = t0 + timeout
-        ready = False
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def ready() -> bool:
+            """/readyz answers 200, then the kube-system namespace is there."""
+            if proc.poll() is not None:
                 raise ControlPlaneError(
-                    f"kube-apiserver {self.name} exited with {self.proc.returncode}:\n"
+                    f"kube-apiserver {self.name} exited with {proc.returncode}:\n"
                     f"{_tail(self.log_path)}"
                 )
-            try:
-                path = "/api/v1/namespaces/kube-system" if ready else "/readyz"
-                with urllib.request.urlopen(f"{self.url}{path}", context=ctx, timeout=5) as r:
-                    if r.status == 200:
-                        if ready:
-                            self.last_start_seconds = time.monotonic() - t0
-                            return self.last_start_seconds
-                        ready = True
-                        continue
-            except (OSError, urllib.error.HTTPError):
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise ControlPlaneError(
-            f"kube-apiserver {self.name} not ready after {timeout}s:\n{_tail(self.log_path)}"
-        )
+            for path in ("/readyz", "/api/v1/namespaces/kube-system"):
+                try:
+                    with urllib.request.urlopen(f"{self.url}{path}", context=ctx, timeout=5) as r:
+                        if r.status != 200:
+                            return False
+                except urllib.error.HTTPError as exc:  # not ready yet: its response closed
+                    exc.close()
+                    return False
+            return True
+
+        try:
+            eventually_sync(ready, t0 + timeout - time.monotonic(), retry_on=(OSError,))
+        except NotMet:
+            self.stop()
+            raise ControlPlaneError(
+                f"kube-apiserver {self.name} not ready after {timeout}s:\n{_tail(self.log_path)}"
+            ) from None
+        self.last_start_seconds = time.monotonic() - t0
+        return self.last_start_seconds
 
     def stop(self) -> None:
         """kill -9, no graceful shutdown (the way a crashed or evicted apiserver goes)."""
@@ -813,9 +784,10 @@ class ControlPlane:
         return write_kubeconfig(
             self.dir / f"sa-{namespace}-{name}-{target.port}.kubeconfig",
             target.url,
-            self.certs.ca_cert,
+            ca_file=self.certs.ca_cert,
             user=f"system:serviceaccount:{namespace}:{name}",
             token=token.stdout.strip(),
+            cluster="e2e",
         )
 
     def deployed_bridge_kubeconfig(self) -> Path:
@@ -871,9 +843,13 @@ class ControlPlane:
         for a in [self.apiserver, *self.extra_apiservers]:
             if a.running:
                 a.restart()
-        deadline = time.monotonic() + timeout
+
         last = ""
-        while time.monotonic() < deadline:
+
+        def expired() -> bool:
+            """A watch from rv gets 410 (or an ERROR 410 in a 200); False on a 429 (the new
+            watch cache initializes); a watch that starts is a failure at once."""
+            nonlocal last
             status, body = self.request(
                 "GET", f"/api/v1/events?watch=1&resourceVersion={rv}&timeoutSeconds=1"
             )
@@ -882,12 +858,16 @@ class ControlPlane:
                 for line in body.splitlines():
                     ev = json.loads(line)
                     if ev.get("type") == "ERROR" and ev["object"].get("code") == 410:
-                        return
+                        return True
                 raise ControlPlaneError(f"watch from RV {rv} did not get 410: {last}")
-            if status == 410:
-                return
-            time.sleep(0.2)  # 429 while the new watch cache initializes
-        raise ControlPlaneError(f"watch from RV {rv} did not get 410 in {timeout}s: {last}")
+            return status == 410
+
+        try:
+            eventually_sync(expired, timeout, 0.2, retry_on=())
+        except NotMet:
+            raise ControlPlaneError(
+                f"watch from RV {rv} did not get 410 in {timeout}s: {last}"
+            ) from None
 
 
 def _b64(s: str) -> str:

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tests.e2e.controlplane import (
     kubernetes_version,
 )
 from tests.e2e.truth import Truth, assert_stream_carries
+from tests.support import NotMet, eventually
 
 REASONS = {
     "FailedScheduling",
@@ -50,13 +52,13 @@ def _say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
-async def _wait(check: object, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(check):  # type: ignore[arg-type]
-            return
-        await asyncio.sleep(0.5)
-    print(f"   (not seen in {timeout:.0f}s: {what})")
+async def _wait(check: Callable[[], object], what: str, timeout: float = 90) -> None:
+    """Until ``check()`` (blocking: it runs kubectl, so off the loop) is true; the demo goes
+    on, saying what it did not see, when it is not."""
+    try:
+        await eventually(lambda: asyncio.to_thread(check), timeout, 0.5, what=what)
+    except NotMet:
+        print(f"   (not seen in {timeout:.0f}s: {what})")
 
 
 async def workload(cluster: LivingCluster, truth: Truth, ns: str, say: Any = None) -> None:

@@ -243,7 +243,7 @@ async def test_type_warning_field_selector_is_accepted_by_the_real_server(
     warnings = [
         i
         for i, name in zip(writer.ids, _names_of(writer), strict=True)
-        if writer.reasons[name] in ("BackOff", "Unhealthy", "FailedScheduling")
+        if writer.types[name] == "Warning"
     ]
     await assert_stream_is(nats_server.url, warnings)
     watch_lines = [e for e in bridge.log_events() if e.get("event") == "scope_started"]

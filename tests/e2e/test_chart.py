@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from bridge import settings
 from tests import gotools
 from tests.config_keys import model_keys
 from tests.e2e.controlplane import REPO, ControlPlane, selected_versions
+from tests.support import eventually_sync
 
 GO_TOOLS = ("helm",)
 
@@ -291,14 +291,13 @@ def wait_established(cp: ControlPlane, crd: str, timeout: float = 60) -> None:
     """Until the CRD's Established condition is True. Neither ``kubectl wait`` nor a jsonpath
     filter: with kubectl 1.32 both fail at once ("status.conditions accessor error", "<nil> is
     not array or slice") on a CRD that has no conditions yet, just after its creation."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def established() -> bool:
         status = json.loads(cp.kubectl("get", f"crd/{crd}", "-o", "json").stdout)["status"]
         conditions = status.get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            return
-        assert time.monotonic() < deadline, f"{crd} not Established after {timeout} s"
-        time.sleep(0.2)
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    eventually_sync(established, timeout, 0.2, what=f"{crd} Established", retry_on=())
 
 
 def server_dry_run(cp: ControlPlane, *source: str, manifest: str | None = None) -> list[str]:

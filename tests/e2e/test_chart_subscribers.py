@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from tests.e2e.test_chart import (
     server_dry_run,
     values_file,
 )
+from tests.support import eventually_sync
 
 GO_TOOLS = ("helm",)
 
@@ -384,13 +384,12 @@ def test_the_worker_may_do_only_what_the_chart_grants(api: ControlPlane, tmp_pat
 
     # the policy is enforced once the API server has loaded it: until a healthy Pod's delete
     # is refused by it (a dry run changes nothing)
-    deadline = time.monotonic() + 30
-    while True:
+    def refused() -> str | None:
         ok, out = _as_worker(api, "delete", "pod", "healthy", "-n", ACT_IN[0], "--dry-run=server")
-        if not ok:
-            break
-        assert time.monotonic() < deadline, "the admission policy was not enforced in 30 s"
-        time.sleep(0.5)
+        return None if ok else out
+
+    what = "the admission policy enforced (a healthy Pod's delete refused)"
+    out = eventually_sync(refused, 30, 0.5, what=what, retry_on=())
     assert "may delete only a Pod with a container in CrashLoopBackOff" in out, out
 
     template = {

@@ -19,6 +19,7 @@ from bridge.kube.client import KubeClient
 from bridge.runtime.leading import Elector
 from bridge.settings import KubernetesSettings, LeaderElectionSettings
 from tests.e2e.controlplane import ControlPlane
+from tests.support import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -258,13 +259,15 @@ def test_short_event_ttl_on_a_second_apiserver(control_plane: ControlPlane) -> N
             control_plane.kubectl("get", "event", "-n", NS, "smoke-ttl", check=False).returncode
             == 0
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if control_plane.kubectl("get", "event", "-n", NS, "smoke-ttl", check=False).returncode:
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("an Event written with --event-ttl=3s still exists after 30 s")
+        eventually_sync(
+            lambda: (
+                control_plane.kubectl("get", "event", "-n", NS, "smoke-ttl", check=False).returncode
+            ),
+            30,
+            0.5,
+            what="an Event written with --event-ttl=3s gone",
+            retry_on=(),
+        )
     finally:
         short.stop()
 

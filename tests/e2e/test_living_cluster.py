@@ -32,7 +32,8 @@ from tests.e2e.cluster import (
     deployment,
 )
 from tests.e2e.truth import Truth, assert_stream_carries
-from tests.integration.harness import BridgeProcess, bridge_config, eventually, status_events
+from tests.integration.harness import BridgeProcess, bridge_config, status_events
+from tests.support import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -128,9 +129,7 @@ async def test_unschedulable_pods_write_a_failedscheduling_series_from_the_sched
     too_big["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
     living_cluster.apply(deployment("churn", namespace, 3))
     living_cluster.apply(too_big)
-    await eventually(
-        lambda: asyncio.sleep(0, len(truth.of("FailedScheduling", namespace)) >= 2), timeout=60
-    )
+    await eventually(lambda: len(truth.of("FailedScheduling", namespace)) >= 2, timeout=60)
 
     def series() -> list[dict[str, Any]]:
         return [e for e in truth.of("FailedScheduling", namespace) if e.get("series")]
@@ -205,10 +204,8 @@ async def test_rollout_and_scaling_write_controller_events_with_count_bumps(
             if "(combined from similar events)" in e.get("message", "") and e.get("count", 0) >= 2
         ]
 
-    await eventually(lambda: asyncio.sleep(0, combined()), timeout=90)
-    await eventually(
-        lambda: asyncio.sleep(0, len(truth.of("SuccessfulDelete", namespace)) >= 3), timeout=60
-    )
+    await eventually(combined, timeout=90)
+    await eventually(lambda: len(truth.of("SuccessfulDelete", namespace)) >= 3, timeout=60)
     kept = await assert_stream_carries(nats_server.url, truth, reasons)
     assert len(truth.of("ScalingReplicaSet", namespace)) >= 3
     bumped = [e for e in kept.values() if (e.get("count") or 1) >= 2]
@@ -230,7 +227,7 @@ async def test_a_crash_loop_writes_backoff_with_the_kubelets_count_bumps(
     def bumped() -> list[dict[str, Any]]:
         return [e for e in truth.of("BackOff", namespace) if e.get("count", 0) >= 3]
 
-    await eventually(lambda: asyncio.sleep(0, len(bumped()) >= 2), timeout=90, interval=0.5)
+    await eventually(lambda: len(bumped()) >= 2, timeout=90, interval=0.5)
     living_cluster.kubectl("scale", "deployment", "crasher", "-n", namespace, "--replicas=0")
     await assert_stream_carries(nats_server.url, truth, reasons)
     for e in bumped():

@@ -19,7 +19,8 @@ import aiohttp
 
 from tests.cloudevent_expected import expected_attributes
 from tests.e2e.cluster import LivingCluster
-from tests.integration.harness import eventually, stream_messages
+from tests.integration.harness import stream_messages
+from tests.support import eventually
 
 # ----------------------------------------------------------------------------- the truth
 

@@ -1,28 +1,22 @@
-"""Writes core/v1 Events through a real kube-apiserver the way client-go's recorder does:
-create, then on a repeat a merge PATCH bumping ``count`` and ``lastTimestamp``. Records the
-id (``<uid>/<resourceVersion>``) of every version it makes."""
+"""Writes the workload's Events (bridge/sim/workload.py, the Events every tier writes) through a
+real kube-apiserver the way client-go's recorder does: create, then on a repeat a merge PATCH
+(``repeat_patch``: ``count`` + 1 and ``lastTimestamp``). Only where they are written differs
+from the simulated API server: over HTTPS, into one namespace, so only the namespaced kind
+the tests read (the kubelet's Pod Events, core/v1 style) is drawn, and ``managedFields`` is
+left to the server. Records the id (``<uid>/<resourceVersion>``) of every version it makes."""
 
 from __future__ import annotations
 
 import asyncio
-import random
+import json
 import ssl
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-REASONS = [
-    ("BackOff", "Warning", "Back-off restarting failed container app in pod {name}"),
-    ("Unhealthy", "Warning", "Readiness probe failed: HTTP probe failed with statuscode: 503"),
-    ("FailedScheduling", "Warning", "0/3 nodes are available: 3 Insufficient memory."),
-    ("Pulled", "Normal", 'Successfully pulled image "app:1.2.3" in 1.2s'),
-    ("Started", "Normal", "Started container app"),
-]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from bridge.sim.apiserver import repeat_patch
+from tests.support import Workload
 
 
 class ApiWriter:
@@ -30,14 +24,25 @@ class ApiWriter:
         self.url = url
         self.ssl = ssl_context
         self.namespace = namespace
-        self.rng = random.Random(seed)
-        self.ids: list[str] = []
-        self.latest: dict[str, str] = {}  # uid -> newest id
+        self.events = Workload(
+            seed=seed, kinds=("Pod",), style="core", now=lambda: datetime.now(UTC), recent=30
+        )
         self.names: list[str] = []
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # name -> versions written
         self.reasons: dict[str, str] = {}
+        self.types: dict[str, str] = {}
+        self.current: dict[str, dict[str, Any]] = {}  # name -> newest version
         self._session: aiohttp.ClientSession | None = None
-        self.n = 0
+
+    @property
+    def ids(self) -> list[str]:
+        """The id of every version written, in order."""
+        return self.events.ids
+
+    @property
+    def latest(self) -> dict[str, str]:
+        """uid -> the id of its newest version."""
+        return self.events.latest
 
     async def __aenter__(self) -> ApiWriter:
         self._session = aiohttp.ClientSession(
@@ -55,13 +60,6 @@ class ApiWriter:
         """Write through another apiserver of the same etcd."""
         self.url = url
 
-    def _record(self, obj: dict[str, Any]) -> dict[str, Any]:
-        m = obj["metadata"]
-        mid = f"{m['uid']}/{m['resourceVersion']}"
-        self.ids.append(mid)
-        self.latest[m["uid"]] = mid
-        return obj
-
     async def ensure_namespace(self) -> None:
         assert self._session is not None
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
@@ -69,61 +67,44 @@ class ApiWriter:
             assert r.status in (201, 409), await r.text()
 
     async def create(self, reason: str | None = None, type_: str | None = None) -> dict[str, Any]:
+        """A new Event of the workload (``reason``, ``type_`` replace its own)."""
         assert self._session is not None
-        self.n += 1
-        pick = self.rng.choice(REASONS)
-        reason = reason or pick[0]
-        type_ = type_ or pick[1]
-        pod = f"app-{self.rng.randrange(16**8):08x}-{self.n}"
-        name = f"{pod}.{self.rng.randrange(16**16):016x}"
-        now = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "involvedObject": {
-                "kind": "Pod",
-                "namespace": self.namespace,
-                "name": pod,
-                "apiVersion": "v1",
-                "fieldPath": "spec.containers{app}",
-            },
-            "reason": reason,
-            "message": pick[2].format(name=pod),
-            "type": type_,
-            "source": {"component": "kubelet", "host": "node-1"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": "kubelet",
-            "reportingInstance": "node-1",
-        }
+        body = self.events.draw_event(self.namespace)
+        body["metadata"].pop("managedFields", None)  # the server keeps its own
+        if reason:
+            body["reason"] = reason
+        if type_:
+            body["type"] = type_
         async with self._session.post(
             f"{self.url}/api/v1/namespaces/{self.namespace}/events", json=body
         ) as r:
             text = await r.text()
             assert r.status == 201, text
             obj: dict[str, Any] = await r.json()
+        name = obj["metadata"]["name"]
         self.names.append(name)
         self.counts[name] = 1
-        self.reasons[name] = reason
-        return self._record(obj)
+        self.reasons[name] = obj["reason"]
+        self.types[name] = obj["type"]
+        self.current[name] = obj
+        return self.events.record(obj, created=True)
 
     async def bump(self, name: str | None = None) -> dict[str, Any]:
-        """What the recorder does on a repeat: PATCH count+1 and lastTimestamp."""
+        """What the recorder does on a repeat (by default of a recent Event)."""
         assert self._session is not None
-        name = name or self.rng.choice(self.names[-30:])
-        self.counts[name] += 1
-        patch = {"count": self.counts[name], "lastTimestamp": _now()}
+        if name is None:
+            _, name = self.events.rng.choice(self.events.recent)
         async with self._session.patch(
             f"{self.url}/api/v1/namespaces/{self.namespace}/events/{name}",
-            data=__import__("json").dumps(patch),
+            data=json.dumps(repeat_patch(self.current[name])),
             headers={"Content-Type": "application/merge-patch+json"},
         ) as r:
             text = await r.text()
             assert r.status == 200, text
             obj: dict[str, Any] = await r.json()
-        return self._record(obj)
+        self.counts[name] += 1
+        self.current[name] = obj
+        return self.events.record(obj, created=False)
 
     async def delete(self, name: str) -> None:
         """Delete one Event, as namespace deletion or a person with kubectl does."""
@@ -131,6 +112,7 @@ class ApiWriter:
         url = f"{self.url}/api/v1/namespaces/{self.namespace}/events/{name}"
         async with self._session.delete(url) as r:
             assert r.status == 200, await r.text()
+        self.events.forget(self.namespace, name)
 
     async def write(
         self,
@@ -142,8 +124,9 @@ class ApiWriter:
         type_: str | None = None,
     ) -> None:
         for _ in range(n):
-            if self.names and self.rng.random() < bump_ratio:
-                await self.bump()
+            repeat = self.events.draw_repeat(bump_ratio)
+            if repeat is not None:
+                await self.bump(repeat[1])
             else:
                 await self.create(reason, type_)
             await asyncio.sleep(1 / rate)

@@ -1,9 +1,10 @@
 """Helpers for running the real bridge process against the simulated API server and a real
-nats-server, and for reading back what reached the stream."""
+nats-server, and for reading back what reached the stream. The small helpers every tier
+shares (``eventually``, ``free_port``, ``write_kubeconfig``, the Event ``Workload``) are in
+tests/support.py; they are re-exported here for the tests that import them from here."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -19,36 +20,31 @@ import nats
 import yaml
 
 from bridge.sim.apiserver import SimApiServer
-from bridge.sim.natsserver import free_port
-from bridge.sim.workload import make_event
+from tests.support import NotMet, Workload, eventually, free_port, write_kubeconfig
 
-
-def write_kubeconfig(
-    path: Path,
-    server: str,
-    *,
-    token: str | None = None,
-    token_file: str | None = None,
-    ca_file: str | None = None,
-) -> Path:
-    user: dict[str, Any] = {}
-    if token:
-        user["token"] = token
-    if token_file:
-        user["tokenFile"] = token_file
-    cluster: dict[str, Any] = {"server": server}
-    if ca_file:
-        cluster["certificate-authority"] = ca_file
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sim",
-        "clusters": [{"name": "sim", "cluster": cluster}],
-        "users": [{"name": "bridge", "user": user}],
-        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "bridge"}}],
-    }
-    path.write_text(yaml.safe_dump(doc))
-    return path
+__all__ = [  # what the tests import from here (some of it from tests/support.py)
+    "BridgeProcess",
+    "Bridges",
+    "ChildProcess",
+    "ConsumerProcess",
+    "Writer",
+    "all_of",
+    "bridge_config",
+    "checkpoint",
+    "count_at_least",
+    "deep_merge",
+    "event_ids",
+    "eventually",
+    "free_port",
+    "logged",
+    "metric_at_least",
+    "readyz",
+    "status_events",
+    "stream_messages",
+    "subscriber_config",
+    "watch_requests",
+    "write_kubeconfig",
+]
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -143,21 +139,21 @@ class ChildProcess:
             return r.status, await r.text()
 
     async def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
+        async def ready() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(
                     f"{self.what} exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
                 )
-            try:
-                status, _ = await self.get("/readyz")
-                if status == 200:
-                    return
-            except (TimeoutError, aiohttp.ClientError):
-                pass
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{self.what} not ready in {timeout}s:\n{self.logs()[-3000:]}")
+            status, _ = await self.get("/readyz")
+            return status == 200
+
+        try:
+            await eventually(ready, timeout, retry_on=(TimeoutError, aiohttp.ClientError))
+        except NotMet:
+            raise AssertionError(
+                f"{self.what} not ready in {timeout}s:\n{self.logs()[-3000:]}"
+            ) from None
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -168,12 +164,15 @@ class ChildProcess:
 
     async def wait_exit(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
-        for _ in range(int(timeout * 20)):
-            if self.proc.poll() is not None:
-                return self.proc.returncode
-            await asyncio.sleep(0.05)
-        self.proc.kill()
-        raise AssertionError(f"{self.what} did not exit in {timeout}s:\n{self.logs()[-3000:]}")
+        proc = self.proc
+        try:
+            await eventually(lambda: proc.poll() is not None, timeout, 0.05)
+        except NotMet:
+            proc.kill()
+            raise AssertionError(
+                f"{self.what} did not exit in {timeout}s:\n{self.logs()[-3000:]}"
+            ) from None
+        return proc.returncode
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -274,47 +273,12 @@ class Bridges:
             p.kill()
 
 
-class Writer:
-    """Writes realistic Events (creates and count bumps) and records every version's id."""
+class Writer(Workload):
+    """The workload (bridge/sim/workload.py) as the integration tests write it: to the
+    simulated API server, seed 1 and 500 operations a second unless told otherwise."""
 
-    def __init__(self, sim: SimApiServer, seed: int = 1) -> None:
-        self.sim = sim
-        self.rng = random.Random(seed)
-        self.ids: list[str] = []
-        self.latest: dict[str, str] = {}  # uid -> newest id
-        self.live: list[tuple[str, str]] = []
-        self.n = 0
-
-    def _record(self, obj: dict[str, Any]) -> None:
-        m = obj["metadata"]
-        mid = f"{m['uid']}/{m['resourceVersion']}"
-        self.ids.append(mid)
-        self.latest[m["uid"]] = mid
-
-    def create(self, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
-        """A new Event; ``fields`` replace top-level fields (``reason="OOMKilling"``)."""
-        self.n += 1
-        ev = make_event(self.rng, namespace=namespace, i=self.n)
-        ev.update(fields)
-        obj = self.sim.create_event(ev)
-        self._record(obj)
-        self.live.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        return obj
-
-    def bump(self) -> dict[str, Any]:
-        ns, name = self.rng.choice(self.live[-50:])
-        obj = self.sim.bump_count(ns, name)
-        self._record(obj)
-        return obj
-
-    async def write(self, n: int, rate: float = 500.0, bump_ratio: float = 0.3, **kw: Any) -> None:
-        for i in range(n):
-            if self.live and self.rng.random() < bump_ratio:
-                self.bump()
-            else:
-                self.create(**kw)
-            if i % max(1, int(rate / 20)) == 0:
-                await asyncio.sleep(1 / 20)
+    def __init__(self, sim: SimApiServer, seed: int = 1, rate: float | None = 500.0) -> None:
+        super().__init__(sim, seed, rate=rate)
 
 
 async def stream_messages(
@@ -368,22 +332,6 @@ async def checkpoint(
         return int(msgspec.json.decode(e.value)["resourceVersion"])
     finally:
         await nc.close()
-
-
-async def eventually(check: Any, timeout: float = 20.0, interval: float = 0.1) -> Any:
-    """Wait until ``await check()`` is truthy; return its value."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    last = None
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            last = await check()
-        except (aiohttp.ClientError, OSError) as exc:  # a server not up yet: not yet
-            last = exc
-        else:
-            if last:
-                return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met in {timeout}s (last: {last!r})")
 
 
 def watch_requests(sim: SimApiServer) -> list[Any]:

@@ -13,23 +13,14 @@ from tests.integration.harness import (
     all_of,
     checkpoint,
     event_ids,
-    eventually,
     metric_at_least,
     readyz,
     status_events,
     watch_requests,
-    write_kubeconfig,
 )
+from tests.support import eventually, rss_kib, write_kubeconfig
 
 pytestmark = pytest.mark.integration
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 async def test_nats_outage_pauses_the_watch_bounds_memory_and_loses_nothing(

@@ -29,10 +29,10 @@ from tests.integration.harness import (
     all_of,
     bridge_config,
     checkpoint,
-    eventually,
     logged,
     readyz,
 )
+from tests.support import eventually, rss_kib
 
 pytestmark = pytest.mark.integration
 
@@ -83,14 +83,6 @@ async def cluster_ready(cluster: NatsCluster) -> None:
 async def ask(call: Any, *args: Any) -> Any:
     """A blocking call of the cluster (its processes, its monitoring endpoints) off the loop."""
     return await asyncio.to_thread(call, *args)
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 @dataclass

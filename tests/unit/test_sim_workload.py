@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from bridge.sim import SimApiServer, make_event, run_workload
+from bridge.sim import SimApiServer, Workload, make_event, run_workload
+from bridge.sim.apiserver import repeat_patch
 from bridge.sim.workload import NAMESPACES
 
 SERVER_FIELDS = {"uid": "0b6a4b1e-2f5c-4a8e-9d3b-7c1e5f2a9d40", "resourceVersion": "123456789"}
@@ -144,3 +145,48 @@ async def test_run_workload_paces_to_the_rate_and_respects_namespaces() -> None:
     assert stats.created == 20 and stats.bumped == 0
     assert stats.elapsed >= 0.09
     assert {e["metadata"]["namespace"] for e in sim.list_events()} == {"a", "b"}
+
+
+def test_the_workload_records_every_version_and_the_newest_of_each_event() -> None:
+    sim = SimApiServer()
+    w = Workload(sim, 3)
+    first = w.create(namespace="shop")
+    again = w.bump("shop", first["metadata"]["name"])
+    uid = first["metadata"]["uid"]
+    assert w.ids == [f"{uid}/{first['metadata']['resourceVersion']}", w.latest[uid]]
+    assert w.latest[uid] == f"{uid}/{again['metadata']['resourceVersion']}"
+    assert (w.stats.created, w.stats.bumped) == (1, 1)
+
+
+def test_a_repeat_of_an_expired_event_writes_a_new_one_and_forgets_it() -> None:
+    sim = SimApiServer()
+    w = Workload(sim, 3, bump_ratio=1.0)
+    gone = w.create()
+    sim.delete_event(gone["metadata"]["namespace"], gone["metadata"]["name"])
+    written = w.step()
+    assert written is not None and written["metadata"]["uid"] != gone["metadata"]["uid"]
+    assert (gone["metadata"]["namespace"], gone["metadata"]["name"]) not in w.recent
+    assert w.stats.created == 2
+
+
+def test_a_name_already_taken_is_counted_not_raised() -> None:
+    sim = SimApiServer()
+    Workload(sim, 9).step()
+    assert Workload(sim, 9).step() is None  # the same seed draws the same name
+    assert len(sim.list_events()) == 1
+
+
+def test_the_draw_narrows_to_the_kinds_and_style_asked_for() -> None:
+    w = Workload(seed=4, kinds=("Pod",), style="core")
+    events = [w.draw_event("e2e-1") for _ in range(200)]
+    assert {e["involvedObject"]["kind"] for e in events} == {"Pod"}
+    assert {e["involvedObject"]["namespace"] for e in events} == {"e2e-1"}
+    assert all(e["count"] >= 1 and e["eventTime"] is None for e in events)
+
+
+def test_a_repeat_patch_is_what_the_recorders_send() -> None:
+    core = {"count": 4, "lastTimestamp": "2026-01-01T00:00:00Z"}
+    assert repeat_patch(core)["count"] == 5 and "lastTimestamp" in repeat_patch(core)
+    first_repeat = {"count": None, "eventTime": "2026-01-01T00:00:00.000000Z"}
+    assert repeat_patch(first_repeat)["series"]["count"] == 2
+    assert repeat_patch({"series": {"count": 7}})["series"]["count"] == 8
