@@ -66,13 +66,16 @@ lint: $(BIN)/.installed
 	$(BIN)/python -m tools.configref --check
 	$(BIN)/python -m tools.monitoring --check
 	$(BIN)/python -m tools.natsperms --check
+	$(BIN)/python -m tools.perftable --check
 
 # the generated files: docs/configuration.md and config/*.yaml from the settings models, the
-# dashboard, the PrometheusRule and the chart's copies of deploy/monitoring/ (lint checks them)
+# dashboard, the PrometheusRule and the chart's copies of deploy/monitoring/, the NATS server
+# config, the latest figures in docs/performance.md from bench/results/latest.json (lint checks them)
 docs: $(BIN)/.installed
 	$(BIN)/python -m tools.configref
 	$(BIN)/python -m tools.monitoring
 	$(BIN)/python -m tools.natsperms
+	$(BIN)/python -m tools.perftable
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit

@@ -2,7 +2,7 @@
 
 The envelope is a msgspec Struct serialised once, the Event's own bytes spliced in as
 ``data``; the cloudevents SDK stays the reference: the tests parse every shape this module
-produces with it. Mapping (DESIGN.md):
+produces with it. Mapping (docs/design.md, "The CloudEvent"):
 
     id        <event uid>/<resourceVersion>        (also the Nats-Msg-Id: deterministic)
     source    k8s://<cluster>/namespaces/<namespace>
