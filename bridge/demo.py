@@ -32,7 +32,7 @@ async def show(reader: tailing.Tail, received: list[str], quiet: bool, indent: s
         if not quiet:
             try:
                 text = tailing.line(tailing.decode(msg.headers, msg.data))
-            except ValueError:  # msgspec's DecodeError, UnicodeDecodeError
+            except ValueError:  # the decoder's BadMessage
                 text = f"(not a CloudEvent: {msg.subject} {msg.data[:80]!r})"
             print(indent + text[:150], flush=True)
 

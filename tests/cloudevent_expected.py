@@ -1,5 +1,6 @@
-"""The CloudEvent the README promises for a Kubernetes Event, written out independently of
-bridge/core/converting.py (shared by the e2e truth check and tests/unit/test_real_events.py)."""
+"""The CloudEvent docs/design.md promises for a Kubernetes Event ("The CloudEvent"), written
+out independently of bridge/core/converting.py (shared by the e2e truth check and
+tests/unit/test_real_events.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def _token(text: str) -> str:
 
 
 def expected_attributes(ev: dict[str, Any], cluster: str = CLUSTER) -> dict[str, str]:
-    """The README's mapping, written out independently of bridge/core/converting.py."""
+    """docs/design.md's mapping, written out independently of bridge/core/converting.py."""
     m, obj = ev["metadata"], ev.get("involvedObject") or {}
     series = ev.get("series") or {}
     time = (

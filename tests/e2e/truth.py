@@ -3,7 +3,7 @@ test_living_cluster.py and demo_cluster.py.
 
 :class:`Truth` is an independent raw watch on core/v1 Events of the whole cluster (not the
 bridge's code): every version it saw. :func:`assert_stream_carries` checks that every version of
-the kept reasons is in the stream exactly once with the CloudEvent attributes the README
+the kept reasons is in the stream exactly once with the CloudEvent attributes docs/design.md
 documents, computed here from the Event itself (:func:`expected_attributes`).
 """
 

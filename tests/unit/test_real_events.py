@@ -3,7 +3,7 @@
 kubelets wrote: events.k8s.io Events with and without a series, core/v1 Events with the
 correlator's count bumps and "(combined from similar events)" messages, Events on Nodes in
 ``default``. Each goes through the bridge's decoder (the fast path) and converter in both
-content modes, is parsed by the cloudevents SDK, and must be the CloudEvent the README
+content modes, is parsed by the cloudevents SDK, and must be the CloudEvent docs/design.md
 documents (tests/cloudevent_expected.py, written independently of the converter)."""
 
 from __future__ import annotations
