@@ -20,7 +20,6 @@ restart forgets them (silences and the notification log are on disk).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
@@ -33,8 +32,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from bridge.sim.natsserver import free_port
 from tests import gotools
+from tests.support import eventually, free_port
 
 
 class AlertmanagerError(RuntimeError):
@@ -186,25 +185,28 @@ class Alertmanager:
             )
 
     async def wait_ready(self, timeout: float = 20.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        """Until ``/-/ready`` answers 200; AlertmanagerError with the log's tail if the process
+        exits first or is not ready in ``timeout`` seconds."""
         async with aiohttp.ClientSession() as s:
-            while loop.time() < deadline:
+
+            async def ready() -> bool:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
                     raise AlertmanagerError(
                         f"alertmanager exited {self.proc.returncode}:\n{self.logs()[-3000:]}"
                     )
-                try:
-                    async with s.get(
-                        f"{self.url}/-/ready", timeout=aiohttp.ClientTimeout(total=2)
-                    ) as r:
-                        if r.status == 200:
-                            return
-                except (TimeoutError, aiohttp.ClientError):
-                    pass
-                await asyncio.sleep(0.1)
-        raise AlertmanagerError(f"alertmanager not ready in {timeout}s:\n{self.logs()[-3000:]}")
+                async with s.get(
+                    f"{self.url}/-/ready", timeout=aiohttp.ClientTimeout(total=2)
+                ) as r:
+                    return r.status == 200
+
+            await eventually(
+                ready,
+                timeout,
+                what="alertmanager ready",
+                retry_on=(TimeoutError, aiohttp.ClientError),
+                error=lambda message: AlertmanagerError(f"{message}:\n{self.logs()[-3000:]}"),
+            )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop it (SIGTERM: a clean stop; SIGKILL: a crash) and wait for the exit."""

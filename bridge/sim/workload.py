@@ -91,6 +91,7 @@ SCENARIOS: tuple[tuple[str, str, str, int], ...] = (
     ("ExternalProvisioning", "Normal", "PersistentVolumeClaim", 1),
 )
 _WEIGHTS = [weight for *_, weight in SCENARIOS]
+REASONS = frozenset(reason for reason, *_ in SCENARIOS)
 
 API_VERSIONS = {
     "Pod": "v1",
@@ -299,6 +300,21 @@ def _managed_fields(style: Style, manager: str, moment: datetime.datetime) -> li
     ]
 
 
+def _scenario(rng: random.Random, reason: str | None, kind: str | None) -> tuple[str, str, str]:
+    """(reason, type, kind) of a pinned reason and/or kind: drawn among the rows of
+    ``SCENARIOS`` that match, or Warning for a pair the table lacks (OOMKilling of a Pod)."""
+    if reason is not None and reason not in REASONS:
+        raise ValueError(f"no Event scenario has reason {reason!r}")
+    if kind is not None and kind not in API_VERSIONS:
+        raise ValueError(f"no Event scenario is about a {kind!r}")
+    rows = [row for row in SCENARIOS if reason in (None, row[0]) and kind in (None, row[2])]
+    if not rows:
+        assert reason is not None and kind is not None
+        return reason, "Warning", kind
+    drawn, event_type, drawn_kind, _ = rng.choices(rows, weights=[row[3] for row in rows])[0]
+    return drawn, event_type, drawn_kind
+
+
 def make_event(
     rng: random.Random,
     *,
@@ -306,23 +322,39 @@ def make_event(
     i: int = 0,
     style: Style | None = None,
     now: datetime.datetime | None = None,
+    reason: str | None = None,
+    kind: str | None = None,
+    name: str | None = None,
+    count: int | None = None,
 ) -> dict[str, Any]:
     """A realistic core/v1 Event as a client would create it (no uid/resourceVersion yet).
 
     ``now`` is when it happened; by default a fixed epoch plus ``i`` seconds, so the result is
     a pure function of the generator's state and the arguments.
+
+    A test that needs exact labels pins what is otherwise drawn: ``reason``, the involved
+    object's ``kind`` and ``name`` (the message and the reporter follow them), and ``count``,
+    how often it has happened so far (core/v1 ``count``; events.k8s.io a ``series`` from 2,
+    none at 1).
     """
     moment = now if now is not None else EPOCH + datetime.timedelta(seconds=i)
-    reason, event_type, kind, _ = rng.choices(SCENARIOS, weights=_WEIGHTS)[0]
+    if reason is None and kind is None:
+        reason, event_type, kind, _ = rng.choices(SCENARIOS, weights=_WEIGHTS)[0]
+    else:
+        reason, event_type, kind = _scenario(rng, reason, kind)
     if style is None:
         style = "events.k8s.io" if reason in ("FailedScheduling", "Scheduled") else "core"
         if rng.random() < 0.05:
             style = "events.k8s.io" if style == "core" else "core"
     app = rng.choice(APPS)
     node = rng.choice(NODES)
+    if kind == "Node" and name is not None:
+        node = name
     if namespace is None:
         namespace = "default" if kind == "Node" else rng.choice(NAMESPACES)
     involved, involved_name = _involved(rng, kind, namespace, app, node)
+    if name is not None:
+        involved["name"] = involved_name = name
     if kind == "Pod" and reason in ("BackOff", "Pulling", "Pulled", "Created", "Started",
                                     "Killing", "Unhealthy", "Failed"):  # fmt: skip
         involved["fieldPath"] = f"spec.containers{{{app}}}"
@@ -345,7 +377,8 @@ def make_event(
         "type": event_type,
     }
     if style == "core":
-        count = rng.choice((1, 1, 1, 1, 2, 3, 5, 12))
+        if count is None:
+            count = rng.choice((1, 1, 1, 1, 2, 3, 5, 12))
         first = moment - datetime.timedelta(seconds=(count - 1) * rng.randint(10, 300))
         event["source"] = (
             {"component": component, "host": host} if host else {"component": component}
@@ -366,9 +399,11 @@ def make_event(
         event["action"] = action
         event["reportingComponent"] = component
         event["reportingInstance"] = f"{component}-{node}"
-        if rng.random() < 0.3:
+        repeated = rng.random() < 0.3 if count is None else count > 1
+        if repeated:
             later = moment + datetime.timedelta(seconds=rng.randint(30, 900))
-            event["series"] = {"count": rng.randint(2, 40), "lastObservedTime": _micro(later)}
+            repeats = rng.randint(2, 40) if count is None else count
+            event["series"] = {"count": repeats, "lastObservedTime": _micro(later)}
     return event
 
 
@@ -423,8 +458,20 @@ class Workload:
 
     # ------------------------------------------------------------------ the draw
 
-    def draw_event(self, namespace: str | None = None, **fields: Any) -> dict[str, Any]:
-        """The next new Event; ``fields`` replace top-level fields (``reason="OOMKilling"``)."""
+    def draw_event(
+        self,
+        namespace: str | None = None,
+        *,
+        style: Style | None = None,
+        reason: str | None = None,
+        kind: str | None = None,
+        name: str | None = None,
+        count: int | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """The next new Event; ``style`` (default ``self.style``) and the pins of
+        :func:`make_event` (``reason``, ``kind``, ``name``, ``count``) narrow the draw,
+        ``fields`` replace top-level fields (``type="Normal"``)."""
         while True:
             self.n += 1
             if namespace is None and self.namespaces:
@@ -432,8 +479,20 @@ class Workload:
             else:
                 chosen = namespace
             now = self.now() if self.now is not None else None
-            event = make_event(self.rng, namespace=chosen, i=self.n, style=self.style, now=now)
-            if self.kinds is None or event["involvedObject"]["kind"] in self.kinds:
+            event = make_event(
+                self.rng,
+                namespace=chosen,
+                i=self.n,
+                style=style or self.style,
+                now=now,
+                reason=reason,
+                kind=kind,
+                name=name,
+                count=count,
+            )
+            if self.kinds is None or reason is not None or kind is not None:
+                break  # a pinned draw wins over ``kinds``
+            if event["involvedObject"]["kind"] in self.kinds:
                 break
         event.update(fields)
         return event

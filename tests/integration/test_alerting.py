@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,9 +21,9 @@ import yaml
 from bridge.core.converting import Converter
 from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
-from bridge.sim.natsserver import free_port
 from tests.alertmanager import Alertmanager, AlertmanagerError, Webhook, ensure_alertmanager
-from tests.integration.harness import ConsumerProcess, checkpoint, eventually, status_events
+from tests.integration.harness import ConsumerProcess, checkpoint, status_events
+from tests.support import Workload, eventually, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -120,22 +119,20 @@ def run_alerting(
 # ----------------------------------------------------------------------------- Events
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 @dataclass
 class Events:
-    """Writes Events to the simulated API server and keeps what Alertmanager must show:
-    one alert per (namespace, kind, name, reason) of a kept Warning, with the newest count."""
+    """Writes Events through the one writer (the simulator's ``Workload``, stamped now) and
+    keeps what Alertmanager must show: one alert per (namespace, kind, name, reason) of a kept
+    Warning, with the newest count and the message written."""
 
     sim: Any
     expected: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     names: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    messages: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    workload: Workload = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workload = Workload(self.sim, seed=22, now=lambda: datetime.now(UTC))
 
     def create(
         self,
@@ -147,41 +144,26 @@ class Events:
         type_: str = "Warning",
         series: bool = False,
     ) -> tuple[str, str, str, str]:
-        involved: dict[str, Any] = {"kind": kind, "name": name, "apiVersion": "v1"}
-        if kind != "Node":
-            involved["namespace"] = namespace
-        obj: dict[str, Any] = {
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": f"{reason} of {kind} {name}",
-            "type": type_,
-        }
-        if series:  # events.k8s.io style: eventTime, a series once repeated
-            obj.update(
-                eventTime=_micro(),
-                reportingComponent="default-scheduler",
-                reportingInstance="default-scheduler-node-1",
-                action="Scheduling",
-                source={},
-            )
-        else:
-            now = _now()
-            obj.update(
-                count=1,
-                firstTimestamp=now,
-                lastTimestamp=now,
-                source={"component": "kubelet", "host": "node-1"},
-            )
-        created = self.sim.create_event(obj)
+        """A first occurrence (count 1; ``series``: events.k8s.io style, a series once
+        repeated) of ``reason`` about the ``kind`` named ``name``."""
+        created = self.workload.create(
+            namespace,
+            reason=reason,
+            kind=kind,
+            name=name,
+            count=1,
+            style="events.k8s.io" if series else "core",
+            type=type_,
+        )
         key = (namespace, kind, name, reason)
         self.names[key] = created["metadata"]["name"]
+        self.messages[key] = created["message"]
         if type_ == "Warning" and reason in KEPT:
             self.expected[key] = 1
         return key
 
     def bump(self, key: tuple[str, str, str, str]) -> int:
-        obj = self.sim.bump_count(key[0], self.names[key])
+        obj = self.workload.bump(key[0], self.names[key])
         count = int((obj.get("series") or {}).get("count") or obj.get("count") or 1)
         if key in self.expected:
             self.expected[key] = count
@@ -259,7 +241,8 @@ async def test_warning_events_become_one_alert_per_object_and_reason_with_the_ne
     await wait_exactly(am, ev)
     shown = {a["labels"]["name"]: a for a in await event_alerts(am)}
     web1 = shown["web-1"]
-    assert web1["annotations"]["message"] == "BackOff of Pod web-1"
+    assert web1["annotations"]["message"] == ev.messages[backoff]
+    assert "in pod web-1_shop(" in web1["annotations"]["message"]  # the workload's BackOff
     assert web1["annotations"]["first_seen"] <= web1["annotations"]["last_seen"]
     assert web1["generatorURL"] == "nats://K8S_EVENTS/alerting"
     assert shown["node-1"]["labels"]["namespace"] == "default"  # where Node Events are recorded

@@ -33,6 +33,7 @@ from k8s_event_consumer import (
     replay,
 )
 from k8s_event_consumer.events import Gap, Status
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 STREAM = "K8S_EVENTS"
@@ -86,24 +87,18 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[KubeEvent, Delivery]] = []
         self.statuses: list[tuple[str, Status]] = []
-        self.changed = asyncio.Event()
 
     async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
         self.events.append((ev, d))
-        self.changed.set()
 
     def status(self, name: str) -> Any:
         async def record(s: Status, d: Delivery) -> None:
             self.statuses.append((name, s))
-            self.changed.set()
 
         return record
 
     async def until(self, predicate: Any, timeout: float = 15.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                self.changed.clear()
-                await self.changed.wait()
+        await eventually(predicate, timeout, 0.02)
 
 
 @contextlib.asynccontextmanager
@@ -206,7 +201,8 @@ async def test_a_failing_handler_is_retried_with_backoff_until_max_deliver(nc: A
     opts = ConsumerOptions(ack_wait=1.0, max_deliver=3, backoff=(0.2,), fetch_timeout=0.5)
     c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=opts)
     async with running(c, Handlers(on_event=on_event)):
-        await asyncio.sleep(4)
+        await eventually(lambda: len(seen) >= 3, 10, what="three deliveries")
+        await asyncio.sleep(2)  # past ack_wait and the back-off: no fourth comes
     assert seen == [1, 2, 3]  # JetStream gives up after max_deliver
     assert c.stats.failed == 3 and c.stats.handled == 0
 
@@ -234,9 +230,7 @@ async def test_a_handled_message_whose_ack_was_lost_is_not_run_twice(
 
     c = await Consumer.open(nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST)
     async with running(c, Handlers(on_event=on_event)):
-        async with asyncio.timeout(15):
-            while c.stats.skipped_duplicates == 0:
-                await asyncio.sleep(0.1)
+        await eventually(lambda: c.stats.skipped_duplicates, 15, what="a duplicate skipped")
     assert calls == [1] and lost == [1]
     info = await nc.jetstream().consumer_info(STREAM, "d")
     assert info.num_ack_pending == 0
@@ -282,9 +276,7 @@ async def test_a_restart_between_handling_and_ack_does_not_handle_again(
         seen=await KVSeen.open(second, "kit_seen"),
     )
     async with running(c2, Handlers(on_event=on_event)):
-        async with asyncio.timeout(10):
-            while c2.stats.skipped_duplicates == 0:
-                await asyncio.sleep(0.1)
+        await eventually(lambda: c2.stats.skipped_duplicates, 10, what="a duplicate skipped")
     await second.close()
     assert calls == ["r/1"]
 
@@ -444,9 +436,7 @@ async def test_nats_frozen_mid_stream_the_consumer_survives_and_handles_everythi
             os.kill(nats_server.proc.pid, signal.SIGCONT)
         for i in range(41, 61):
             await publish(nc, event(f"z{i}", i))
-        async with asyncio.timeout(60):
-            while len(set(calls)) < 60:
-                await asyncio.sleep(0.2)
+        await eventually(lambda: len(set(calls)) >= 60, 60, 0.2, what="all 60 handled")
     await client.close()
     assert set(calls) == {f"z{i}/{i}" for i in range(1, 61)}
     assert c.stats.failed >= 1  # the freeze was felt, and survived

@@ -16,6 +16,7 @@ from bridge.jetstream import fastpath, publishing, streams
 from bridge.jetstream.publishing import Publisher
 from bridge.metrics import Metrics
 from bridge.settings import NatsSettings
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +33,15 @@ async def connect(url: str):
 
 
 async def publish_all(pub: Publisher, n: int) -> Progress:
-    """Publish n messages through the publisher; the progress they settle."""
+    """Publish n messages through the publisher and wait until all are acked; the progress
+    they settle."""
     q: BoundedQueue[Outgoing] = BoundedQueue(100, 1 << 20)
     progress = Progress(0)
     tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
     try:
         for i in range(1, n + 1):
             await q.put(Outgoing(msg(i), progress.pending(i)), 10)
-        for _ in range(400):
-            if progress.safe_rv == n:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: progress.safe_rv == n, 20, 0.05, what=f"all {n} acked")
     finally:
         for t in tasks:
             t.cancel()

@@ -15,6 +15,7 @@ from bridge.jetstream import streams
 from bridge.jetstream.publishing import Publisher
 from bridge.metrics import Metrics
 from bridge.settings import NatsSettings
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -75,11 +76,7 @@ async def test_every_message_acked_and_checkpoint_follows(nats_server, path):
     tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap())]
     for i in range(1, 201):
         await q.put(Outgoing(msg(i), progress.pending(i)), 10)
-    for _ in range(200):
-        if progress.safe_rv == 200:
-            break
-        await asyncio.sleep(0.05)
-    assert progress.safe_rv == 200
+    await eventually(lambda: progress.safe_rv == 200, 10, 0.05, what="checkpoint at 200")
     assert sorted(await stream_ids(nc)) == sorted(f"uid-{i}/{i}" for i in range(1, 201))
     for t in tasks:
         t.cancel()
@@ -93,8 +90,7 @@ async def test_same_msg_id_twice_is_stored_once(nats_server):
     task = asyncio.create_task(pub.run(q))
     for _ in range(3):
         await q.put(Outgoing(msg(1), p.pending(1)), 10)
-    while p.safe_rv != 1 or pub.in_flight:
-        await asyncio.sleep(0.02)
+    await eventually(lambda: p.safe_rv == 1 and not pub.in_flight, 10, 0.02, what="all acked")
     assert await stream_ids(nc) == ["uid-1/1"]
     assert pub._m.duplicates._value.get() == 2
     task.cancel()
@@ -113,11 +109,7 @@ async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
     await asyncio.sleep(1.0)
     assert p.safe_rv == 0, "checkpoint moved without an ack"
     await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_server.url]))
-    for _ in range(200):
-        if p.safe_rv == 7:
-            break
-        await asyncio.sleep(0.05)
-    assert p.safe_rv == 7
+    await eventually(lambda: p.safe_rv == 7, 10, 0.05, what="checkpoint at 7")
     assert pub._m.retries._value.get() >= 1
     assert await stream_ids(nc) == ["uid-7/7"]
     for t in tasks:
@@ -140,18 +132,13 @@ async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_serve
                 await asyncio.sleep(0.01)
 
     producer = asyncio.create_task(produce())
-    while p.safe_rv < 200:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: p.safe_rv >= 200, 30, 0.01, what="checkpoint past 200")
     nats_server.kill()
     await asyncio.sleep(1.0)
     assert len(q) <= 50  # the queue bound holds; the producer waits
     nats_server.start()
     await asyncio.wait_for(producer, 60)
-    for _ in range(600):
-        if p.safe_rv == 1000:
-            break
-        await asyncio.sleep(0.05)
-    assert p.safe_rv == 1000
+    await eventually(lambda: p.safe_rv == 1000, 30, 0.05, what="checkpoint at 1000")
     ids = await stream_ids(nc)
     assert len(ids) == len(set(ids)) == 1000
     for t in tasks:
@@ -213,11 +200,7 @@ async def test_message_over_max_payload_with_headers_is_skipped_without_a_discon
         )
         await q.put(Outgoing(big, p.pending(1)), 2000)
         await q.put(Outgoing(msg(2), p.pending(2)), 10)
-        for _ in range(100):
-            if p.safe_rv == 2:
-                break
-            await asyncio.sleep(0.05)
-        assert p.safe_rv == 2
+        await eventually(lambda: p.safe_rv == 2, 5, 0.05, what="checkpoint at 2")
         assert nc.is_connected and pub._m.failed.labels("too_large")._value.get() == 1
         assert pub._m.dropped.labels("too_large")._value.get() == 1
         assert await stream_ids(nc) == ["uid-2/2"]
@@ -258,16 +241,12 @@ async def test_a_message_no_server_can_take_is_replaced_by_a_durable_dropped_eve
         )
         await q.put(Outgoing(big, p.pending(1)), 3000)
         await q.put(Outgoing(msg(2), p.pending(2)), 10)
-        for _ in range(40):
-            await asyncio.sleep(0.05)
-        assert made == ["uid-big/1"] and p.safe_rv == 0  # the notice is not stored yet
+        await eventually(lambda: made, 2, 0.05, what="the dropped notice made")
+        await asyncio.sleep(2.0)  # and the checkpoint stays: the notice is not stored yet
+        assert made == ["uid-big/1"] and p.safe_rv == 0
         reaper.cancel()
         reaper = asyncio.create_task(pub.reap(0.05))
-        for _ in range(100):
-            if p.safe_rv == 2:
-                break
-            await asyncio.sleep(0.05)
-        assert p.safe_rv == 2
+        await eventually(lambda: p.safe_rv == 2, 5, 0.05, what="checkpoint at 2")
         js = nc.jetstream()
         sub = await js.subscribe(
             "k8s.events.c._bridge.dropped", stream="K8S_EVENTS", ordered_consumer=True
@@ -337,11 +316,8 @@ async def test_jetstream_that_never_answers_costs_nothing_per_attempt(nats_serve
     await silent.unsubscribe()
     js = nc.jetstream()
     await js.add_stream(name="QUIET", subjects=["quiet.>"])  # JetStream answers again
-    for _ in range(200):
-        if p.safe_rv == 100:
-            break
-        await asyncio.sleep(0.05)
-    assert p.safe_rv == 100 and pub.sizes() == {"pending": 0, "pending_bytes": 0}
+    await eventually(lambda: p.safe_rv == 100, 10, 0.05, what="checkpoint at 100")
+    assert pub.sizes() == {"pending": 0, "pending_bytes": 0}
     assert (await js.stream_info("QUIET")).state.messages == 100
     for t in tasks:
         t.cancel()
@@ -385,10 +361,12 @@ async def test_a_publish_nobody_takes_is_tried_again_within_an_ack_timeout(nats_
     await q.put(Outgoing(silent_msg(1), p.pending(1)), 10)
     task = asyncio.create_task(pub.run(q))
     try:
-        for _ in range(500):  # the no-responders answer comes at once
-            if pub._m.failed.labels("no_responders")._value.get() >= 1:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(  # the no-responders answer comes at once
+            lambda: pub._m.failed.labels("no_responders")._value.get() >= 1,
+            5,
+            0.01,
+            what="a no_responders failure",
+        )
         (out,) = pub._pending.values()
         assert 0 < out.deadline - now[0] <= 0.3
     finally:

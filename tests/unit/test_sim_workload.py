@@ -190,3 +190,61 @@ def test_a_repeat_patch_is_what_the_recorders_send() -> None:
     first_repeat = {"count": None, "eventTime": "2026-01-01T00:00:00.000000Z"}
     assert repeat_patch(first_repeat)["series"]["count"] == 2
     assert repeat_patch({"series": {"count": 7}})["series"]["count"] == 8
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "name", "event_type"),
+    [
+        ("BackOff", "Pod", "web-1", "Warning"),
+        ("Pulled", "Pod", "web-1", "Normal"),
+        ("FailedScheduling", "Pod", "api-0", "Warning"),
+        ("OOMKilling", "Pod", "worker-3", "Warning"),  # a pair the table lacks: Warning
+        ("NodeNotReady", "Node", "node-1", "Normal"),
+        ("ScalingReplicaSet", "Deployment", "shop", "Normal"),
+    ],
+)
+def test_a_pinned_reason_kind_and_name_are_what_is_written(
+    reason: str, kind: str, name: str, event_type: str
+) -> None:
+    event = make_event(random.Random(1), namespace="shop", reason=reason, kind=kind, name=name)
+    assert (event["reason"], event["type"]) == (reason, event_type)
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["name"]) == (kind, name)
+    assert event["metadata"]["name"].startswith(f"{name}.")
+
+
+def test_the_message_and_the_reporter_follow_the_pinned_object() -> None:
+    backoff = make_event(random.Random(2), namespace="shop", reason="BackOff", name="web-1")
+    assert backoff["involvedObject"]["kind"] == "Pod"  # the only kind BackOff has
+    assert "in pod web-1_shop(" in backoff["message"]
+    node = make_event(random.Random(2), reason="OOMKilling", kind="Node", name="node-1")
+    assert node["involvedObject"]["uid"] == "node-1"
+    assert node["source"] == {"component": "kernel-monitor", "host": "node-1"}
+    assert node["metadata"]["namespace"] == "default"  # where Node Events are recorded
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_pinned_count_of_one_is_a_first_occurrence(seed: int) -> None:
+    core = make_event(random.Random(seed), style="core", count=1)
+    assert core["count"] == 1 and core["firstTimestamp"] == core["lastTimestamp"]
+    new = make_event(random.Random(seed), style="events.k8s.io", count=1)
+    assert "series" not in new and "count" not in new
+    repeated = make_event(random.Random(seed), style="events.k8s.io", count=4)
+    assert repeated["series"]["count"] == 4
+    assert repeated["series"]["lastObservedTime"] > repeated["eventTime"]
+
+
+def test_a_pin_no_scenario_has_is_refused() -> None:
+    with pytest.raises(ValueError, match="Rebooted"):
+        make_event(random.Random(1), reason="Rebooted")
+    with pytest.raises(ValueError, match="Service"):
+        make_event(random.Random(1), kind="Service")
+
+
+def test_a_pinned_draw_wins_over_the_workload_narrowing() -> None:
+    w = Workload(seed=4, kinds=("Pod",), style="core")
+    node = w.draw_event(kind="Node", style="events.k8s.io", count=1, type="Warning")
+    assert node["involvedObject"]["kind"] == "Node"
+    assert node["eventTime"] and "series" not in node and node["type"] == "Warning"
+    oom = w.draw_event(reason="OOMKilling")  # a reason the table has about Nodes only
+    assert (oom["reason"], oom["involvedObject"]["kind"]) == ("OOMKilling", "Node")
+    assert w.draw_event()["involvedObject"]["kind"] == "Pod"  # the narrowing still holds
