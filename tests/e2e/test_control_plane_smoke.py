@@ -19,7 +19,7 @@ from bridge.kube.client import KubeClient
 from bridge.runtime.leading import Elector
 from bridge.settings import KubernetesSettings, LeaderElectionSettings
 from tests.e2e.controlplane import ControlPlane
-from tests.support import eventually_sync
+from tests.support import eventually, eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -373,8 +373,7 @@ async def test_deploy_rbac_allows_the_lease_only_in_its_own_namespace(
             await elector.acquire()
             taken_at = elector.renewed_at
             hold = asyncio.create_task(elector.hold())
-            while elector.renewed_at == taken_at and not hold.done():
-                await asyncio.sleep(0.1)
+            await eventually(lambda: elector.renewed_at != taken_at or hold.done(), 30)
             hold.cancel()
             await asyncio.gather(hold, return_exceptions=True)
             assert elector.leading and elector.renewed_at != taken_at  # renewed

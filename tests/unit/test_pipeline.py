@@ -5,7 +5,7 @@ what was acked, a stop drains (bounded) and then saves, a failed task ends the r
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 import msgspec
 
@@ -22,6 +22,7 @@ from bridge.runtime import ports
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
+from tests.support import NotMet, eventually
 
 KEY = checkpoint_key("c", None)
 
@@ -159,10 +160,8 @@ def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
 async def run_until(p: Pipeline, done, stop: asyncio.Event) -> int:
     await p.open()
     task = asyncio.create_task(p.run(stop))
-    for _ in range(500):
-        if done() or task.done():
-            break
-        await asyncio.sleep(0.01)
+    with suppress(NotMet):  # the test's own assertions judge where it got to
+        await eventually(lambda: done() or task.done(), 5, 0.01)
     stop.set()
     return await asyncio.wait_for(task, 10)
 
@@ -318,10 +317,7 @@ async def test_a_lost_lease_stops_everything_at_once_and_writes_no_checkpoint():
     fence: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     await p.open()
     task = asyncio.create_task(p.run(asyncio.Event(), fence=fence))
-    for _ in range(200):
-        if "BackOff uid-c/11" in publisher.sent:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: "BackOff uid-c/11" in publisher.sent, 2, 0.01)
     writes = list(store.writes)
     fence.set_exception(RuntimeError("no renewal of the Lease for 10s"))
     assert await asyncio.wait_for(task, 5) == EXIT_FAILED
@@ -349,10 +345,7 @@ async def test_a_lease_lost_while_draining_writes_no_final_checkpoint():
     stop = asyncio.Event()
     await p.open()
     task = asyncio.create_task(p.run(stop, fence=fence))
-    for _ in range(200):
-        if "BackOff uid-c/11" in publisher.sent:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: "BackOff uid-c/11" in publisher.sent, 2, 0.01)
     writes = list(store.writes)
     stop.set()  # SIGTERM: the drain waits for uid-c/11, which never comes
     await asyncio.sleep(0.1)
