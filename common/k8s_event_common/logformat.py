@@ -3,7 +3,7 @@
     log = Logger("bridge.watching")
     log.info("watch_closed", resource_version=rv, cause="timeout")
 
-``json`` writes one JSON object per line (UTF-8)::
+``json`` writes one JSON object per line (UTF-8, strict: a float that is not finite as null)::
 
     {"ts": "2026-11-30T12:00:00.123Z", "level": "info", "logger": "bridge.watching",
      "event": "watch_closed", "resource_version": "42", "cause": "timeout"}
@@ -20,8 +20,10 @@ a log line (a newline, an ESC sequence).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import sys
 import time
 from datetime import datetime
@@ -46,13 +48,42 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A field value JSON can not hold as it is: an enum's value, a time in RFC 3339, else
+    """A field value JSON can not hold as it is: an enum's value, a time in RFC 3339, bytes as
+    UTF-8 (undecodable bytes replaced), a set as a sorted list, a dataclass as an object, else
     its ``str``."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """The value with every float that is not finite (inf, NaN: not JSON) as ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, set | frozenset) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        return _finite(_plain(value))
+    return value
+
+
+def _dumps(out: dict[str, Any]) -> str:
+    try:
+        return json.dumps(out, default=_plain, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # inf or NaN somewhere: strict JSON readers refuse them
+        return json.dumps(_finite(out), default=_plain, ensure_ascii=False, allow_nan=False)
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,7 +101,7 @@ class JsonFormatter(logging.Formatter):
             out.update(fields)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=_plain, ensure_ascii=False)
+        return _dumps(out)
 
 
 class TextFormatter(logging.Formatter):

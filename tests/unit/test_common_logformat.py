@@ -94,3 +94,43 @@ def test_a_sampled_warning_is_written_once_per_interval(
     log.warn_sampled("other", "input_skipped", interval=3600.0, n=9)
     lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
     assert [d["n"] for d in lines] == [0, 9]
+
+
+def _strict(line: str) -> dict[str, object]:
+    """What a strict log pipeline (jq, Loki's json stage) reads: no NaN, no Infinity."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    doc = json.loads(line, parse_constant=refuse)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_a_json_line_is_strict_json_whatever_the_fields_hold() -> None:
+    """Found in review: json.dumps wrote a Retry-After of inf as ``Infinity`` (msgspec, the
+    bridge's encoder before the shared format, wrote null), and bytes, sets and dataclasses
+    as their repr."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Pair:
+        a: int
+        b: float
+
+    line = logformat.JsonFormatter().format(
+        record(
+            "backing_off",
+            seconds=float("inf"),
+            nested={"x": [float("nan"), -float("inf"), 1.5]},
+            raw=b"ab\xff",
+            reasons={"b", "a"},
+            pair=Pair(1, float("inf")),
+        )
+    )
+    doc = _strict(line)
+    assert doc["seconds"] is None
+    assert doc["nested"] == {"x": [None, None, 1.5]}
+    assert doc["raw"] == "ab\ufffd"
+    assert doc["reasons"] == ["a", "b"]
+    assert doc["pair"] == {"a": 1, "b": None}
