@@ -119,7 +119,8 @@ class ClusterSettings(_Section):
 class BackoffSettings(_Section):
     """Back-off between retries after an API error (429, 5xx, refused, 401/403): each delay is
     jittered between the current step and twice it (client-go's jitter 1.0), never above `max`;
-    a Retry-After header from the server is a floor."""
+    a Retry-After header from the server is a floor, itself never above `max` (a server asking
+    for an hour, or for ever, is asked again after `max`)."""
 
     initial: PositiveDuration = 0.8
     """The first delay."""

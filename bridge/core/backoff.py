@@ -55,7 +55,7 @@ class Backoff:
         delay = min(self.cap, base * (1.0 + self.jitter * self._clock.random()))
         self._base = min(self._base * self.factor, self.cap)
         if retry_after is not None and retry_after > delay:
-            delay = retry_after
+            delay = min(retry_after, self.cap)  # a server's word, bounded by the operator's
         return delay
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -86,12 +87,14 @@ def _decode_object(body: bytes) -> dict[str, Any]:
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds; an HTTP date, inf or NaN (a hostile or broken server) is none."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _limit_read_buffer(api_client: Any) -> None:

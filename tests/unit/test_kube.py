@@ -171,3 +171,21 @@ def test_keepalive_options_follow_the_read_timeout():
     assert sock.set[socket.TCP_KEEPCNT] == 3
     assert sock.set[socket.TCP_USER_TIMEOUT] == 60_000  # dead in 60 s, before the 120 s
     keep_alive(Resp(None), 120.0)  # no connection: nothing to set, no error
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("7", 7.0),
+        ("0.5", 0.5),
+        ("-3", 0.0),
+        ("inf", None),
+        ("nan", None),
+        ("1e999", None),
+        ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+        ("", None),
+    ],
+)
+def test_a_retry_after_header_is_a_finite_number_of_seconds_or_nothing(header, seconds):
+    exc = client.error_for_status(429, {"Retry-After": header}, b"")
+    assert exc.retry_after == seconds

@@ -60,6 +60,14 @@ def test_backoff_honours_retry_after():
     assert b.next_delay(retry_after=0.1) == 1.6
 
 
+@pytest.mark.parametrize("asked", [float("inf"), 1e9, 31.0])
+def test_a_retry_after_beyond_the_schedules_cap_waits_the_cap(asked):
+    """Found in review: ``Retry-After: inf`` (or a year) from a server, or anything between,
+    was the delay as asked: the bridge waited for ever. The operator's cap bounds it."""
+    b = Backoff(clock=ManualClock(1000.0, rand=0.0))  # cap 30 s
+    assert b.next_delay(retry_after=asked) == 30.0
+
+
 class Flaky:
     """Fails with the given exceptions in turn, then returns "done"."""
 
