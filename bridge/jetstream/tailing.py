@@ -139,10 +139,12 @@ def _line(ce: dict[str, Any]) -> str:
         what = str(ce.get("type", "")).removeprefix("io.k8s.bridge.")
         detail = " ".join(f"{k}={v}" for k, v in data.items() if k != "meaning")
         return f"{t}  {'-':<16} {'bridge':<40} {what.upper():<22} {detail}"
-    ns = ce.get("k8snamespace", "")
-    subject = ce.get("subject", "")
-    reason = ce.get("k8sreason", "")
-    count = ce.get("k8scount", 1)
+    # each as text: a message is not the bridge's until it is read, and an attribute that is
+    # an object or a list must not end tail in a format spec
+    ns = str(ce.get("k8snamespace", ""))
+    subject = str(ce.get("subject", ""))
+    reason = str(ce.get("k8sreason", ""))
+    count = str(ce.get("k8scount", 1))
     kind = "W" if str(ce.get("type", "")).endswith("warning") else " "
     msg = str(data.get("message", ""))
     return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4} {msg}"

@@ -106,3 +106,20 @@ def test_the_json_output_is_the_same_document_without_a_raw_control(value: str) 
     out = json_printable(doc)
     assert not raw_controls(out), repr(out)
     assert json.loads(out) == ce
+
+
+@pytest.mark.parametrize("odd", [{}, [], {"a": 1}, None, 3.5, True])
+def test_an_attribute_that_is_not_text_is_shown_not_a_crash(odd: Any) -> None:
+    """Found in review: an extension attribute that is an object (``"k8scount": {}``) raised
+    TypeError in the line's format spec and ended ``tail``."""
+    ce = {
+        "type": "io.k8s.event.warning",
+        "time": "2026-11-30T12:00:00Z",
+        "k8snamespace": odd,
+        "subject": odd,
+        "k8sreason": odd,
+        "k8scount": odd,
+        "data": {"message": "m"},
+    }
+    text = line(ce)
+    assert text.startswith("2026-11-30 12:00:00") and text.endswith(" m")
