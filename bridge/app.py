@@ -87,19 +87,23 @@ class Bridge:
             self.metrics.nats_connected.set_function(lambda: 1.0 if nc.is_connected else 0.0)
             js = nc.jetstream(domain=s.nats.domain)
             await until_stopped(
-                stop, jetstream_step("ensure_stream", lambda: streams.ensure_stream(js, s.nats))
+                stop,
+                jetstream_step(
+                    "ensure_stream", lambda: streams.ensure_stream(js, s.nats), self.clock
+                ),
             )
             store = await until_stopped(
                 stop,
                 jetstream_step(
                     "open_checkpoint_bucket",
                     lambda: KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas),
+                    self.clock,
                 ),
             )
             cluster = s.cluster.name
             if not cluster:
                 cluster = await until_stopped(
-                    stop, starting.cluster_id(kube, s.kubernetes.backoff, self.metrics)
+                    stop, starting.cluster_id(kube, s.kubernetes.backoff, self.metrics, self.clock)
                 )
             publisher = self._publisher = Publisher(
                 nc,
@@ -107,7 +111,7 @@ class Bridge:
                 ack_timeout=s.nats.ack_timeout,
                 max_inflight=s.nats.max_inflight,
                 max_inflight_bytes=s.nats.max_inflight_bytes,
-                on_no_stream=streams.recreating(js, s.nats),
+                on_no_stream=streams.recreating(js, s.nats, self.clock),
                 clock=self.clock,
             )
             publisher.set_connected(nc.is_connected)

@@ -8,7 +8,6 @@ it belongs to whoever created the stream.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -17,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
 from bridge import logs
+from bridge.core.clock import SYSTEM, Clock
 from bridge.errors import BridgeError, NoStream, PublishError, StreamConfigMismatch
 from bridge.jetstream.connection import passing_api_error, unavailable
 from bridge.settings import NatsSettings
@@ -118,7 +118,7 @@ async def _ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
 
 
 def recreating(
-    js: JetStreamContext, settings: NatsSettings
+    js: JetStreamContext, settings: NatsSettings, clock: Clock = SYSTEM
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """The publisher's answer when no stream took a publish: the stream was deleted, or is not
     there yet. Creates it again when ``nats.create_stream`` allows; at most once a second."""
@@ -134,6 +134,6 @@ def recreating(
                     interval=30,
                     error=f"{type(exc).__name__}: {exc}",
                 )
-        await asyncio.sleep(1.0)
+        await clock.sleep(1.0)
 
     return recreate

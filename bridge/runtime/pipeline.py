@@ -88,7 +88,9 @@ class Pipeline:
         for ns in namespaces:
             name = scope_name(ns)
             key = checkpoint_key(self.cluster, ns)
-            cp = await jetstream_step("load_checkpoint", functools.partial(self.store.load, key))
+            cp = await jetstream_step(
+                "load_checkpoint", functools.partial(self.store.load, key), self.clock
+            )
             rv = cp.resource_version if cp else None
             progress = Progress(rv)
             intake = Intake(name, progress, event_filter, self.converter, self.queue, self.metrics)

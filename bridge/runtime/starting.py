@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from bridge import errors, logs
 from bridge.core.backoff import Backoff, retrying
+from bridge.core.clock import SYSTEM, Clock
 from bridge.metrics import Metrics
 from bridge.runtime.ports import ClusterIdentity
 from bridge.settings import BackoffSettings
@@ -42,7 +43,7 @@ async def until_stopped(stop: asyncio.Event, coro: Coroutine[Any, Any, T]) -> T:
     raise Stopped
 
 
-async def jetstream_step(what: str, step: Callable[[], Awaitable[T]]) -> T:
+async def jetstream_step(what: str, step: Callable[[], Awaitable[T]], clock: Clock = SYSTEM) -> T:
     """A start-up step against JetStream, retried while JetStream is unavailable; a stream
     that can not be used (``PublishError``) is final."""
 
@@ -52,13 +53,16 @@ async def jetstream_step(what: str, step: Callable[[], Awaitable[T]]) -> T:
 
     return await retrying(
         step,
-        Backoff(initial=0.5, cap=10.0),
+        Backoff(initial=0.5, cap=10.0, clock=clock),
         passing=lambda exc: isinstance(exc, errors.JetStreamUnavailable),
         on_failure=failed,
+        clock=clock,
     )
 
 
-async def cluster_id(kube: ClusterIdentity, backoff: BackoffSettings, metrics: Metrics) -> str:
+async def cluster_id(
+    kube: ClusterIdentity, backoff: BackoffSettings, metrics: Metrics, clock: Clock = SYSTEM
+) -> str:
     """The kube-system namespace's uid, the id of a cluster without ``cluster.name``; asked
     again (with ``kubernetes.backoff``) until the API server answers and allows it."""
 
@@ -87,9 +91,10 @@ async def cluster_id(kube: ClusterIdentity, backoff: BackoffSettings, metrics: M
 
     uid = await retrying(
         kube.cluster_uid,
-        Backoff.from_settings(backoff),
+        Backoff.from_settings(backoff, clock=clock),
         passing=lambda exc: isinstance(exc, errors.KubeError),
         on_failure=failed,
+        clock=clock,
     )
     log.info("cluster_id_derived", cluster=uid, source="kube-system namespace uid")
     return uid

@@ -38,3 +38,26 @@ async def test_a_manual_sleep_lets_other_tasks_run():
     await c.sleep(60)
     assert ran == [True]
     await task
+
+
+async def test_the_start_up_steps_wait_on_the_clock_they_are_given():
+    """Found in review: the start-up retries and the stream's re-creation slept on the
+    system's time whatever clock the bridge was given."""
+    from bridge import errors
+    from bridge.jetstream.streams import recreating
+    from bridge.runtime.starting import jetstream_step
+    from bridge.settings import NatsSettings
+
+    clock = ManualClock(0.0, rand=0.0)
+    answers = [errors.JetStreamUnavailable("down"), errors.JetStreamUnavailable("down"), 7]
+
+    async def step() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert await jetstream_step("open", step, clock) == 7
+    assert clock.slept == [0.5, 1.0]  # Backoff(0.5, cap 10), no jitter: on the given clock
+    await recreating(None, NatsSettings(create_stream=False), clock)()  # type: ignore[arg-type]
+    assert clock.slept == [0.5, 1.0, 1.0]
