@@ -2,8 +2,8 @@
 
 ``Watcher.run`` drives the state machine of ``bridge.core.watchstate``: it lists when it has
 no resourceVersion to resume from or after a 410, watches from the last resourceVersion it
-passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order. Its parts,
-each readable alone:
+passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order. The watcher
+decides; its parts, each readable alone, answer or tell:
 
 - the list pager (``bridge.kube.paging``) and the watch-line reader (``bridge.kube.lines``),
   behind the ``EventSource`` port: pages and watch events, already decoded;
@@ -11,7 +11,9 @@ each readable alone:
   ``relistResourceVersion`` answers from;
 - the gap decision after a 410 relist (``bridge.core.gaps``, pure);
 - the breaker in front of the API server (``bridge.core.breaker``), on the back-off steps
-  (``bridge.core.backoff``), all on one injected ``Clock``.
+  (``bridge.core.backoff``), all on one injected ``Clock``;
+- what it tells operators and subscribers (``bridge.runtime.reporting.WatchReport``): the log
+  lines, metrics, health and the sink's status events, one call per thing that happened.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from bridge import errors, logs
+from bridge import errors
 from bridge.core import gaps
 from bridge.core.backoff import Backoff
-from bridge.core.breaker import GAUGE, Breaker, Change
+from bridge.core.breaker import Breaker
 from bridge.core.checkpoints import scope_name
 from bridge.core.clock import SYSTEM, Clock
 from bridge.core.resume import ResumePoint
@@ -30,9 +32,8 @@ from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
 from bridge.runtime.health import ScopeHealth
 from bridge.runtime.ports import EventSource, Item, Sink, WatchEntry
+from bridge.runtime.reporting import WatchReport
 from bridge.settings import KubernetesSettings
-
-log = logs.get("watching")
 
 CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 # A watch that the server ends this soon without sending anything is a failure, not a
@@ -71,19 +72,22 @@ class Watcher:
         self.sink = sink
         self.settings = settings
         self.namespace = namespace
-        self.scope = scope_name(namespace)
         self.field_selector = field_selector
         self.include_deleted = include_deleted
-        self.m = metrics
-        self.health = health
         self.clock = clock
         self.resume = ResumePoint(checkpoint, checkpoint_at, clock.wall())
         self.backoff = Backoff.from_settings(settings.backoff, clock=clock)
         # in front of the API server: probes on the same back-off steps (core/breaker.py)
         self.breaker = Breaker(settings.breaker, self.backoff, clock=clock)
-        metrics.scope_started(self.scope)
+        self.report = WatchReport(
+            sink,
+            scope=scope_name(namespace),
+            namespace=namespace,
+            metrics=metrics,
+            health=health,
+            breaker=self.breaker,
+        )
         self.state = WatchState.WATCHING if checkpoint is not None else WatchState.LISTING
-        self._reachable = True
         self._retry_after: float | None = None
         self._lines_read = 0  # lines of the current watch, the skipped ones too
         self.lists = 0
@@ -105,11 +109,11 @@ class Watcher:
             if self.state is not WatchState.BACKING_OFF:
                 wait = self.breaker.ready_in()
                 if wait > 0:  # open: nothing goes to the API server until the next probe
-                    log.info("breaker_open_waiting", scope=self.scope, seconds=round(wait, 3))
+                    self.report.breaker_open_waiting(wait)
                     await self.clock.sleep(wait)
                     continue
                 probe = self.breaker.begin()
-                self.m.breaker_state.labels(self.scope).set(GAUGE[self.breaker.state])
+                self.report.breaker_state()
             if self.state is WatchState.LISTING:
                 # No relist (the costly call) while the API server is degraded: a cheap
                 # request probes it first, and the relist follows once it is healthy again.
@@ -120,20 +124,20 @@ class Watcher:
                 # open: the breaker paces the next request, on the same back-off steps
                 if not self.breaker.is_open:
                     delay = self.backoff.next_delay(self._retry_after)
-                    log.info("backing_off", scope=self.scope, seconds=round(delay, 3))
+                    self.report.backing_off(delay)
                     await self.clock.sleep(delay)
                 self._retry_after = None
                 if reload_credentials:
                     try:
                         await self.source.reload_credentials()
                     except errors.BridgeError as exc:
-                        log.error("credentials_reload_failed", error=str(exc))
+                        self.report.reload_failed(exc)
                 outcome = Outcome.RETRY
             if outcome in (Outcome.CLOSED, Outcome.QUIET, Outcome.LISTED):
                 self.resume.synced()
             t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
             if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
-                self.m.watch_restarts.labels(outcome.value).inc()
+                self.report.restarted(outcome.value)
             must_list = t.must_list
             reload_credentials = t.reload_credentials
             self.state = t.state
@@ -146,88 +150,47 @@ class Watcher:
             if outcome is Outcome.QUIET:
                 # No bookmarks on Event watches: silence is what a quiet scope sounds like. The
                 # connection is alive (TCP keepalive would have ended it): watch again at once.
-                log.debug("watch_quiet", scope=self.scope, resource_version=self.rv)
+                self.report.quiet(self.rv)
                 return outcome
             await self._failed(exc, outcome)
             return outcome
 
-    async def _reached(self, latency: float) -> None:
-        """The API server answered a list or opened a watch, after ``latency`` seconds."""
-        self.health.watch_ok()
-        await self._answered(latency)
-
-    async def _answered(self, latency: float) -> None:
-        await self._breaker_changed(self.breaker.success(latency))
-        if not self._reachable:
-            self._reachable = True
-            self.m.apiserver_reachable.set(1)
-            await self.sink.reachability(True, "the API server answers again")
+    async def _answered(self, latency: float, *, reached: bool = True) -> None:
+        """The API server answered after ``latency`` seconds: a list's page or an opened watch
+        (``reached``), or a probe."""
+        await self.report.answered(self.breaker.success(latency), reached=reached)
 
     async def _failed(self, exc: errors.KubeError, outcome: Outcome) -> None:
         if outcome is Outcome.EXPIRED:
             self.resume.expire()  # what was passed on last; kept until a list succeeds
-            self.m.watch_restarts.labels("expired").inc()
-            log.info(
-                "resource_version_expired",
-                scope=self.scope,
-                resource_version=self.rv,
-                detail=str(exc),
-            )
+            self.report.expired(exc, self.rv)
             return
         self.resume.broken()
-        self.health.watch_failed(f"{type(exc).__name__}: {str(exc)[:300]}")
-        self.m.watch_restarts.labels("error" if outcome is Outcome.RETRIABLE else "auth").inc()
+        if outcome is Outcome.AUTH:
+            self.report.denied(exc)
+            return
         if isinstance(exc, errors.TooManyRequests | errors.KubeUnavailable):
             self._retry_after = exc.retry_after
-        if outcome is Outcome.RETRIABLE:
-            detail = f"{type(exc).__name__}: {str(exc)[:200]}"
-            await self._breaker_changed(self.breaker.failure(detail, self._retry_after))
-        if outcome is Outcome.AUTH:
-            status = "403" if isinstance(exc, errors.Forbidden) else "401"
-            self.m.auth_failures.labels(status).inc()
-            where = "cluster-wide" if self.namespace is None else f"in namespace {self.namespace}"
-            need = (
-                ("list and watch on events (core/v1) " + where)
-                if status == "403"
-                else ("valid credentials (token expired or rotated, or the kubeconfig is wrong)")
-            )
-            log.warn_sampled(
-                f"auth{status}",
-                "kube_permission_denied",
-                interval=60,
-                status=int(status),
-                scope=self.scope,
-                needs=need,
-                detail=str(exc),
-            )
-            return
-        log.warning(
-            "kube_request_failed",
-            scope=self.scope,
-            state=self.state.value,
-            error=type(exc).__name__,
-            detail=str(exc)[:300],
-        )
-        if isinstance(exc, errors.KubeUnavailable) and self._reachable:
-            self._reachable = False
-            self.m.apiserver_reachable.set(0)
-            await self.sink.reachability(False, str(exc)[:300])
+        detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+        change = self.breaker.failure(detail, self._retry_after)
+        await self.report.failed(exc, self.state, change)
 
     async def _list(self) -> Outcome:
         """A consistent, paged list; publishes what is newer than what was passed on."""
         relist = self.resume.expired is not None
         self.lists += 1
         if self.lists > 1:
-            self.m.relists.labels("expired" if relist else "no_resource_version").inc()
+            self.report.relisting(relist)
         rv = self.rv
         only_rv = rv is None and self.settings.initial == "new"
         list_rv: int | None = None
         passed = skipped = 0
+        bad: list[tuple[str, Any]] = []  # a page's bad items, told once its answer is
         pages = self.source.list_pages(
             self.namespace,
             limit=1 if only_rv else self.settings.page_size,
             field_selector=self.field_selector,
-            skipped=self._bad,
+            skipped=lambda reason, sample: bad.append((reason, sample)),
             only_resource_version=only_rv,
         )
         while True:
@@ -235,7 +198,10 @@ class Watcher:
             page = await anext(pages, None)
             if page is None:
                 break
-            await self._reached(self.clock.monotonic() - asked)
+            await self._answered(self.clock.monotonic() - asked)
+            for reason, sample in bad:
+                self.report.skipped(reason, sample)
+            bad.clear()
             list_rv, listed = page
             if list_rv is None:
                 raise errors.KubeUnavailable("list answer has no resourceVersion")
@@ -253,57 +219,20 @@ class Watcher:
         assert list_rv is not None
         expired = self.resume.expired
         if expired is not None:
-            age = self.clock.wall() - expired.seen_at
-            await self._relisted(expired.rv, list_rv, age, expired.covered, passed)
+            gap = gaps.after_relist(
+                expired.rv,
+                list_rv,
+                newer=passed,
+                age=self.clock.wall() - expired.seen_at,
+                covered=expired.covered,
+                event_ttl=self.settings.event_ttl,
+                include_deleted=self.include_deleted,
+            )
+            await self.report.relisted(gap)
         self.resume.listed(list_rv, self.clock.wall())
-        log.info(
-            "listed",
-            scope=self.scope,
-            resource_version=list_rv,
-            published=passed,
-            not_newer=skipped,
-            relist=relist,
-        )
+        self.report.listed(list_rv, passed, skipped, relist)
         self.sink.mark(list_rv)
         return Outcome.LISTED
-
-    async def _relisted(
-        self, from_rv: int, to_rv: int, age: float, covered: bool, newer: int
-    ) -> None:
-        """After a 410 relist: report a gap unless the list proves nothing was missed
-        (``bridge.core.gaps``)."""
-        s = self.settings
-        gap = gaps.after_relist(
-            from_rv,
-            to_rv,
-            newer=newer,
-            age=age,
-            covered=covered,
-            event_ttl=s.event_ttl,
-            include_deleted=self.include_deleted,
-        )
-        if gap is None:
-            return
-        if gap.certainty is None:
-            log.info(
-                "relisted_nothing_missed",
-                scope=self.scope,
-                from_resource_version=from_rv,
-                to_resource_version=to_rv,
-                seconds_behind=round(age),
-            )
-            return
-        self.m.gaps.labels(gap.certainty).inc()
-        log.warning(
-            "history_gap",
-            scope=self.scope,
-            from_resource_version=from_rv,
-            to_resource_version=to_rv,
-            newer_events=newer,
-            certainty=gap.certainty,
-            why=gap.why,
-        )
-        await self.sink.gap(from_rv, to_rv, certainty=gap.certainty, why=gap.why)
 
     async def _probe(self) -> Outcome:
         """One cheap request instead of a relist while the breaker is not healthy: a list of
@@ -313,33 +242,9 @@ class Watcher:
         doc = await self.source.list_events(self.namespace, limit=1, field_selector="")
         if not isinstance(doc.get("metadata"), dict):
             raise errors.KubeUnavailable("probe answer has no metadata")
-        await self._answered(self.clock.monotonic() - asked)
-        log.info("apiserver_probed", scope=self.scope, breaker=self.breaker.state.value)
+        await self._answered(self.clock.monotonic() - asked, reached=False)
+        self.report.probed()
         return Outcome.RETRY  # list next, once the breaker lets it
-
-    async def _breaker_changed(self, change: Change | None) -> None:
-        self.m.breaker_state.labels(self.scope).set(GAUGE[self.breaker.state])
-        if change is None:
-            return
-        if change.opened:
-            self.m.breaker_opened.labels(self.scope, change.reason).inc()
-            log.warning(
-                "apiserver_degraded",
-                scope=self.scope,
-                reason=change.reason,
-                detail=change.detail,
-                note="no relists until a probe is answered in time",
-            )
-            data: dict[str, Any] = {"reason": change.reason, "detail": change.detail}
-        else:
-            log.info(
-                "apiserver_recovered",
-                scope=self.scope,
-                detail=change.detail,
-                degraded_for_seconds=round(change.open_for, 1),
-            )
-            data = {"detail": change.detail, "degradedForSeconds": round(change.open_for, 1)}
-        await self.sink.degradation(change.opened, data)
 
     async def _watch(self) -> Outcome:
         lo, hi = self.settings.watch_timeout_min, self.settings.watch_timeout_max
@@ -356,10 +261,8 @@ class Watcher:
             field_selector=self.field_selector,
             skipped=self._skipped_line,
         ) as stream:
-            await self._reached(self.clock.monotonic() - asked)
-            log.debug(
-                "watch_started", scope=self.scope, resource_version=self.rv, timeout_seconds=timeout
-            )
+            await self._answered(self.clock.monotonic() - asked)
+            self.report.watch_started(start_rv, timeout)
             async for entries in stream:
                 self._lines_read += len(entries)
                 await self._handle(entries)
@@ -367,9 +270,7 @@ class Watcher:
             # Closed at once without moving on (nothing, garbage, a stale bookmark): going
             # again at once would be a tight loop.
             raise errors.KubeUnavailable(f"the watch closed at once after {self._lines_read} lines")
-        log.debug(
-            "watch_closed", scope=self.scope, resource_version=self.rv, lines=self._lines_read
-        )
+        self.report.watch_closed(self.rv, self._lines_read)
         return Outcome.CLOSED
 
     async def _handle(self, entries: list[WatchEntry]) -> None:
@@ -383,7 +284,7 @@ class Watcher:
             if kind in CHANGE_TYPES:
                 assert rv is not None
                 if last is not None and rv <= last:
-                    self.m.skipped.labels("not_newer").inc()
+                    self.report.skipped("not_newer")
                 else:
                     batch.append((kind, ev, rv))
                     last = rv
@@ -409,13 +310,4 @@ class Watcher:
 
     def _skipped_line(self, reason: str, sample: Any) -> None:
         self._lines_read += 1
-        self._bad(reason, sample)
-
-    def _bad(self, reason: str, sample: Any) -> None:
-        self.m.skipped.labels(reason).inc()
-        text = (
-            sample[:300].decode("utf-8", "replace")
-            if isinstance(sample, bytes)
-            else (str(sample)[:300])
-        )
-        log.warn_sampled(reason, "input_skipped", reason=reason, scope=self.scope, sample=text)
+        self.report.skipped(reason, sample)

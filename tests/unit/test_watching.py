@@ -236,7 +236,8 @@ async def test_a_quiet_watch_is_a_normal_close_not_an_outage():
     assert [i[2] for i in sink.got] == [11, 12]
     assert metrics.watch_restarts.labels("quiet")._value.get() == 3
     assert metrics.watch_restarts.labels("error")._value.get() == 0
-    assert w.health.synced and w.health.bad_since is None  # never marked failing
+    health = w.report.health
+    assert health.synced and health.bad_since is None  # never marked failing
 
 
 async def test_bookmark_advances_rv_without_an_item():
