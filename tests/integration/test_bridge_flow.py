@@ -322,9 +322,9 @@ async def test_tail_filters_by_namespace_reason_kind_type_and_time_in_json_and_c
     sim, nats_server, run_bridge
 ):
     w = Writer(sim)
-    w.create(namespace="shop", reason="OOMKilling", type="Warning")
+    w.create(namespace="shop", reason="OOMKilling", kind="Pod", type="Warning")
     w.create(namespace="shop", reason="Pulled", type="Normal")
-    w.create(namespace="pay", reason="OOMKilling", type="Warning")
+    w.create(namespace="pay", reason="OOMKilling", kind="Pod", type="Warning")
     bridge = run_bridge()
     await bridge.wait_ready()
     await eventually(lambda: count_at_least(nats_server.url, 3))
