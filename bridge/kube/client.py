@@ -1,11 +1,12 @@
 """The client for core/v1 Events: lists, watches, the cluster's id, credentials that rotate.
 
 kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
-token refresh, and the request itself with ``_preload_content=False``. Its ``Watch`` helper
-and model objects are not used: the raw response's status is checked here, lists are paged by
-``bridge.kube.paging``, watch lines are split and decoded by ``bridge.kube.lines`` (with
-``bridge.core.events``, msgspec). Every foreign exception is mapped here, once, to the
-``errors.KubeError`` tree.
+token refresh, and the request itself (``ApiClient.call_api`` with ``_preload_content=False``).
+Its generated API classes, ``Watch`` helper and model objects are not used (the six paths the
+bridge calls are written here, which keeps ~3 MB of generated code out of memory): the raw
+response's status is checked here, lists are paged by ``bridge.kube.paging``, watch lines are
+split and decoded by ``bridge.kube.lines`` (with ``bridge.core.events``, msgspec). Every
+foreign exception is mapped here, once, to the ``errors.KubeError`` tree.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ from bridge.kube.lean import config as k8s_config
 from bridge.kube.lean import incluster_config
 from bridge.kube.lines import Skipped, WatchEntry, read_lines, split_lines
 from bridge.settings import KubernetesSettings
+
+# the paths the bridge calls (path parameters are quoted by ApiClient.call_api)
+EVENTS = "/api/v1/events"
+NAMESPACED_EVENTS = "/api/v1/namespaces/{namespace}/events"
+NAMESPACE = "/api/v1/namespaces/{name}"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes before a connection counts as dead
@@ -134,8 +142,6 @@ class KubeClient:
 
     def __init__(self, settings: KubernetesSettings) -> None:
         self.settings = settings
-        self._api: Any = None
-        self._leases: Any = None
         self._client: Any = None
         self._timeout = aiohttp.ClientTimeout(
             connect=settings.connect_timeout,  # includes waiting for a pooled connection
@@ -165,8 +171,6 @@ class KubeClient:
         old = self._client
         self._client = k8s_client.ApiClient(configuration=cfg)
         _limit_read_buffer(self._client)
-        self._api = k8s_client.CoreV1Api(self._client)
-        self._leases = k8s_client.CoordinationV1Api(self._client)
         now = asyncio.get_running_loop().time()
         self._loaded_at = now
         if old is not None:
@@ -190,11 +194,29 @@ class KubeClient:
             self._client = None
 
     async def _call(
-        self, method: str, *args: Any, _api: Any = None, **params: Any
+        self,
+        method: str,
+        path: str,
+        path_params: dict[str, str],
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
     ) -> aiohttp.ClientResponse:
+        """One request, as the generated API classes make it: the path's parameters quoted,
+        JSON both ways, the bearer token (refreshed by kubernetes_asyncio) when there is one."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            resp: aiohttp.ClientResponse = await getattr(_api or self._api, method)(
-                *args, _preload_content=False, _request_timeout=self._timeout, **params
+            resp: aiohttp.ClientResponse = await self._client.call_api(
+                path,
+                method,
+                path_params,
+                query or [],
+                headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self._timeout,
             )
         except k8s_config.ConfigException as exc:
             # e.g. the in-cluster token hook found the token file empty mid-rotation
@@ -215,26 +237,24 @@ class KubeClient:
         """A ``coordination.k8s.io/v1`` Lease as the API server has it; None when there is
         none. The leader election's ``LeaseStore`` port (``bridge.runtime.leading``)."""
         try:
-            return await self._json("read_namespaced_lease", name, namespace, _api=self._leases)
+            return await self._json("GET", LEASE, {"namespace": namespace, "name": name})
         except errors.NotFound:
             return None
 
     async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         """Raises ``Conflict`` when someone made it first."""
-        return await self._json("create_namespaced_lease", namespace, lease, _api=self._leases)
+        return await self._json("POST", LEASES, {"namespace": namespace}, body=lease)
 
     async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         """Raises ``Conflict`` when it changed since it was read (its resourceVersion)."""
         name = lease["metadata"]["name"]
-        return await self._json(
-            "replace_namespaced_lease", name, namespace, lease, _api=self._leases
-        )
+        return await self._json("PUT", LEASE, {"namespace": namespace, "name": name}, body=lease)
 
-    async def _json(self, method: str, *args: Any, **params: Any) -> dict[str, Any]:
-        return _decode_object(await self._body(method, *args, **params))
+    async def _json(self, *args: Any, **params: Any) -> dict[str, Any]:
+        return _decode_object(await self._body(*args, **params))
 
-    async def _body(self, method: str, *args: Any, **params: Any) -> bytes:
-        resp = await self._call(method, *args, **params)
+    async def _body(self, *args: Any, **params: Any) -> bytes:
+        resp = await self._call(*args, **params)
         try:
             body = await resp.read()
         except _FOREIGN as exc:
@@ -245,7 +265,7 @@ class KubeClient:
 
     async def cluster_uid(self) -> str:
         """The kube-system namespace's uid: a stable id for a cluster without a name."""
-        doc = await self._json("read_namespace", "kube-system")
+        doc = await self._json("GET", NAMESPACE, {"name": "kube-system"})
         uid = doc.get("metadata", {}).get("uid")
         if not uid:
             raise errors.KubeUnavailable("kube-system namespace has no uid")
@@ -261,17 +281,14 @@ class KubeClient:
         field_selector: str = "",
     ) -> dict[str, Any]:
         """One page of a list; raises ``ResourceExpired`` for a compacted continue token."""
-        params: dict[str, Any] = {"limit": limit}
+        query: list[tuple[str, Any]] = [("limit", limit)]
         if cont:
-            params["_continue"] = cont
+            query.append(("continue", cont))
         if resource_version is not None:
-            params["resource_version"] = resource_version
+            query.append(("resourceVersion", resource_version))
         if field_selector:
-            params["field_selector"] = field_selector
-        if namespace is None:
-            body = await self._body("list_event_for_all_namespaces", **params)
-        else:
-            body = await self._body("list_namespaced_event", namespace, **params)
+            query.append(("fieldSelector", field_selector))
+        body = await self._body("GET", *_events_path(namespace), query)
         return decode_list_page(body)
 
     def list_pages(
@@ -305,23 +322,27 @@ class KubeClient:
     ) -> AsyncIterator[AsyncIterator[list[WatchEntry]]]:
         """An open watch: yields an iterator of the watch events of each read
         (``bridge.kube.lines``)."""
-        params: dict[str, Any] = {
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "resource_version": resource_version,
-            "timeout_seconds": timeout_seconds,
-        }
+        query: list[tuple[str, Any]] = [
+            ("watch", True),
+            ("allowWatchBookmarks", True),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
         if field_selector:
-            params["field_selector"] = field_selector
-        if namespace is None:
-            resp = await self._call("list_event_for_all_namespaces", **params)
-        else:
-            resp = await self._call("list_namespaced_event", namespace, **params)
+            query.append(("fieldSelector", field_selector))
+        resp = await self._call("GET", *_events_path(namespace), query)
         try:
             keep_alive(resp, self.settings.read_timeout)
             yield read_lines(split_lines(_chunks(resp)), skipped)
         finally:
             resp.close()
+
+
+def _events_path(namespace: str | None) -> tuple[str, dict[str, str]]:
+    """The Events of one namespace, or of all."""
+    if namespace is None:
+        return EVENTS, {}
+    return NAMESPACED_EVENTS, {"namespace": namespace}
 
 
 def keep_alive(resp: aiohttp.ClientResponse, read_timeout: float) -> None:
