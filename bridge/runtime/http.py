@@ -1,16 +1,38 @@
 """``/healthz`` (alive), ``/readyz`` (every scope synced, NATS taking publishes), ``/status``
-(JSON: per scope and for NATS, what a person asks first), ``/metrics`` (Prometheus)."""
+(JSON: per scope and for NATS, what a person asks first), ``/metrics`` (Prometheus).
+
+A small HTTP/1.1 server on asyncio's streams, not aiohttp.web: four GET paths for probes and a
+scraper need none of a web framework, and aiohttp.web's modules cost the bridge 1.4 MB of its
+idle memory (docs/performance.md). What reaches the port is not trusted: a request's head is
+read within ``HEAD_TIMEOUT`` and ``HEAD_LIMIT`` bytes, at most ``MAX_CONNECTIONS`` are served at
+once (more are closed at once), a body is never read, and every answer closes its connection,
+so one peer can hold nothing for long.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
-from typing import Any
+from http import HTTPStatus
+from typing import Any, NamedTuple
 
 import msgspec
-from aiohttp import web
 
+from bridge import logs
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
+
+log = logs.get("http")
+
+HEAD_LIMIT = 8192  # request line and headers, bytes
+HEAD_TIMEOUT = 10.0  # seconds to send them
+MAX_CONNECTIONS = 32  # served at once; Prometheus and the kubelet use one or two
+WRITE_TIMEOUT = 10.0  # seconds for a reader to take an answer
+TEXT = "text/plain; charset=utf-8"
+METRICS = "text/plain; version=0.0.4; charset=utf-8"
+
+_Answer = tuple[int, str, bytes]  # status, content type, body
 
 
 class HttpServer:
@@ -23,41 +45,119 @@ class HttpServer:
         metrics.ready.set_function(lambda: 1.0 if health.ready else 0.0)
         # what /status shows besides readiness; set by the app once the pipeline exists
         self.status: Callable[[], dict[str, Any]] = dict
-        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._routes: dict[str, Callable[[], _Answer]] = {
+            "/healthz": self._healthz,
+            "/readyz": self._readyz,
+            "/metrics": self._metrics,
+            "/status": self._status,
+        }
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/status", self._status)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        self._server = await asyncio.start_server(
+            self._connection, self.host, self.port, limit=HEAD_LIMIT
+        )
         if self.port == 0:  # the port the system chose
-            self.port = int(self._runner.addresses[0][1])
+            self.port = int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= MAX_CONNECTIONS:
+            writer.transport.abort()
+            return
+        self._connections.add(task)
+        try:
+            answer = await self._answer(reader)
+            if answer is not None:
+                await asyncio.wait_for(self._send(writer, answer), WRITE_TIMEOUT)
+            writer.close()
+        except (OSError, TimeoutError, asyncio.CancelledError):
+            # the peer went away or would not read, or the server stops (the task ends here:
+            # asyncio's streams would log a cancelled connection task as an error)
+            writer.transport.abort()
+        finally:
+            self._connections.discard(task)
 
-    async def _readyz(self, request: web.Request) -> web.Response:
+    async def _answer(self, reader: asyncio.StreamReader) -> _Reply | None:
+        """What to send for the request on ``reader``; None when there is no request to answer
+        (the peer closed)."""
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        except asyncio.LimitOverrunError:
+            return _refusal(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+        except asyncio.IncompleteReadError as exc:
+            return _refusal(HTTPStatus.BAD_REQUEST) if exc.partial else None
+        except TimeoutError:
+            return _refusal(HTTPStatus.REQUEST_TIMEOUT)
+        parts = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            return _refusal(HTTPStatus.BAD_REQUEST)
+        method, path = parts[0], parts[1].split(b"?", 1)[0].decode("ascii", "replace")
+        route = self._routes.get(path)
+        if route is None:
+            return _refusal(HTTPStatus.NOT_FOUND)
+        if method not in (b"GET", b"HEAD"):
+            return _refusal(HTTPStatus.METHOD_NOT_ALLOWED)
+        try:
+            status, content_type, body = route()
+        except Exception as exc:  # a bug behind one path must not end the server
+            log.error("http_handler_failed", path=path, error=repr(exc))
+            return _refusal(HTTPStatus.INTERNAL_SERVER_ERROR)
+        return _Reply(status, content_type, body, send_body=method == b"GET")
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, reply: _Reply) -> None:
+        head = [
+            f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}",
+            f"Content-Type: {reply.content_type}",
+            f"Content-Length: {len(reply.body)}",
+            "Connection: close",
+        ]
+        if reply.status == HTTPStatus.METHOD_NOT_ALLOWED:
+            head.append("Allow: GET, HEAD")
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii"))
+        if reply.send_body:
+            writer.write(reply.body)
+        await writer.drain()
+        with contextlib.suppress(OSError):
+            writer.write_eof()
+
+    def _healthz(self) -> _Answer:
+        return HTTPStatus.OK, TEXT, b"ok\n"
+
+    def _readyz(self) -> _Answer:
         problems = self.health.problems()
         if problems:
-            return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
-        return web.Response(text="ready\n")
+            text = "not ready: " + "; ".join(problems) + "\n"
+            return HTTPStatus.SERVICE_UNAVAILABLE, TEXT, text.encode()
+        return HTTPStatus.OK, TEXT, b"ready\n"
 
-    async def _status(self, request: web.Request) -> web.Response:
+    def _status(self) -> _Answer:
         problems = self.health.problems()
         doc = {"ready": not problems, "problems": problems, **self.status()}
-        return web.Response(body=msgspec.json.encode(doc), content_type="application/json")
+        return HTTPStatus.OK, "application/json", msgspec.json.encode(doc)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=self.metrics.render(),
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
+    def _metrics(self) -> _Answer:
+        return HTTPStatus.OK, METRICS, self.metrics.render()
+
+
+class _Reply(NamedTuple):
+    status: int
+    content_type: str
+    body: bytes
+    send_body: bool = True  # False for HEAD: the head says the length, no body follows
+
+
+def _refusal(status: HTTPStatus) -> _Reply:
+    return _Reply(status, TEXT, f"{status.value} {status.phrase}\n".encode())

@@ -15,15 +15,15 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 import pytest
 import yaml
-from aiohttp import web
 from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 
 from bridge.core.converting import Converter
-from bridge.sim.apiserver import SimApiServer, status_response
+from bridge.sim.apiserver import SimApiServer
 from bridge.sim.natsserver import NatsServer
 from bridge.sim.workload import make_event
 from tests.integration.harness import eventually, stream_messages
+from tests.support import LeasingSim
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / "docs" / "asyncapi.yaml"
@@ -331,44 +331,6 @@ def test_a_broken_message_is_refused(mode, what, path, value):
 
 
 # -- a real run -------------------------------------------------------------------------------
-
-_LEASES = re.compile(r"/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?")
-
-
-class LeasingSim(SimApiServer):
-    """The simulated API server and the three Lease calls of leader election (get, create,
-    replace), so that a run with ``leader_election`` publishes ``leader_changed``. The
-    simulator sends every path it does not serve to ``_not_found``: Leases are answered there."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.leases: dict[str, dict[str, Any]] = {}
-        self.lease_rv = 0
-
-    async def _not_found(self, request: web.Request) -> web.Response:
-        m = _LEASES.fullmatch(request.path)
-        if m is None:
-            return await super()._not_found(request)
-        namespace, name = m.groups()
-        if request.method == "GET" and name:
-            lease = self.leases.get(f"{namespace}/{name}")
-            if lease is None:
-                return status_response(404, f'leases "{name}" not found', "NotFound")
-            return web.json_response(lease)
-        body = await request.json()
-        key = f"{namespace}/{name or body['metadata']['name']}"
-        have = self.leases.get(key)
-        if request.method == "POST" and have is not None:
-            return status_response(409, "already exists", "AlreadyExists")
-        if request.method == "PUT" and (
-            have is None
-            or body["metadata"].get("resourceVersion") != have["metadata"]["resourceVersion"]
-        ):
-            return status_response(409, "the object has been modified", "Conflict")
-        self.lease_rv += 1
-        body["metadata"].update(namespace=namespace, resourceVersion=str(self.lease_rv))
-        self.leases[key] = body
-        return web.json_response(body, status=201 if request.method == "POST" else 200)
 
 
 @pytest.fixture

@@ -58,3 +58,33 @@ def test_a_client_imported_first_is_left_alone() -> None:
         """
     )
     assert out == "True"
+
+
+def test_what_kubernetes_asyncio_took_from_the_stand_ins_still_works() -> None:
+    """urllib3, dateutil.parser and multiprocessing.pool are not imported with
+    kubernetes_asyncio; the names it took from them import the real module when used: basic
+    auth from a kubeconfig, a model's date, async_req's pool."""
+    out = _run(
+        """
+        import sys
+        import bridge.kube.client
+        from kubernetes_asyncio.client import api_client, configuration
+        unused = ("urllib3", "dateutil.parser", "multiprocessing.pool")
+        print([m for m in unused if m in sys.modules])
+        cfg = configuration.Configuration(username="u", password="p")
+        print(cfg.get_basic_auth_token())
+        print(api_client.parse("2026-12-02T10:00:00Z").isoformat())
+        pool = api_client.ThreadPool(1)
+        print(pool.apply(sum, ([1, 2],)))
+        pool.close()
+        import urllib3, dateutil.parser, multiprocessing.pool
+        print(urllib3.util.make_headers is not None, type(sys.modules["urllib3"]).__name__)
+        """
+    )
+    assert out.splitlines() == [
+        "[]",
+        "Basic dTpw",
+        "2026-12-02T10:00:00+00:00",
+        "3",
+        "True module",
+    ]

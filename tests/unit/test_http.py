@@ -1,0 +1,146 @@
+"""bridge.runtime.http: the probes' and the scraper's server, on a real socket, against peers
+that do not behave (what reaches the port is not trusted)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from bridge.metrics import Metrics
+from bridge.runtime import http
+from bridge.runtime.health import Health
+from tests.support import eventually
+
+
+@pytest.fixture
+async def server():
+    s = http.HttpServer("127.0.0.1", 0, Health(30.0), Metrics("test"))
+    await s.start()
+    yield s
+    await s.stop()
+
+
+async def exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` and read the answer to its end (the server closes every connection)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
+
+
+def parse(answer: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+async def get(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    return parse(await exchange(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()))
+
+
+async def test_the_four_paths(server):
+    server.status = lambda: {"scopes": {"*": "watching"}}
+    status, headers, body = await get(server.port, "/healthz")
+    assert (status, body, headers["Connection"]) == (200, b"ok\n", "close")
+    status, _, body = await get(server.port, "/readyz")
+    assert status == 503 and body.startswith(b"not ready: ")  # nothing synced yet
+    status, headers, body = await get(server.port, "/metrics?x=1")  # a query is ignored
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert b"k8s_event_bridge_ready 0.0" in body
+    assert int(headers["Content-Length"]) == len(body)
+    status, headers, body = await get(server.port, "/status")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert b'"scopes":{"*":"watching"}' in body and b'"ready":false' in body
+
+
+async def test_head_has_the_length_and_no_body(server):
+    status, headers, body = await get(server.port, "/healthz", "HEAD")
+    assert (status, headers["Content-Length"], body) == (200, "3", b"")
+
+
+async def test_other_methods_and_paths(server):
+    status, headers, _ = await get(server.port, "/healthz", "POST")
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
+    status, _, _ = await get(server.port, "/nope")
+    assert status == 404
+    for bad in (
+        b"GARBAGE\r\n\r\n",
+        b"GET /healthz SPDY/3\r\n\r\n",
+        b"GET  /healthz HTTP/1.1\r\n\r\n",
+    ):
+        status, _, _ = parse(await exchange(server.port, bad))
+        assert status == 400, bad
+
+
+async def test_a_head_over_the_limit_is_refused(server):
+    big = b"GET /healthz HTTP/1.1\r\nX: " + b"a" * (2 * http.HEAD_LIMIT) + b"\r\n\r\n"
+    status, _, _ = parse(await exchange(server.port, big))
+    assert status == 431
+
+
+async def test_a_peer_that_closes_early_is_dropped(server):
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /heal")
+    writer.close()
+    await eventually(lambda: not server._connections, 10)
+    assert (await get(server.port, "/healthz"))[0] == 200
+
+
+async def test_a_slow_head_is_cut_off(server, monkeypatch):
+    monkeypatch.setattr(http, "HEAD_TIMEOUT", 0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+    answer = await asyncio.wait_for(reader.read(), 10)
+    assert parse(answer)[0] == 408
+    writer.close()
+
+
+async def test_connections_beyond_the_limit_are_closed_at_once(server, monkeypatch):
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 3)
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)]
+    await eventually(lambda: len(server._connections) == 3, 10)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed unanswered
+        raise asyncio.IncompleteReadError(b"", None)
+    for _, w in held:
+        w.close()
+    await eventually(lambda: not server._connections, 10)
+    assert (await get(server.port, "/healthz"))[0] == 200
+
+
+async def test_a_peer_that_does_not_read_is_dropped(server, monkeypatch):
+    monkeypatch.setattr(http, "WRITE_TIMEOUT", 0.2)
+    big = b"x" * (8 << 20)
+    server._routes["/big"] = lambda: (200, http.TEXT, big)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")  # and never reads
+    await eventually(lambda: len(server._connections) == 1, 10)
+    await eventually(lambda: not server._connections, 10)
+    sock.close()
+
+
+async def test_a_failing_handler_answers_500_and_the_server_goes_on(server):
+    def broken() -> tuple[int, str, bytes]:
+        raise RuntimeError("bug")
+
+    server._routes["/status"] = broken
+    assert (await get(server.port, "/status"))[0] == 500
+    assert (await get(server.port, "/healthz"))[0] == 200
+
+
+async def test_stop_does_not_wait_for_idle_peers(server):
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)]
+    await eventually(lambda: len(server._connections) == 3, 10)
+    await asyncio.wait_for(server.stop(), 10)
+    for reader, writer in held:
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
