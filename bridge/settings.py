@@ -277,10 +277,11 @@ class NatsSettings(common.NatsConnection):
     same Nats-Msg-Id."""
     max_inflight: int = Field(1024, ge=1, le=65536)
     """Most publishes awaiting an ack at once."""
-    max_inflight_bytes: BufferSize = 16 * 2**20
+    max_inflight_bytes: BufferSize = 4 * 2**20
     """Most bytes of publishes awaiting an ack at once (one message more may go, so that a
     message larger than the rest of the room is never stuck). With the queue's bounds it caps
-    what a JetStream that stops acking can make the bridge hold."""
+    what a JetStream that stops acking can make the bridge hold: each of these bytes may be
+    held three times while a connection stalls (docs/performance.md, the worst case)."""
 
     @field_validator("stream")
     @classmethod
@@ -357,8 +358,10 @@ class QueueSettings(_Section):
 
     max_events: int = Field(4096, ge=1)
     """Most Events held."""
-    max_bytes: BufferSize = 16 * 2**20
-    """Most bytes held (one Event larger than this is still let into an empty queue)."""
+    max_bytes: BufferSize = 8 * 2**20
+    """Most bytes held (one Event larger than this is still let into an empty queue). With
+    `nats.max_inflight_bytes` it sets the bridge's worst case of memory
+    (docs/performance.md)."""
 
 
 class HttpSettings(_Section):

@@ -81,7 +81,7 @@ class Publisher:
         *,
         ack_timeout: float = 5.0,
         max_inflight: int = 1024,
-        max_inflight_bytes: int = 16 * 2**20,
+        max_inflight_bytes: int = 4 * 2**20,
         clock: Clock = SYSTEM,
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
         fast_path: bool = True,

@@ -107,3 +107,19 @@ async def test_a_running_bridge_loads_none_of_the_generated_client(
     # what kubernetes_asyncio imports but the bridge never uses, and aiohttp's server
     unused = ("urllib3", "dateutil", "multiprocessing", "aiohttp.web")
     assert [m for m in loaded["modules"] if m.startswith(unused)] == []
+
+
+@pytest.mark.integration
+async def test_a_silent_jetstream_with_large_events_stays_within_the_bound():
+    """The worst case, proven (bench/silence.py, shorter): the nats-server hangs (SIGSTOP)
+    while Events of ~48 KB keep coming; once the bridge's window is held and its queue full,
+    10 s more of silence and writes. Its RSS stays under the bound computed from its
+    configuration (bench/budget.py), and after the thaw every Event is in the stream once."""
+    import argparse
+
+    from bench import silence
+
+    result = await silence.run(argparse.Namespace(seconds=10.0, event_kb=48, rate=100.0))
+    assert result["missing"] == 0 and result["duplicates"] == 0, result["written"]
+    assert result["max_queue_bytes"] > 0
+    assert result["max_rss_mb"] <= result["bound_mb"], result["budget"]

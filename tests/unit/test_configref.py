@@ -140,7 +140,7 @@ def test_each_type_reads_as_a_person_reads_it(program: Program, dotted: str, typ
     [
         (BRIDGE, "kubernetes.backoff.initial", "800ms", "BRIDGE_KUBERNETES__BACKOFF__INITIAL"),
         (BRIDGE, "nats.max_age", "7d", "BRIDGE_NATS__MAX_AGE"),
-        (BRIDGE, "nats.max_inflight_bytes", "16MiB", "BRIDGE_NATS__MAX_INFLIGHT_BYTES"),
+        (BRIDGE, "nats.max_inflight_bytes", "4MiB", "BRIDGE_NATS__MAX_INFLIGHT_BYTES"),
         (BRIDGE, "nats.max_bytes", "-1", "BRIDGE_NATS__MAX_BYTES"),
         (BRIDGE, "kubernetes.field_selector", '""', "BRIDGE_KUBERNETES__FIELD_SELECTOR"),
         (BRIDGE, "nats.servers", '["nats://127.0.0.1:4222"]', "BRIDGE_NATS__SERVERS"),

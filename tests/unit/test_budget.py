@@ -1,0 +1,65 @@
+"""The worst case of memory (bench/budget.py) against what deploy/ and the chart ship: the
+defaults' bound under 80% of the limit, the request at least the measured idle bridge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import budget
+from bench.budget import MIB, Budget
+from bridge.settings import Settings, load
+from tests.unit.test_settings_cli import _configmap_config, _helm_values_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def quantity(text: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(text[: -len(unit)]) * factor
+    return int(text)
+
+
+def deployment_resources() -> dict[str, dict[str, str]]:
+    docs = yaml.safe_load_all(REPO.joinpath("deploy/deployment.yaml").read_text())
+    deployment = next(d for d in docs if d and d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["resources"]
+
+
+def chart_resources() -> dict[str, dict[str, str]]:
+    values = yaml.safe_load(REPO.joinpath("deploy/helm/k8s-event-bridge/values.yaml").read_text())
+    return values["resources"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "config"),
+    [(deployment_resources, _configmap_config), (chart_resources, _helm_values_config)],
+    ids=["deploy", "chart"],
+)
+def test_the_shipped_worst_case_is_under_80_percent_of_the_limit(tmp_path, resources, config):
+    path = tmp_path / "bridge.yaml"
+    path.write_text(config())
+    bound = Budget.of(load(str(path))).total
+    res = resources()
+    limit = quantity(res["limits"]["memory"])
+    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of {res['limits']['memory']}"
+    # the request: what an idle bridge measures (the kubelet evicts first what is above it)
+    assert quantity(res["requests"]["memory"]) >= budget.IDLE_MIB * MIB
+
+
+def test_the_bound_follows_the_configuration():
+    base = Budget.of(Settings())
+    bigger = Budget.of(
+        Settings(queue={"max_bytes": 64 * MIB}, nats={"max_inflight_bytes": 64 * MIB})
+    )
+    assert bigger.total - base.total == pytest.approx(
+        (64 - 8) * MIB * budget.QUEUE_COPIES + (64 - 4) * MIB * budget.WINDOW_COPIES
+    )
+    scoped = Budget.of(Settings(kubernetes={"namespaces": [f"n{i}" for i in range(100)]}))
+    assert scoped.total > base.total
+    assert [name for name, _ in base.rows()][-1] == "total"
