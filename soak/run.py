@@ -74,7 +74,7 @@ class Settings:
     queue_events: int = 1000
     queue_bytes: int = 4 * 1024 * 1024
     inflight: int = 256
-    inflight_bytes: int = 4 * 1024 * 1024
+    inflight_bytes: int = 2 * 1024 * 1024
     out_dir: Path = RESULTS
 
     @property
