@@ -50,17 +50,18 @@ demo-cluster: $(BIN)/.installed
 
 # build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions,
 # the Alertmanager the alerting subscriber's tests send to, promtool (the alert rules' tests)
-# and helm (the chart's)
+# and helm (the chart's), natsauth and the benchmark's Go reference (bench/goref)
 control-plane:
 	bash e2e/build-control-plane.sh all
 	bash e2e/build-alertmanager.sh
 	bash e2e/build-go-tool.sh promtool
 	bash e2e/build-go-tool.sh helm
 	bash e2e/build-go-tool.sh natsauth
+	bash e2e/build-go-tool.sh goref
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge common consumer tests tools fuzz soak
-	$(BIN)/ruff check bridge common consumer tests tools fuzz soak
+	$(BIN)/ruff format --check bridge common consumer tests tools fuzz soak bench
+	$(BIN)/ruff check bridge common consumer tests tools fuzz soak bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.configref --check

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import sys
 import time
 
 import aiohttp
 import msgspec
 import nats
+
+
+def peak_rss_kb() -> int:
+    """This process's peak RSS in kB (``VmHWM`` of ``/proc/self/status``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
 
 
 class _Meta(msgspec.Struct):
@@ -105,7 +113,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "first_ack": state["first_ack"],
         "last_ack": state["last_ack"],
         "cpu_s": cpu,
-        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # VmHWM, not getrusage's ru_maxrss: Linux keeps that across execve (the parent's peak)
+        "peak_rss_kb": peak_rss_kb(),
         "window": window,
     }
 

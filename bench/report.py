@@ -21,10 +21,31 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(vs) if vs else None
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def has_go(r: dict[str, Any]) -> bool:
+    """Whether the run had the Go reference (runs from before it have no ``goref`` entries:
+    their tables keep the layout they were made with)."""
+    return any("goref" in x for x in r.get("throughput", []))
+
+
+def _go_missing(r: dict[str, Any]) -> str:
+    """Why a run has no Go reference figures."""
+    goref = r.get("goref") or {}
+    if goref.get("binary"):
+        return "the Go reference failed in every run (see the log)"
+    return str(goref.get("error") or "no Go reference binary")
+
+
 def summarise(r: dict[str, Any]) -> dict[str, Any]:
     runs = r.get("throughput", [])
     bridge = _median([x["events_per_s"] for x in runs])
     ref = _median([x["reference"].get("events_per_s") for x in runs])
+    go = _median([x.get("goref", {}).get("events_per_s") for x in runs])
+    cpu = _median([x["cpu_s_per_1k"] for x in runs])
+    go_cpu = _median([x.get("goref", {}).get("cpu_s_per_1k") for x in runs])
     peaks = [x["peak_rss_mb"] for x in runs]
     lat = r.get("latency", {})
     out = r.get("outage", {})
@@ -41,11 +62,22 @@ def summarise(r: dict[str, Any]) -> dict[str, Any]:
             else None
             for x in runs
         ],
-        "cpu_s_per_1k": _median([x["cpu_s_per_1k"] for x in runs]),
+        "goref_events_per_s": go,
+        "ratio_go": _ratio(bridge, go),
+        "ratio_go_per_run": [
+            _ratio(x["events_per_s"], x.get("goref", {}).get("events_per_s")) for x in runs
+        ],
+        "cpu_s_per_1k": cpu,
         "reference_cpu_s_per_1k": _median([x["reference"].get("cpu_s_per_1k") for x in runs]),
+        "goref_cpu_s_per_1k": go_cpu,
+        # bridge CPU per event / the Go reference's (how many times more it spends)
+        "cpu_ratio_go": _ratio(cpu, go_cpu),
+        # why there are no Go figures (None: there are, or the run is from before the Go reference)
+        "goref_unavailable": _go_missing(r) if has_go(r) and not go else None,
         "other_load_cores": {
             "bridge_runs": [x.get("other_cpu_share") for x in runs],
             "reference_runs": [x["reference"].get("other_cpu_share") for x in runs],
+            "goref_runs": [x.get("goref", {}).get("other_cpu_share") for x in runs],
             "latency_phase": lat.get("other_cpu_share"),
         },
         "peak_rss_mb": peaks,
@@ -78,6 +110,20 @@ def summarise(r: dict[str, Any]) -> dict[str, Any]:
         ">= 0.80",
         _f(ratio, ".2f") + f"  ({_f(bridge, ',.0f')} / {_f(ref, ',.0f')} ev/s)",
         None if ratio is None else ratio >= 0.8,
+    )
+    ratio_go = s["ratio_go"]
+    if ratio_go is not None:
+        go_measured = (
+            _f(ratio_go, ".2f") + f"  ({_f(bridge, ',.0f')} / {_f(go, ',.0f')} ev/s; CPU "
+            f"{_f(cpu, '.4f')} / {_f(go_cpu, '.4f')} s per 1k, x{_f(s['cpu_ratio_go'], '.1f')})"
+        )
+    else:
+        go_measured = "not run: " + (s["goref_unavailable"] or _go_missing(r))
+    target(
+        "whole pipeline vs Go reference (same run)",
+        ">= 0.80",
+        go_measured,
+        None if ratio_go is None else ratio_go >= 0.8,
     )
     target(
         "events/s end to end (record)",
@@ -129,7 +175,11 @@ def summarise(r: dict[str, Any]) -> dict[str, Any]:
     s["targets"] = targets
     loads = [
         v
-        for v in (*s["other_load_cores"]["bridge_runs"], *s["other_load_cores"]["reference_runs"])
+        for v in (
+            *s["other_load_cores"]["bridge_runs"],
+            *s["other_load_cores"]["reference_runs"],
+            *s["other_load_cores"]["goref_runs"],
+        )
         if v is not None
     ]
     s["noisy"] = bool(loads) and max(loads) > NOISY_CORES
@@ -140,6 +190,55 @@ def summarise(r: dict[str, Any]) -> dict[str, Any]:
 
 def _f(v: float | None, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
+
+
+def _go_version(r: dict[str, Any]) -> str:
+    """``, Go reference built with go1.x`` (its --version names the toolchain second)."""
+    version = (r.get("goref") or {}).get("version") or ""
+    parts = version.split()
+    return f", Go reference built with {parts[1]}" if len(parts) > 1 else ""
+
+
+def run_line(x: dict[str, Any]) -> str:
+    """One throughput run in a line (``--throughput-only``)."""
+    ref, gref = x["reference"], x.get("goref", {})
+    go = gref.get("events_per_s")
+    if go:
+        go_text = (
+            f"Go reference {go:,.0f} ev/s, ratio {(x['events_per_s'] or 0) / go:.2f}, "
+            f"go cpu {gref.get('cpu_s_per_1k') or 0:.4f} s/1k, "
+        )
+    else:
+        go_text = f"Go reference n/a ({gref.get('unavailable') or 'failed'}), "
+    return (
+        f"run {x['run']}: bridge {x['events_per_s'] or 0:,.0f} ev/s, "
+        f"reference {ref.get('events_per_s') or 0:,.0f} ev/s, ratio "
+        f"{(x['events_per_s'] or 0) / (ref.get('events_per_s') or 1):.2f}, {go_text}"
+        f"cpu {x['cpu_s_per_1k'] or 0:.3f} s/1k, ref cpu {ref.get('cpu_s_per_1k') or 0:.3f} s/1k, "
+        f"peak RSS {x['peak_rss_mb']:.1f} MB"
+    )
+
+
+def medians_line(s: dict[str, Any]) -> str:
+    """The medians of the throughput runs in a line (``--throughput-only``)."""
+    go = (
+        f"Go reference {_f(s['goref_events_per_s'], ',.0f')} ev/s (ratio "
+        f"{_f(s['ratio_go'], '.2f')})"
+        if s["goref_events_per_s"]
+        else "Go reference n/a"
+    )
+    go_cpu = (
+        f", Go reference {_f(s['goref_cpu_s_per_1k'], '.4f')} (bridge "
+        f"x{_f(s['cpu_ratio_go'], '.1f')})"
+        if s["goref_cpu_s_per_1k"]
+        else ""
+    )
+    return (
+        f"median: bridge {_f(s['bridge_events_per_s'], ',.0f')} ev/s, reference "
+        f"{_f(s['reference_events_per_s'], ',.0f')} ev/s (ratio {_f(s['ratio'], '.2f')}), {go}; "
+        f"cpu s/1k bridge {_f(s['cpu_s_per_1k'], '.4f')}, reference "
+        f"{_f(s['reference_cpu_s_per_1k'], '.4f')}{go_cpu}"
+    )
 
 
 def table(r: dict[str, Any]) -> str:
@@ -166,44 +265,58 @@ def table(r: dict[str, Any]) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
+    go = has_go(r)
     lines += [
         "",
         "Throughput runs (other load: CPU cores used by processes outside the benchmark during "
-        "the bridge / reference window)",
+        + (
+            "the bridge / reference / Go reference window)"
+            if go
+            else "the bridge / reference window)"
+        ),
         "",
     ]
-    hdr = (
+    hdr: tuple[str, ...] = (
         "run",
         "bridge ev/s",
         "ref ev/s",
         "ratio",
+        *(("go ev/s", "ratio go") if go else ()),
         "cpu s/1k",
         "ref cpu s/1k",
+        *(("go cpu s/1k",) if go else ()),
         "peak RSS",
         "RSS after",
         "ready",
         "other load",
     )
     rows2 = [hdr]
-    for x, ratio in zip(r["throughput"], s["ratio_per_run"], strict=True):
-        ref = x["reference"]
+    runs = r["throughput"]
+    ratios_go = s.get("ratio_go_per_run") or [None] * len(runs)
+    for x, ratio, ratio_go in zip(runs, s["ratio_per_run"], ratios_go, strict=True):
+        ref, gref = x["reference"], x.get("goref", {})
+        loads = [x.get("other_cpu_share"), ref.get("other_cpu_share")]
+        if go:
+            loads.append(gref.get("other_cpu_share"))
         rows2.append(
             (
                 str(x["run"]),
                 _f(x["events_per_s"], ",.0f"),
                 _f(ref.get("events_per_s"), ",.0f"),
                 _f(ratio, ".2f"),
+                *((_f(gref.get("events_per_s"), ",.0f"), _f(ratio_go, ".2f")) if go else ()),
                 _f(x["cpu_s_per_1k"], ".3f"),
                 _f(ref.get("cpu_s_per_1k"), ".3f"),
+                *((_f(gref.get("cpu_s_per_1k"), ".4f"),) if go else ()),
                 _f(x["peak_rss_mb"], ".1f") + " MB",
                 _f(x["rss_after_mb"], ".1f") + " MB",
                 _f(x["ready_s"], ".2f") + " s",
-                _f(x.get("other_cpu_share"), ".2f") + " / " + _f(ref.get("other_cpu_share"), ".2f"),
+                " / ".join(_f(v, ".2f") for v in loads),
             )
         )
-    widths = [max(len(row[i]) for row in rows2) for i in range(len(hdr))]
-    for i, row in enumerate(rows2):
-        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    widths = [max(len(cells[i]) for cells in rows2) for i in range(len(hdr))]
+    for i, cells in enumerate(rows2):
+        lines.append("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lat = r["latency"]
@@ -225,15 +338,28 @@ def table(r: dict[str, Any]) -> str:
         f"{o['recovered_s']:.1f} s after the restart; {o['stored_distinct']:,}/"
         f"{o['checked_versions']:,} versions stored, {o['duplicates']} duplicates",
         f"CPU: bridge {_f(s['cpu_s_per_1k'], '.3f')} s per 1k events, reference "
-        f"{_f(s['reference_cpu_s_per_1k'], '.3f')} s per 1k",
+        f"{_f(s['reference_cpu_s_per_1k'], '.3f')} s per 1k"
+        + (
+            f", Go reference {_f(s.get('goref_cpu_s_per_1k'), '.4f')} s per 1k (bridge "
+            f"x{_f(s.get('cpu_ratio_go'), '.1f')})"
+            if go
+            else ""
+        ),
         "other load on the machine (CPU cores used by processes outside the benchmark) - "
         "bridge runs: "
         + ", ".join(_f(v, ".2f") for v in s["other_load_cores"]["bridge_runs"])
         + "; reference runs: "
         + ", ".join(_f(v, ".2f") for v in s["other_load_cores"]["reference_runs"])
+        + (
+            "; Go reference runs: "
+            + ", ".join(_f(v, ".2f") for v in s["other_load_cores"].get("goref_runs", []))
+            if go
+            else ""
+        )
         + f"; latency phase: {_f(s['other_load_cores']['latency_phase'], '.2f')}",
         f"machine: {r['machine']['cores']} cores, Python {r['machine']['python']}, uvloop "
-        f"{'on' if r['machine']['uvloop'] else 'off'}; benchmark took {r['duration_s']:.0f} s",
+        f"{'on' if r['machine']['uvloop'] else 'off'}{_go_version(r)}; benchmark took "
+        f"{r['duration_s']:.0f} s",
         "",
     ]
     return "\n".join(lines)
@@ -259,17 +385,30 @@ def chart(r: dict[str, Any], path: Path) -> None:
     w = 0.38
     b = [x["events_per_s"] or 0 for x in runs]
     ref = [x["reference"].get("events_per_s") or 0 for x in runs]
-    ax.bar([i - w / 2 for i in xs], b, w, label="bridge (whole pipeline)", color="#1f77b4")
-    ax.bar([i + w / 2 for i in xs], ref, w, label="reference pipeline", color="#bbbbbb")
-    for i, (vb, vr) in enumerate(zip(b, ref, strict=True)):
-        ax.text(i - w / 2, vb, f"{vb:,.0f}", ha="center", va="bottom", fontsize=8)
-        ax.text(i + w / 2, vr, f"{vr:,.0f}", ha="center", va="bottom", fontsize=8)
-        if vr:
-            ax.text(i, max(vb, vr) * 1.08, f"ratio {vb / vr:.2f}", ha="center", fontsize=8)
+    gor = [x.get("goref", {}).get("events_per_s") or 0 for x in runs]
+    if has_go(r):
+        w = 0.27
+        ax.bar([i - w for i in xs], b, w, label="bridge (whole pipeline)", color="#1f77b4")
+        ax.bar(list(xs), ref, w, label="Python reference", color="#bbbbbb")
+        ax.bar([i + w for i in xs], gor, w, label="Go reference", color="#2ca02c")
+        for i, (vb, vr, vg) in enumerate(zip(b, ref, gor, strict=True)):
+            for dx, v in ((-w, vb), (0.0, vr), (w, vg)):
+                ax.text(i + dx, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+            ratios = [f"py {vb / vr:.2f}" if vr else "", f"go {vb / vg:.2f}" if vg else ""]
+            ax.text(i, max(vb, vr, vg) * 1.08, "  ".join(filter(None, ratios)), ha="center",
+                    fontsize=8)  # fmt: skip
+    else:
+        ax.bar([i - w / 2 for i in xs], b, w, label="bridge (whole pipeline)", color="#1f77b4")
+        ax.bar([i + w / 2 for i in xs], ref, w, label="reference pipeline", color="#bbbbbb")
+        for i, (vb, vr) in enumerate(zip(b, ref, strict=True)):
+            ax.text(i - w / 2, vb, f"{vb:,.0f}", ha="center", va="bottom", fontsize=8)
+            ax.text(i + w / 2, vr, f"{vr:,.0f}", ha="center", va="bottom", fontsize=8)
+            if vr:
+                ax.text(i, max(vb, vr) * 1.08, f"ratio {vb / vr:.2f}", ha="center", fontsize=8)
     ax.axhline(20_000, color="red", lw=0.8, ls="--", label="20k ev/s target")
     ax.set_xticks(list(xs), [f"run {x['run']}" for x in runs])
     ax.set_ylabel("events/s")
-    ax.set_ylim(0, max([*b, *ref, 20_000]) * 1.35)
+    ax.set_ylim(0, max([*b, *ref, *gor, 20_000]) * 1.35)
     ax.set_title(f"Throughput, {r['parameters']['events']:,} events per run")
     ax.legend(fontsize=8, loc="upper left")
 
@@ -351,6 +490,38 @@ def finish(result: dict[str, Any], out: Path) -> None:
     print(f"results: {out / f'{stamp}.json'}, {out / 'latest.json'}{png}")
 
 
+def _markdown_runs_go(r: dict[str, Any]) -> list[str]:
+    """The throughput runs with the Go reference's columns, and a row of medians."""
+    s = r["summary"]
+    out = [
+        "| run | bridge ev/s | reference ev/s | ratio | Go reference ev/s | ratio Go "
+        "| bridge CPU s/1k | reference CPU s/1k | Go reference CPU s/1k | peak RSS | RSS after "
+        "| /readyz | other load (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    runs = r["throughput"]
+    for x, ratio, ratio_go in zip(runs, s["ratio_per_run"], s["ratio_go_per_run"], strict=True):
+        ref, gref = x["reference"], x.get("goref", {})
+        out.append(
+            f"| {x['run']} | {_f(x['events_per_s'], ',.0f')} | "
+            f"{_f(ref.get('events_per_s'), ',.0f')} | {_f(ratio, '.2f')} | "
+            f"{_f(gref.get('events_per_s'), ',.0f')} | {_f(ratio_go, '.2f')} | "
+            f"{_f(x['cpu_s_per_1k'], '.3f')} | {_f(ref.get('cpu_s_per_1k'), '.3f')} | "
+            f"{_f(gref.get('cpu_s_per_1k'), '.4f')} | {_f(x['peak_rss_mb'], '.1f')} MB | "
+            f"{_f(x['rss_after_mb'], '.1f')} MB | {_f(x['ready_s'], '.2f')} s | "
+            f"{_f(x.get('other_cpu_share'), '.2f')} / {_f(ref.get('other_cpu_share'), '.2f')} "
+            f"/ {_f(gref.get('other_cpu_share'), '.2f')} |"
+        )
+    out.append(
+        f"| median | {_f(s['bridge_events_per_s'], ',.0f')} | "
+        f"{_f(s['reference_events_per_s'], ',.0f')} | {_f(s['ratio'], '.2f')} | "
+        f"{_f(s['goref_events_per_s'], ',.0f')} | {_f(s['ratio_go'], '.2f')} | "
+        f"{_f(s['cpu_s_per_1k'], '.3f')} | {_f(s['reference_cpu_s_per_1k'], '.3f')} | "
+        f"{_f(s['goref_cpu_s_per_1k'], '.4f')} | | | | |"
+    )
+    return out
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The results as Markdown tables, for docs/performance.md."""
     s = r["summary"]
@@ -358,22 +529,25 @@ def markdown(r: dict[str, Any]) -> str:
     for t in s["targets"]:
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[t["pass"]]
         out.append(f"| {t['target']} | {t['want']} | {t['measured']} | {verdict} |")
-    out += [
-        "",
-        "| run | bridge ev/s | reference ev/s | ratio | bridge CPU s/1k | reference CPU s/1k "
-        "| peak RSS | RSS after | /readyz | other load (cores) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for x, ratio in zip(r["throughput"], s["ratio_per_run"], strict=True):
-        ref = x["reference"]
-        out.append(
-            f"| {x['run']} | {_f(x['events_per_s'], ',.0f')} | "
-            f"{_f(ref.get('events_per_s'), ',.0f')} | {_f(ratio, '.2f')} | "
-            f"{_f(x['cpu_s_per_1k'], '.3f')} | "
-            f"{_f(ref.get('cpu_s_per_1k'), '.3f')} | {_f(x['peak_rss_mb'], '.1f')} MB | "
-            f"{_f(x['rss_after_mb'], '.1f')} MB | {_f(x['ready_s'], '.2f')} s | "
-            f"{_f(x.get('other_cpu_share'), '.2f')} / {_f(ref.get('other_cpu_share'), '.2f')} |"
-        )
+    if has_go(r):
+        out += ["", *_markdown_runs_go(r)]
+    else:
+        out += [
+            "",
+            "| run | bridge ev/s | reference ev/s | ratio | bridge CPU s/1k | reference CPU s/1k "
+            "| peak RSS | RSS after | /readyz | other load (cores) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for x, ratio in zip(r["throughput"], s["ratio_per_run"], strict=True):
+            ref = x["reference"]
+            out.append(
+                f"| {x['run']} | {_f(x['events_per_s'], ',.0f')} | "
+                f"{_f(ref.get('events_per_s'), ',.0f')} | {_f(ratio, '.2f')} | "
+                f"{_f(x['cpu_s_per_1k'], '.3f')} | "
+                f"{_f(ref.get('cpu_s_per_1k'), '.3f')} | {_f(x['peak_rss_mb'], '.1f')} MB | "
+                f"{_f(x['rss_after_mb'], '.1f')} MB | {_f(x['ready_s'], '.2f')} s | "
+                f"{_f(x.get('other_cpu_share'), '.2f')} / {_f(ref.get('other_cpu_share'), '.2f')} |"
+            )
     lat, o, m = r["latency"], r["outage"], r["machine"]
     out += [
         "",
@@ -397,7 +571,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"{o['checked_versions']:,} versions stored, {o['duplicates']} duplicates, "
         f"{o['missing']} missing |",
         f"| machine | {m['cores']} cores ({m['cpu_model']}), Python {m['python']}, uvloop "
-        f"{'on' if m['uvloop'] else 'off'}, {m['nats_server']}, commit {m['git_commit']}"
+        f"{'on' if m['uvloop'] else 'off'}{_go_version(r)}, {m['nats_server']}, commit "
+        f"{m['git_commit']}"
         f"{' + uncommitted bridge/ changes' if m['bridge_uncommitted_changes'] else ''} |",
         f"| other load (cores) in the latency phase | "
         f"{_f(s['other_load_cores']['latency_phase'], '.2f')} |",

@@ -8,8 +8,13 @@ process, the bridge as a real child process (``python -m bridge run``):
    stream from history as fast as it reads them. Rate from its first to its N-th ack
    (``events_published_total`` polled at 20 Hz), CPU seconds of the bridge process over that
    window, peak RSS (VmHWM) and RSS after the run (VmRSS). Repeated ``--runs`` times;
-2. the reference pipeline (``bench/reference.py``, a child process) over the same N changes,
-   right after each bridge run, to its own stream on ``ref.>``; the ratio bridge/reference;
+2. the reference pipelines over the same N changes, right after each bridge run, each a child
+   process reading the watch from the same start resourceVersion into its own stream: the
+   Python one (``bench/reference.py``, stream ``BENCH_REF`` on ``ref.>``), then the Go one
+   (``bench/goref``, built and cached by ``e2e/build-go-tool.sh goref`` through
+   ``tests/gotools.py``; stream ``BENCH_GOREF`` on ``goref.>``); the ratios bridge/reference.
+   Without a Go binary (no ``go``, the module proxy refusing) the Go figures say why and the
+   rest runs;
 3. latency at a steady rate (default 1k events/s): publish latency from the bridge's
    histogram, and end to end from the write into the API server to a JetStream subscriber;
 4. time from process start to the first 200 on /readyz (every start);
@@ -69,6 +74,9 @@ CLUSTER = "bench"
 STREAM = "K8S_EVENTS"
 EVENT_SUBJECTS = f"k8s.events.{CLUSTER}.*.*.*"  # events; status events have one token less
 REF_STREAM = "BENCH_REF"
+GOREF_STREAM = "BENCH_GOREF"
+# each reference pipeline (bench/reference.py: python, bench/goref: go): its stream, subjects
+REFERENCES = {"python": (REF_STREAM, "ref.>"), "go": (GOREF_STREAM, "goref.>")}
 LATENCY_METRIC = "publish_latency_seconds"
 
 
@@ -161,6 +169,59 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
+def build_goref() -> dict[str, Any]:
+    """bench/goref's binary, built when the cached one is missing or stale (tests/gotools.py,
+    ``e2e/build-go-tool.sh goref``: from the Go module proxy, cached outside the repo, keyed by
+    a hash of its source): ``binary``, ``version`` (its ``--version``), ``build_s``; or
+    ``binary`` None and ``error``, why it can not be built."""
+    from tests import gotools
+
+    t = time.monotonic()
+    info: dict[str, Any] = {"binary": None, "version": None, "error": None}
+    try:
+        path = gotools.ensure("goref")
+    except gotools.ToolError as exc:
+        text = str(exc)
+        lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+        # the script's ERROR line and the last line of go's own (the cause)
+        said = [line.split("ERROR: ", 1)[1] for line in lines if "ERROR: " in line]
+        cause = [line for line in lines if not line.startswith(("build-go-tool:", "go: down"))]
+        if gotools.go_missing():
+            info["error"] = "go is not installed"
+        else:
+            info["error"] = "; ".join(said[-1:] + cause[-1:]) or text.splitlines()[0]
+        info["error_detail"] = text[-4000:]
+    else:
+        info["binary"] = str(path)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                [str(path), "--version"], capture_output=True, text=True, timeout=30
+            )
+            info["version"] = done.stdout.strip()
+    info["build_s"] = time.monotonic() - t
+    return info
+
+
+def reference_figures(r: dict[str, Any], n: int) -> dict[str, Any]:
+    """A reference's figures from its JSON line (bench/reference.py and bench/goref print the
+    same fields): rate from its first to its N-th ack, its own CPU seconds per 1k events acked.
+    The CPU shares are filled in by the caller, from its samples."""
+    window = r["last_ack"] - r["first_ack"]
+    return {
+        "complete": r["count"] >= n and not r["errors"],
+        "events_per_s": (r["count"] - 1) / window if window > 0 else None,
+        "window_s": window,
+        "cpu_s_per_1k": r["cpu_s"] / (r["count"] / 1000) if r["count"] else None,
+        "peak_rss_mb": r["peak_rss_kb"] / 1024,
+        "cpu_share": r["cpu_s"] / window if window > 0 else None,
+        "feed_cpu_share": None,
+        "nats_cpu_share": None,
+        "other_cpu_share": None,
+        "ack_errors": r["errors"],
+        "window": r["window"],
+    }
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -175,6 +236,7 @@ class Bench:
         self.port = 0
         self.starts: list[dict[str, Any]] = []
         self.result: dict[str, Any] = {}
+        self.goref: dict[str, Any] = {"binary": None, "error": "not built yet"}
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -182,14 +244,21 @@ class Bench:
         self.nats.start()
         await self.sim.start("127.0.0.1", 0)
         await self.connect_nats()
-        await self.js.add_stream(
-            StreamConfig(
-                name=REF_STREAM,
-                subjects=["ref.>"],
-                storage=StorageType.FILE,
-                duplicate_window=7200,
+        for stream, subjects in REFERENCES.values():
+            await self.js.add_stream(
+                StreamConfig(
+                    name=stream,
+                    subjects=[subjects],
+                    storage=StorageType.FILE,
+                    duplicate_window=7200,
+                )
             )
-        )
+        self.goref = await asyncio.to_thread(build_goref)
+        self.result["goref"] = self.goref
+        if self.goref["binary"] is None:
+            log(f"no Go reference: {self.goref['error']} (the Python reference still runs)")
+        else:
+            log(f"Go reference: {self.goref['version']} ({self.goref['build_s']:.1f}s to find)")
         kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.sim.url, token="bench")
         self.port = free_port()
         # tests/integration/harness.py's bridge_config, with the benchmark's changes
@@ -351,7 +420,8 @@ class Bench:
             f"after {run['rss_after_mb']:.1f} MB, "
             f"stored {stored}/{n}{'' if complete else ' (TIMED OUT)'}"
         )
-        run["reference"] = await self.reference_run(start_rv, n)
+        run["reference"] = await self.reference_run(start_rv, n, "python")
+        run["goref"] = await self.reference_run(start_rv, n, "go")
         # the history both read is not needed any more: keep the simulator's memory flat
         self.sim.compact()
         return run
@@ -363,7 +433,20 @@ class Bench:
         except OSError:
             return 0.0
 
-    async def reference_run(self, start_rv: int, n: int) -> dict[str, Any]:
+    def reference_command(self, impl: str) -> list[str] | None:
+        """The reference's program (the arguments follow); None: no Go binary."""
+        if impl == "python":
+            return [sys.executable, "-m", "bench.reference"]
+        binary = self.goref.get("binary")
+        return [binary] if binary else None
+
+    async def reference_run(self, start_rv: int, n: int, impl: str) -> dict[str, Any]:
+        """One reference pipeline (``impl``: python or go) over the N changes from
+        ``start_rv``, to its own stream."""
+        label = {"python": "reference", "go": "Go reference"}[impl]
+        program = self.reference_command(impl)
+        if program is None:
+            return {"complete": False, "unavailable": self.goref.get("error")}
         quiet_gc()
         # (monotonic, this process's cpu s, nats-server cpu s, reference cpu s, machine busy s)
         cpu_samples: list[tuple[float, float, float, float, float]] = []
@@ -391,9 +474,7 @@ class Bench:
                     await asyncio.wait_for(stop.wait(), 0.05)
 
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.reference",
+            *program,
             "--api",
             self.sim.url,
             "--nats",
@@ -415,42 +496,31 @@ class Bench:
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            log("reference pipeline timed out")
+            log(f"{label} pipeline timed out")
             return {"complete": False}
         finally:
             stop.set()
             await sampler
         if proc.returncode != 0:
-            log(f"reference pipeline failed:\n{err.decode()[-2000:]}")
+            log(f"{label} pipeline failed:\n{err.decode()[-2000:]}")
             return {"complete": False}
         r = msgspec.json.decode(out.strip().splitlines()[-1])
-        window = r["last_ack"] - r["first_ack"]
-        rate = (r["count"] - 1) / window if window > 0 else None
+        res = reference_figures(r, n)
         inside = [c for c in cpu_samples if r["first_ack"] <= c[0] <= r["last_ack"]]
-        feed_share = nats_share = other_share = None
         if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
             f, e = inside[0], inside[-1]
             span = e[0] - f[0]
-            feed_share = (e[1] - f[1]) / span
-            nats_share = (e[2] - f[2]) / span
-            other_share = ((e[4] - f[4]) - (e[1] - f[1]) - (e[2] - f[2]) - (e[3] - f[3])) / span
-        res = {
-            "complete": r["count"] >= n and not r["errors"],
-            "events_per_s": rate,
-            "window_s": window,
-            "cpu_s_per_1k": r["cpu_s"] / (r["count"] / 1000),
-            "peak_rss_mb": r["peak_rss_kb"] / 1024,
-            "cpu_share": r["cpu_s"] / window if window > 0 else None,
-            "feed_cpu_share": feed_share,
-            "nats_cpu_share": nats_share,
-            "other_cpu_share": other_share,
-            "ack_errors": r["errors"],
-            "window": r["window"],
-        }
+            res["feed_cpu_share"] = (e[1] - f[1]) / span
+            res["nats_cpu_share"] = (e[2] - f[2]) / span
+            res["other_cpu_share"] = (
+                (e[4] - f[4]) - (e[1] - f[1]) - (e[2] - f[2]) - (e[3] - f[3])
+            ) / span
         log(
-            f"       reference {rate or 0:,.0f} ev/s, cpu {res['cpu_s_per_1k']:.3f} s/1k, "
-            f"feed cpu {feed_share or 0:.0%}, nats cpu {nats_share or 0:.0%}, "
-            f"other load {other_share or 0:.0%}"
+            f"       {label} {res['events_per_s'] or 0:,.0f} ev/s, "
+            f"cpu {res['cpu_s_per_1k'] or 0:.3f} s/1k, "
+            f"feed cpu {res['feed_cpu_share'] or 0:.0%}, "
+            f"nats cpu {res['nats_cpu_share'] or 0:.0%}, "
+            f"other load {res['other_cpu_share'] or 0:.0%}"
         )
         return res
 
@@ -773,13 +843,12 @@ async def amain(args: argparse.Namespace) -> int:
         await bench.teardown()
     if args.throughput_only:
         # not a full result: nothing written to the results folder
+        goref = result.get("goref", {})
+        if goref.get("binary") is None:
+            print(f"no Go reference: {goref.get('error')}")
         for run in result["throughput"]:
-            ref = run["reference"]["events_per_s"] or 0
-            print(
-                f"run {run['run']}: bridge {run['events_per_s'] or 0:,.0f} ev/s, "
-                f"reference {ref:,.0f} ev/s, ratio {(run['events_per_s'] or 0) / (ref or 1):.2f}, "
-                f"cpu {run['cpu_s_per_1k'] or 0:.3f} s/1k, peak RSS {run['peak_rss_mb']:.1f} MB"
-            )
+            print(report.run_line(run))
+        print(report.medians_line(report.summarise(result)))
         return 0
     report.finish(result, args.out)
     return 0

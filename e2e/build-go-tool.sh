@@ -5,16 +5,17 @@
 #   e2e/build-go-tool.sh promtool [vX.Y.Z]   (default: PROMETHEUS_VERSION of e2e/versions.env)
 #   e2e/build-go-tool.sh helm [vX.Y.Z]       (default: HELM_VERSION)
 #   e2e/build-go-tool.sh natsauth             (this repo's e2e/natsauth: NATS operator-mode JWTs)
+#   e2e/build-go-tool.sh goref                (this repo's bench/goref: the benchmark's Go reference)
 #
 #   $cache/controlplane/<tool>-<v>/bin/<tool>
 #   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
 #
 # promtool and helm build with a plain `go install <module>/cmd/<tool>@<v>` (their go.mod files
-# have no replace directives), in module mode with their own go.sum. natsauth is a local module
-# (e2e/natsauth, its go.mod and go.sum pin its libraries): `go build -mod=readonly` in its
-# directory, and its <v> is a hash of its source (tests/gotools.py computes the same), so an
-# edit builds it again. What is cached and answers --version (natsauth: `version`) is not built
-# again. Any failure exits non-zero with a message.
+# have no replace directives), in module mode with their own go.sum. natsauth and goref are
+# local modules (e2e/natsauth, bench/goref; each go.mod and go.sum pin its libraries): `go build
+# -mod=readonly` in its directory, and its <v> is a hash of its source (tests/gotools.py
+# computes the same), so an edit builds it again. What is cached and answers --version
+# (natsauth: `version`) is not built again. Any failure exits non-zero with a message.
 # stdout: the bin directory (one line).
 # Needs: go (>= the go directive of the tool's go.mod), access to the Go module proxy.
 set -euo pipefail
@@ -34,14 +35,17 @@ case "$tool" in
             version="${2:-${HELM_VERSION:?not set in e2e/versions.env}}"
             ver_pkg="helm.sh/helm/v3/internal/version"; check=(version --short) ;;
   # the hash: sha256 of `sha256sum go.mod go.sum main.go` (the files' hashes and names), 16 hex
-  natsauth) module=""; pkg=""; tags=""; src="$here/natsauth"
-            [ $# -le 1 ] || { echo "build-go-tool: ERROR: natsauth takes no version (its source is)" >&2; exit 1; }
-            version="$(cd "$src" && sha256sum go.mod go.sum main.go | sha256sum | cut -c1-16)"
-            check=(version) ;;
-  *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool, helm or natsauth)" >&2; exit 1 ;;
+  natsauth|goref)
+            module=""; pkg=""; tags=""
+            if [ "$tool" = natsauth ]; then rel="e2e/natsauth"; check=(version)
+            else rel="bench/goref"; check=(--version); fi
+            src="$(cd "$here/.." && pwd)/$rel"
+            [ $# -le 1 ] || { echo "build-go-tool: ERROR: $tool takes no version (its source is)" >&2; exit 1; }
+            version="$(cd "$src" && sha256sum go.mod go.sum main.go | sha256sum | cut -c1-16)" ;;
+  *) echo "build-go-tool: ERROR: unknown tool '${tool}' (promtool, helm, natsauth or goref)" >&2; exit 1 ;;
 esac
 case "$tool:$version" in
-  natsauth:*) ;;
+  natsauth:*|goref:*) ;;
   *:v[0-9]*.*) ;;
   *) echo "build-go-tool: ERROR: unknown version '$version' (vX.Y.Z expected)" >&2; exit 1 ;;
 esac
@@ -74,11 +78,11 @@ if [ "$tool" = promtool ]; then
 elif [ "$tool" = helm ]; then
   ldflags+=" -X ${ver_pkg}.version=${version}"
 fi
-if [ "$tool" = natsauth ]; then
-  # the local module, with the versions its go.sum pins (readonly: a go.mod or go.sum that
+if [ -n "${src:-}" ]; then
+  # a local module, with the versions its go.sum pins (readonly: a go.mod or go.sum that
   # needs an update fails the build instead of being rewritten)
-  log "building e2e/natsauth (${version})"
-  (cd "$src" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/natsauth" .) \
+  log "building ${rel} (${version})"
+  (cd "$src" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/$tool" .) \
     || die "go build in $src failed"
 else
   log "building ${module}/${pkg}@${version}"

@@ -2,8 +2,9 @@
 tests, deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh``, and
 ``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``: from
 the Go module proxy, cached outside the repo, keyed by their versions in ``e2e/versions.env``.
-``natsauth`` (NATS operator-mode JWTs, tests/natsauth.py) is this repo's own e2e/natsauth, built
-by ``e2e/build-go-tool.sh`` too, keyed by a hash of its source.
+``natsauth`` (NATS operator-mode JWTs, tests/natsauth.py) is this repo's own e2e/natsauth, and
+``goref`` (the benchmark's Go reference pipeline, bench/run.py) its bench/goref, both built by
+``e2e/build-go-tool.sh`` too, keyed by a hash of their source.
 
 A test module names what it needs in ``GO_TOOLS = ("promtool",)``; tests/conftest.py builds
 those right after collection (outside pytest-timeout's per-test limit) and a test gets the path
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,12 +29,14 @@ VERSION_KEYS = {
 # the tools built from a module of this repo: their source files, hashed for the version
 SOURCES = {
     "natsauth": (REPO / "e2e" / "natsauth", ("go.mod", "go.sum", "main.go")),
+    "goref": (REPO / "bench" / "goref", ("go.mod", "go.sum", "main.go")),
 }
 CHECK_ARGS = {
     "promtool": ["--version"],
     "helm": ["version", "--short"],
     "alertmanager": ["--version"],
     "natsauth": ["version"],
+    "goref": ["--version"],
 }
 # the build command of each (stdout's last line: the bin directory)
 BUILDS = {
@@ -40,6 +44,7 @@ BUILDS = {
     "helm": ["e2e/build-go-tool.sh", "helm"],
     "alertmanager": ["e2e/build-alertmanager.sh"],
     "natsauth": ["e2e/build-go-tool.sh", "natsauth"],
+    "goref": ["e2e/build-go-tool.sh", "goref"],
 }
 
 
@@ -76,6 +81,12 @@ def version(tool: str) -> str:
     raise ToolError(f"{key} is not set in {VERSIONS_FILE}")
 
 
+def go_missing() -> bool:
+    """Whether no ``go`` is there to build with (the build scripts also look in
+    /usr/local/go/bin)."""
+    return shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK)
+
+
 def binary_path(tool: str) -> Path:
     return cache_root() / "controlplane" / f"{tool}-{version(tool)}" / "bin" / tool
 
@@ -95,8 +106,8 @@ _built: dict[str, Path | ToolError] = {}  # this process's one attempt per tool
 
 def ensure(tool: str) -> Path:
     """The tool's binary, built when it is missing (cold: promtool about 5 minutes, helm 2.5,
-    alertmanager 1 or 2, natsauth 10 to 15 seconds). One attempt per process: a failed build
-    fails every later call at once with the same error."""
+    alertmanager 1 or 2, natsauth 10 to 15 seconds, goref 15 to 25). One attempt per process:
+    a failed build fails every later call at once with the same error."""
     if tool not in _built:
         try:
             _built[tool] = _ensure(tool)
