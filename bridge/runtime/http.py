@@ -4,9 +4,11 @@
 A small HTTP/1.1 server on asyncio's streams, not aiohttp.web: four GET paths for probes and a
 scraper need none of a web framework, and aiohttp.web's modules cost the bridge 1.4 MB of its
 idle memory (docs/performance.md). What reaches the port is not trusted: a request's head is
-read within ``HEAD_TIMEOUT`` and ``HEAD_LIMIT`` bytes, at most ``MAX_CONNECTIONS`` are served at
-once (more are closed at once), a body is never read, and every answer closes its connection,
-so one peer can hold nothing for long.
+read within ``HEAD_TIMEOUT`` and ``HEAD_LIMIT`` bytes, a body is never read, an answer is taken
+within ``WRITE_TIMEOUT`` (all of it: the socket's buffer included) and closes its connection.
+At most ``MAX_CONNECTIONS`` are open at once; a new one then takes the place of the oldest still
+waiting for its head, so peers that open connections and send nothing can not lock the probes
+out (the kubelet's connection is answered in milliseconds).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
@@ -27,7 +30,7 @@ log = logs.get("http")
 
 HEAD_LIMIT = 8192  # request line and headers, bytes
 HEAD_TIMEOUT = 10.0  # seconds to send them
-MAX_CONNECTIONS = 32  # served at once; Prometheus and the kubelet use one or two
+MAX_CONNECTIONS = 64  # open at once; Prometheus and the kubelet use one or two
 WRITE_TIMEOUT = 10.0  # seconds for a reader to take an answer
 TEXT = "text/plain; charset=utf-8"
 METRICS = "text/plain; version=0.0.4; charset=utf-8"
@@ -46,7 +49,10 @@ class HttpServer:
         # what /status shows besides readiness; set by the app once the pipeline exists
         self.status: Callable[[], dict[str, Any]] = dict
         self._server: asyncio.Server | None = None
+        self._closing = False
         self._connections: set[asyncio.Task[None]] = set()
+        # those still waiting for their request's head, oldest first: the ones to evict
+        self._waiting: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._routes: dict[str, Callable[[], _Answer]] = {
             "/healthz": self._healthz,
             "/readyz": self._readyz,
@@ -63,30 +69,45 @@ class HttpServer:
 
     async def stop(self) -> None:
         if self._server is not None:
+            self._closing = True  # connections accepted but not yet started close at once
             self._server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            while self._connections:
+                for task in list(self._connections):
+                    task.cancel()
+                await asyncio.gather(*self._connections, return_exceptions=True)
+                await asyncio.sleep(0)  # let accepted connections' tasks start, and end
             await self._server.wait_closed()
             self._server = None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= MAX_CONNECTIONS:
+        if self._closing:
             writer.transport.abort()
             return
+        if len(self._connections) >= MAX_CONNECTIONS:
+            if not self._waiting:  # every one is being answered, each within WRITE_TIMEOUT
+                writer.transport.abort()
+                return
+            oldest, its_writer = next(iter(self._waiting.items()))
+            del self._waiting[oldest]
+            its_writer.transport.abort()
+            oldest.cancel()
+            self._connections.discard(oldest)
         self._connections.add(task)
+        self._waiting[task] = writer
         try:
             answer = await self._answer(reader)
+            self._waiting.pop(task, None)
             if answer is not None:
                 await asyncio.wait_for(self._send(writer, answer), WRITE_TIMEOUT)
             writer.close()
         except (OSError, TimeoutError, asyncio.CancelledError):
-            # the peer went away or would not read, or the server stops (the task ends here:
-            # asyncio's streams would log a cancelled connection task as an error)
+            # the peer went away or would not read, or it was evicted, or the server stops
+            # (the task ends here: asyncio's streams would log a cancelled one as an error)
             writer.transport.abort()
         finally:
+            self._waiting.pop(task, None)
             self._connections.discard(task)
 
     async def _answer(self, reader: asyncio.StreamReader) -> _Reply | None:
@@ -103,29 +124,37 @@ class HttpServer:
         parts = head.split(b"\r\n", 1)[0].split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
             return _refusal(HTTPStatus.BAD_REQUEST)
-        method, path = parts[0], parts[1].split(b"?", 1)[0].decode("ascii", "replace")
+        method, target = parts[0], parts[1]
+        if target.startswith((b"http://", b"https://")):  # absolute form (RFC 9112, 3.2.2)
+            target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
+        path = target.split(b"?", 1)[0].decode("ascii", "replace")
+        head_only = method == b"HEAD"
         route = self._routes.get(path)
         if route is None:
-            return _refusal(HTTPStatus.NOT_FOUND)
+            return _refusal(HTTPStatus.NOT_FOUND, head_only)
         if method not in (b"GET", b"HEAD"):
             return _refusal(HTTPStatus.METHOD_NOT_ALLOWED)
         try:
             status, content_type, body = route()
         except Exception as exc:  # a bug behind one path must not end the server
             log.error("http_handler_failed", path=path, error=repr(exc))
-            return _refusal(HTTPStatus.INTERNAL_SERVER_ERROR)
-        return _Reply(status, content_type, body, send_body=method == b"GET")
+            return _refusal(HTTPStatus.INTERNAL_SERVER_ERROR, head_only)
+        return _Reply(status, content_type, body, send_body=not head_only)
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, reply: _Reply) -> None:
         head = [
             f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}",
+            f"Date: {formatdate(usegmt=True)}",
             f"Content-Type: {reply.content_type}",
             f"Content-Length: {len(reply.body)}",
             "Connection: close",
         ]
         if reply.status == HTTPStatus.METHOD_NOT_ALLOWED:
             head.append("Allow: GET, HEAD")
+        # drain() then waits until the socket took everything (within WRITE_TIMEOUT): nothing
+        # is left buffered for a peer that does not read once the connection is let go
+        writer.transport.set_write_buffer_limits(0)
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii"))
         if reply.send_body:
             writer.write(reply.body)
@@ -159,5 +188,5 @@ class _Reply(NamedTuple):
     send_body: bool = True  # False for HEAD: the head says the length, no body follows
 
 
-def _refusal(status: HTTPStatus) -> _Reply:
-    return _Reply(status, TEXT, f"{status.value} {status.phrase}\n".encode())
+def _refusal(status: HTTPStatus, head_only: bool = False) -> _Reply:
+    return _Reply(status, TEXT, f"{status.value} {status.phrase}\n".encode(), not head_only)

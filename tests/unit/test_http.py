@@ -4,6 +4,8 @@ that do not behave (what reaches the port is not trusted)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 
 import pytest
@@ -61,6 +63,26 @@ async def test_the_four_paths(server):
 async def test_head_has_the_length_and_no_body(server):
     status, headers, body = await get(server.port, "/healthz", "HEAD")
     assert (status, headers["Content-Length"], body) == (200, "3", b"")
+    status, headers, body = await get(server.port, "/nope", "HEAD")
+    assert (status, body) == (404, b"") and int(headers["Content-Length"]) > 0
+
+
+async def test_absolute_form_and_the_date(server):
+    status, headers, body = await get(server.port, "http://bridge:8080/healthz?x")
+    assert (status, body) == (200, b"ok\n")
+    assert headers["Date"].endswith(" GMT")
+    assert (await get(server.port, "http://bridge:8080"))[0] == 404
+
+
+async def test_stop_closes_connections_accepted_but_not_yet_started():
+    s = http.HttpServer("127.0.0.1", 0, Health(30.0), Metrics("test"))
+    await s.start()
+    socks = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(5)]
+    await asyncio.wait_for(s.stop(), 10)
+    await asyncio.sleep(0)  # pacing: give any task started late its turn
+    assert not s._connections
+    for sock in socks:
+        sock.close()
 
 
 async def test_other_methods_and_paths(server):
@@ -100,32 +122,45 @@ async def test_a_slow_head_is_cut_off(server, monkeypatch):
     writer.close()
 
 
-async def test_connections_beyond_the_limit_are_closed_at_once(server, monkeypatch):
+async def test_a_new_connection_beyond_the_limit_evicts_the_oldest_idle_one(server, monkeypatch):
+    """Peers that open connections and send nothing can not lock the probes out."""
     monkeypatch.setattr(http, "MAX_CONNECTIONS", 3)
     held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)]
     await eventually(lambda: len(server._connections) == 3, 10)
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
-        await writer.drain()
-        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed unanswered
-        raise asyncio.IncompleteReadError(b"", None)
+    for _ in range(5):  # each probe takes the place of the oldest idle peer, and is answered
+        assert (await get(server.port, "/healthz"))[0] == 200
+    oldest_reader, _ = held[0]
+    with contextlib.suppress(ConnectionResetError):
+        assert await asyncio.wait_for(oldest_reader.read(), 10) == b""  # evicted, unanswered
+    assert len(server._connections) <= 3
     for _, w in held:
         w.close()
-    await eventually(lambda: not server._connections, 10)
-    assert (await get(server.port, "/healthz"))[0] == 200
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 async def test_a_peer_that_does_not_read_is_dropped(server, monkeypatch):
+    """The connection's descriptor is released within WRITE_TIMEOUT."""
     monkeypatch.setattr(http, "WRITE_TIMEOUT", 0.2)
-    big = b"x" * (8 << 20)
-    server._routes["/big"] = lambda: (200, http.TEXT, big)
+    server._routes["/big"] = lambda: (200, http.TEXT, b"x" * (8 << 20))
+    before = open_fds()
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")  # and never reads
-    await eventually(lambda: len(server._connections) == 1, 10)
-    await eventually(lambda: not server._connections, 10)
+    await eventually(lambda: not server._connections and open_fds() == before + 1, 10)
     sock.close()
+
+
+async def test_an_answer_is_sent_whole_before_the_connection_is_let_go(server):
+    """drain() waits for an empty buffer, not for one under asyncio's 64 KiB high-water
+    mark: what a peer that does not read leaves in the transport would otherwise keep the
+    descriptor after close() (how much that is depends on the kernel's buffers, so the
+    setting itself is checked here, the behaviour by the test above)."""
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    await http.HttpServer._send(writer, http._Reply(200, http.TEXT, b"ok\n"))
+    assert writer.transport.get_write_buffer_limits() == (0, 0)
+    writer.close()
 
 
 async def test_a_failing_handler_answers_500_and_the_server_goes_on(server):
