@@ -3,72 +3,104 @@
 What a bridge can hold at once is bounded by its configuration, not by the cluster or the
 length of an outage (docs/performance.md, "Memory: the worst case"):
 
-    RSS <= base + scopes * per_scope
-           + queue.max_bytes * QUEUE_COPIES + queue.max_events * PER_MESSAGE
-           + nats.max_inflight_bytes * WINDOW_COPIES + nats.max_inflight * PER_MESSAGE
-           + one Event being read (its line, decoded, converted: EVENT_COPIES of it)
-           + the client's outgoing buffer while reconnecting (nats-py's pending_size)
+    RSS <= base                                          idle bridge + a full-speed flow
+           + scopes * (aiohttp's read buffer + one read in hand: lines, views, a message)
+           + scopes * 2 list pages of kubernetes.page_size Events of LIST_EVENT_BYTES
+           + queue.max_bytes + queue.max_events * PER_MESSAGE
+           + 3 * nats.max_inflight_bytes + nats.max_inflight * PER_MESSAGE
+           + 4 * MAX_LINE_BYTES                          one line at the most: its parts, the
+                                                         joined line, the Event's bytes, the
+                                                         converted message
+           + nats-py's outgoing buffer while reconnecting (pending_size)
+           + scopes retired kube clients (one per scope at most: bridge.kube.client)
+           + the converter's caches (entries and key lengths bounded: bridge.core.converting)
 
 - ``base``: an idle bridge with one scope, measured (``python -m bench.idle``), with the
-  working set of a full-speed flow of ordinary Events on top (``FLOW``, measured by
-  ``python -m bench.run``: its peak minus its idle);
+  working set of a full-speed flow of ordinary Events on top (``FLOW_MIB``, measured by
+  ``python -m bench.run``: its peak minus its idle minus what its queue and window held);
 - the queue holds converted messages (the CloudEvent's bytes, counted by the queue) and a few
   hundred bytes of objects each;
 - the publish window holds the same messages until acked; while the connection is stalled
   each may also be framed in nats-py's outgoing buffer and in the socket's user-space buffer:
   up to three copies;
-- a line being read is held raw, as the decoded Event and as the converted message.
+- the one assumption: a list page is ``page_size`` Events of ordinary size (LIST_EVENT_BYTES
+  on average); a page of 500 Events of 1.5 MiB each is not bounded by anything but the page
+  size (lower ``kubernetes.page_size`` in a cluster whose Events are that large).
 
 ``python -m bench.silence`` checks the bound against a real bridge whose JetStream is silent
 for minutes while large Events keep coming. The constants are measured on CPython 3.11 /
-x86_64 (bench/results/); ``Budget.of(settings)`` computes the bound for a configuration.
+x86_64; ``Budget.of(settings)`` computes the bound for a configuration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bridge.core import converting
+from bridge.kube.lines import MAX_LINE_BYTES
 from bridge.settings import Settings
 
 MIB = 1024 * 1024
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
 FLOW_MIB = 9.0  # a full-speed flow of ~1.2 KB Events on top (bench.run peak - idle)
-PER_SCOPE_MIB = 0.15  # each more scope: its watch's buffers, tasks and metrics (bench.idle)
+PER_SCOPE_MIB = 0.15  # each more scope: its tasks, metrics, connection (bench.idle: ~0.05)
 PER_MESSAGE = 512  # bytes of objects per message held besides its bytes (measured: ~350)
 QUEUE_COPIES = 1.0
 WINDOW_COPIES = 3.0
-EVENT_COPIES = 3.0
+LINE_COPIES = 4.0
 NATS_PENDING = 2 * MIB  # nats-py's outgoing buffer bound while reconnecting (pending_size)
 READ_BUFFER = 2 * 2**16  # aiohttp's read buffer of one watch (bridge.kube.client)
+IN_HAND = 3 * READ_BUFFER  # one read's lines, their decoded views and converted messages
+LIST_EVENT_BYTES = 2048  # the average Event of a list page (~1.2 KB measured, rounded up)
+RETIRED_CLIENT = MIB  # a kube client with the system's trust store (~840 KB measured)
+# the converter's three caches full of the longest keys they keep, objects included: a subject
+# entry holds its key, the subject and the source (~900 B), a type ~400 B, a timestamp ~250 B
+CACHES = converting.SUBJECT_CACHE_SIZE * (1024 + 512 + 256)
 
 
 @dataclass(frozen=True)
 class Budget:
     base: float
     scopes: float
+    lists: float
     queue: float
     window: float
-    event: float
+    line: float
     nats_pending: float
+    retired_clients: float
+    caches: float
 
     @classmethod
-    def of(cls, settings: Settings, event_bytes: int = 1_500_000) -> Budget:
-        """The bound for ``settings``; ``event_bytes``: the largest Event read (by default
-        the most the API server stores: etcd's request limit, 1.5 MiB)."""
+    def of(cls, settings: Settings, line_bytes: int = MAX_LINE_BYTES) -> Budget:
+        """The bound for ``settings``; ``line_bytes``: the longest watch line read (by
+        default the longest the bridge reads at all)."""
         n = max(1, len(settings.kubernetes.namespaces))
         q, nats = settings.queue, settings.nats
         return cls(
             base=(IDLE_MIB + FLOW_MIB) * MIB,
-            scopes=(n - 1) * PER_SCOPE_MIB * MIB + n * READ_BUFFER,
+            scopes=(n - 1) * PER_SCOPE_MIB * MIB + n * (READ_BUFFER + IN_HAND),
+            lists=n * 2 * settings.kubernetes.page_size * LIST_EVENT_BYTES,
             queue=q.max_bytes * QUEUE_COPIES + q.max_events * PER_MESSAGE,
             window=nats.max_inflight_bytes * WINDOW_COPIES + nats.max_inflight * PER_MESSAGE,
-            event=event_bytes * EVENT_COPIES,
+            line=min(line_bytes, MAX_LINE_BYTES) * LINE_COPIES,
             nats_pending=NATS_PENDING,
+            retired_clients=n * RETIRED_CLIENT,
+            caches=CACHES,
         )
 
     @property
     def total(self) -> float:
-        return self.base + self.scopes + self.queue + self.window + self.event + self.nats_pending
+        return (
+            self.base
+            + self.scopes
+            + self.lists
+            + self.queue
+            + self.window
+            + self.line
+            + self.nats_pending
+            + self.retired_clients
+            + self.caches
+        )
 
     @property
     def total_mib(self) -> float:
@@ -78,10 +110,13 @@ class Budget:
         """(part, MiB) in the order of the formula, the total last."""
         return [
             ("base (idle + flow)", self.base / MIB),
-            ("scopes", self.scopes / MIB),
+            ("scopes (buffers, a read in hand)", self.scopes / MIB),
+            ("list pages", self.lists / MIB),
             ("queue", self.queue / MIB),
             ("publish window", self.window / MIB),
-            ("one Event read", self.event / MIB),
+            ("the longest line", self.line / MIB),
             ("nats-py outgoing buffer", self.nats_pending / MIB),
+            ("retired kube clients", self.retired_clients / MIB),
+            ("converter caches", self.caches / MIB),
             ("total", self.total_mib),
         ]

@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     config = bridge_config(tmp, server.url, write_kubeconfig(tmp / "kubeconfig", sim.url), port)
     budget_settings = load_settings(config)
-    budget = Budget.of(budget_settings, event_bytes=len(message) + 1500)
+    budget = Budget.of(budget_settings, line_bytes=len(message) + 1500)
     bridge = BridgeProc(config, port, tmp / "bridge.log").start()
     samples: list[dict[str, Any]] = []
     written = 0
@@ -137,7 +137,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         writing = asyncio.create_task(writer())
         steady = asyncio.Event()
         sampling = asyncio.create_task(sampler("flowing", steady))
-        await asyncio.sleep(5)  # pacing: a steady flow before the silence
+
+        async def flowing() -> bool:
+            return (await bridge.metrics()).get("events_published_total", 0) >= 3 * args.rate
+
+        await eventually(flowing, 120, 0.2, what="a steady flow before the silence")
         steady.set()
         await sampling
         rss_before = memory_kb(bridge.pid)["VmRSS"] / 1024
@@ -172,6 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         recovered.set()
         await sampling
         recovered_s = time.monotonic() - thawed
+        peak_mb = memory_kb(bridge.pid)["VmHWM"] / 1024  # the peak between samples too
         ids = await stored_ids(server.url)
     finally:
         await bridge.stop()
@@ -181,7 +186,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         server.stop()
     silent = [s for s in samples if s["phase"] == "silent"]
     max_silent = max(s["rss_mb"] for s in silent)
-    max_all = max(s["rss_mb"] for s in samples)
+    max_all = max(peak_mb, *(s["rss_mb"] for s in samples))
     wanted = set(work.ids)
     result = {
         "parameters": {"seconds": args.seconds, "event_kb": args.event_kb, "rate": args.rate},

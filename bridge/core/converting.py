@@ -30,6 +30,9 @@ from bridge.errors import ConversionError
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
 DATA_CONTENT_TYPE: Final = "application/json"
 SUBJECT_CACHE_SIZE: Final = 4096
+# Only short keys are cached: the caches are bounded in bytes too, whatever a principal that
+# may create Events writes into a reason, a kind or a timestamp (the API server bounds none).
+CACHED_KEY_MAX: Final = 128
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 _match_time = _RFC3339.match
@@ -81,9 +84,10 @@ def is_rfc3339(t: str) -> bool:
 def _valid_time(t: str) -> bool:
     if not is_rfc3339(t):
         return False
-    if len(_valid_times) >= 4096:
-        _valid_times.clear()  # bounded whatever the cluster sends
-    _valid_times.add(t)
+    if len(t) <= CACHED_KEY_MAX:
+        if len(_valid_times) >= 4096:
+            _valid_times.clear()  # bounded whatever the cluster sends
+        _valid_times.add(t)
     return True
 
 
@@ -170,7 +174,11 @@ class Converter:
         ce_type = self._types.get(v.type) if v.type.__class__ is str else None
         if ce_type is None:
             ce_type = event_type(v.type)
-            if v.type.__class__ is str and len(self._types) < SUBJECT_CACHE_SIZE:
+            if (
+                v.type.__class__ is str
+                and len(v.type) <= CACHED_KEY_MAX
+                and len(self._types) < SUBJECT_CACHE_SIZE
+            ):
                 self._types[v.type] = ce_type
         attrs = _Envelope(
             specversion="1.0",
@@ -195,14 +203,16 @@ class Converter:
 
     def _cache(self, key: tuple[str, str, str]) -> tuple[str, str]:
         """Subject and source for (namespace, kind, reason): sanitised once each."""
-        if len(self._cached) >= SUBJECT_CACHE_SIZE:
-            self._cached.clear()  # bounded whatever the cluster sends
         namespace, kind, reason = key
         subject = (
             f"{self._subject_prefix}{subjects.token(namespace)}."
             f"{subjects.token(kind)}.{subjects.token(reason)}"
         )
-        value = self._cached[key] = (subject, self._source_prefix + (namespace or "_"))
+        value = (subject, self._source_prefix + (namespace or "_"))
+        if len(namespace) + len(kind) + len(reason) <= CACHED_KEY_MAX:
+            if len(self._cached) >= SUBJECT_CACHE_SIZE:
+                self._cached.clear()  # bounded whatever the cluster sends
+            self._cached[key] = value
         return value
 
     def status(self, what: str, msg_id: str, data: dict[str, Any], time: str) -> Message:

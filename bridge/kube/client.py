@@ -176,7 +176,15 @@ class KubeClient:
         if old is not None:
             # Other scopes may still stream through it: retire, close later.
             self._retired.append((now, old))
-        while self._retired and now - self._retired[0][0] > RETIRE_AFTER:
+        # At most one retired client per scope (each scope's watch streams through one): a
+        # credential that is refused again and again reloads every back-off, and 900 s of
+        # retired clients would otherwise be held (~30 KB each, ~840 KB with the system's
+        # trust store). A watch on a client closed here ends and is opened again from its
+        # resourceVersion, as after any dropped connection.
+        keep = max(1, len(self.settings.namespaces))
+        while self._retired and (
+            now - self._retired[0][0] > RETIRE_AFTER or len(self._retired) > keep
+        ):
             await self._retired.pop(0)[1].close()
 
     async def reload_credentials(self) -> None:

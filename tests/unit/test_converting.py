@@ -219,6 +219,24 @@ def test_subject_cache_stays_bounded_and_correct():
     assert len(conv._cached) <= 4096
 
 
+def test_long_keys_are_converted_but_not_cached():
+    """The caches are bounded in bytes: a principal that may create Events can write 100 KB
+    into a reason, a type or the fraction of a timestamp; such keys are converted every time,
+    never kept."""
+    from bridge.core import converting
+
+    conv = Converter("c", "k8s.events", "structured")
+    long = "R" * 100_000
+    for i in range(3):
+        ev = core_event(reason=f"{long}{i}", type=f"{long}{i}")
+        ev["lastTimestamp"] = "2026-11-29T18:29:26." + "1" * 100_000 + f"{i}Z"
+        msg = conv.convert(ev)
+        assert msg.subject.endswith(f"{long}{i}")
+    assert sum(len(k[2]) for k in conv._cached) < 1000
+    assert sum(len(k) for k in conv._types) < 1000
+    assert sum(len(t) for t in converting._valid_times) < 4096 * 300
+
+
 rfc3339_like = st.one_of(
     st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31)).map(
         lambda d: d.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -54,6 +54,24 @@ async def test_reloads_by_several_scopes_at_once_build_one_client(tmp_path):
     assert first.rest_client.pool_manager.closed
 
 
+@pytest.mark.parametrize("scopes", [0, 3])
+async def test_retired_clients_are_at_most_one_per_scope(tmp_path, scopes):
+    """A credential refused again and again reloads every back-off: the clients it retires
+    are closed beyond one per scope, not held for RETIRE_AFTER."""
+    namespaces = [f"ns{i}" for i in range(scopes)]
+    kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path), namespaces=namespaces))
+    await kube.connect()
+    built = [kube._client]
+    for _ in range(10):
+        kube._loaded_at -= 2.0
+        await kube.reload_credentials()
+        built.append(kube._client)
+    keep = max(1, scopes)
+    assert [c for _, c in kube._retired] == built[-1 - keep : -1]
+    assert all(c.rest_client.pool_manager.closed for c in built[: -1 - keep])
+    await kube.close()
+
+
 async def test_pool_has_a_connection_for_every_scope(tmp_path):
     namespaces = [f"ns{i}" for i in range(150)]
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path), namespaces=namespaces))
