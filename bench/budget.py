@@ -74,7 +74,7 @@ class Budget:
     def of(cls, settings: Settings, line_bytes: int = MAX_LINE_BYTES) -> Budget:
         """The bound for ``settings``; ``line_bytes``: the longest watch line read (by
         default the longest the bridge reads at all)."""
-        n = max(1, len(settings.kubernetes.namespaces))
+        n = len(settings.kubernetes.scopes)
         q, nats = settings.queue, settings.nats
         return cls(
             base=(IDLE_MIB + FLOW_MIB) * MIB,

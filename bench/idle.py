@@ -24,28 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.procs import BridgeProc, memory_kb
+from bench.procs import BridgeProc, defaults_config, memory_kb
 from bridge.sim.apiserver import SimApiServer
 from bridge.sim.kubeconfig import write_kubeconfig
 from bridge.sim.natsserver import NatsServer, free_port
 from bridge.sim.workload import Workload
-
-
-def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, scopes: int, port: int) -> Path:
-    cfg: dict[str, Any] = {
-        "cluster": {"name": f"idle{scopes}"},
-        "kubernetes": {"kubeconfig": str(kubeconfig)},
-        "nats": {"servers": [nats_url]},
-        "http": {"host": "127.0.0.1", "port": port},
-        "log": {"level": "warning", "format": "json"},
-    }
-    if scopes > 1:
-        cfg["kubernetes"]["namespaces"] = namespaces(scopes)
-    path = tmp / f"bridge-{scopes}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def namespaces(n: int) -> list[str]:
@@ -62,7 +45,10 @@ async def measure(
         work.create(type="Warning", reason="BackOff")
     port = free_port()
     kubeconfig = write_kubeconfig(tmp / f"kubeconfig-{scopes}", sim.url)
-    config = bridge_config(tmp, nats.url, kubeconfig, scopes, port)
+    extra = {"namespaces": namespaces(scopes)} if scopes > 1 else {}
+    config = defaults_config(
+        tmp / f"bridge-{scopes}.yaml", f"idle{scopes}", nats.url, kubeconfig, port, **extra
+    )
     bridge = BridgeProc(config, port, tmp / f"bridge-{scopes}.log").start()
     try:
         ready_s = await bridge.wait_ready(60)

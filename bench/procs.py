@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from bridge.sim.waiting import NotMet, eventually
 
@@ -194,6 +195,22 @@ class BridgeProc:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def defaults_config(
+    path: Path, cluster: str, nats_url: str, kubeconfig: Path, port: int, **kubernetes: Any
+) -> Path:
+    """Write the config of a bridge with every key at its default but where it connects,
+    its cluster name, ``log.level: warning`` and the ``kubernetes`` keys given."""
+    cfg: dict[str, Any] = {
+        "cluster": {"name": cluster},
+        "kubernetes": {"kubeconfig": str(kubeconfig), **kubernetes},
+        "nats": {"servers": [nats_url]},
+        "http": {"host": "127.0.0.1", "port": port},
+        "log": {"level": "warning", "format": "json"},
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 def describe_exit(code: Any) -> str:

@@ -30,64 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
-import yaml
-
 from bench.budget import Budget
-from bench.procs import BridgeProc, memory_kb
-from bridge.settings import Settings
+from bench.procs import BridgeProc, defaults_config, memory_kb
+from bridge.settings import load
 from bridge.sim.apiserver import SimApiServer
 from bridge.sim.kubeconfig import write_kubeconfig
 from bridge.sim.natsserver import NatsServer, free_port
 from bridge.sim.waiting import eventually
 from bridge.sim.workload import Workload
-
-STREAM = "K8S_EVENTS"
-
-
-def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, port: int) -> Path:
-    cfg: dict[str, Any] = {
-        "cluster": {"name": "silence"},
-        "kubernetes": {"kubeconfig": str(kubeconfig)},
-        "nats": {"servers": [nats_url]},
-        "http": {"host": "127.0.0.1", "port": port},
-        "log": {"level": "warning", "format": "json"},
-    }
-    path = tmp / "bridge.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def load_settings(path: Path) -> Settings:
-    from bridge.settings import load
-
-    return load(str(path))
-
-
-async def stored_ids(url: str) -> list[str]:
-    """Every Event message's Nats-Msg-Id in the stream, in order (headers only)."""
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        info = await js.stream_info(STREAM)
-        ids: list[str] = []
-        sub = await js.subscribe(
-            "k8s.events.>", ordered_consumer=True, headers_only=True, stream=STREAM
-        )
-        try:
-            while len(ids) < info.state.messages:
-                msg = await sub.next_msg(timeout=10)
-                if "._bridge." not in msg.subject:
-                    ids.append(msg.headers["Nats-Msg-Id"])
-                elif info.state.messages == len(ids):
-                    break
-                else:
-                    info.state.messages -= 1  # a status event: not counted
-        finally:
-            await sub.unsubscribe()
-        return ids
-    finally:
-        await nc.close()
+from tests.integration.harness import event_ids
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,8 +49,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     message = "x" * (args.event_kb * 1024)
     work = Workload(sim, seed=7, bump_ratio=0.0)
     port = free_port()
-    config = bridge_config(tmp, server.url, write_kubeconfig(tmp / "kubeconfig", sim.url), port)
-    budget_settings = load_settings(config)
+    kubeconfig = write_kubeconfig(tmp / "kubeconfig", sim.url)
+    config = defaults_config(tmp / "bridge.yaml", "silence", server.url, kubeconfig, port)
+    budget_settings = load(str(config))
     budget = Budget.of(budget_settings, line_bytes=len(message) + 1500)
     bridge = BridgeProc(config, port, tmp / "bridge.log").start()
     samples: list[dict[str, Any]] = []
@@ -177,7 +129,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await sampling
         recovered_s = time.monotonic() - thawed
         peak_mb = memory_kb(bridge.pid)["VmHWM"] / 1024  # the peak between samples too
-        ids = await stored_ids(server.url)
+        ids = await event_ids(server.url)
     finally:
         await bridge.stop()
         await sim.stop()

@@ -209,6 +209,11 @@ class KubernetesSettings(_Section):
             raise ValueError("watch_timeout_min must be at least 1s and at most watch_timeout_max")
         return self
 
+    @property
+    def scopes(self) -> list[str | None]:
+        """What is watched: each namespace, or (None) the whole cluster."""
+        return [*self.namespaces] or [None]
+
 
 class FilterSettings(_Section):
     """Which Events are published: only those that pass every condition. In each list, `[]`

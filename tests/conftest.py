@@ -28,6 +28,18 @@ async def sim():
 
 
 @pytest.fixture
+async def leasing_sim():
+    """The simulated API server with the Lease calls of leader election
+    (tests/support.py's ``LeasingSim``)."""
+    from tests.support import LeasingSim
+
+    server = LeasingSim()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
 def kubeconfig(tmp_path, sim):
     from tests.support import write_kubeconfig
 

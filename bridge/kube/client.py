@@ -181,7 +181,7 @@ class KubeClient:
         # retired clients would otherwise be held (~30 KB each, ~840 KB with the system's
         # trust store). A watch on a client closed here ends and is opened again from its
         # resourceVersion, as after any dropped connection.
-        keep = max(1, len(self.settings.namespaces))
+        keep = len(self.settings.scopes)
         while self._retired and (
             now - self._retired[0][0] > RETIRE_AFTER or len(self._retired) > keep
         ):

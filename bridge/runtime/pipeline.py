@@ -84,8 +84,7 @@ class Pipeline:
         s = self.settings
         event_filter = Filter(s.filter)
         selector = server_field_selector(s.kubernetes.field_selector, s.filter)
-        namespaces: list[str | None] = [*s.kubernetes.namespaces] or [None]
-        for ns in namespaces:
+        for ns in s.kubernetes.scopes:
             name = scope_name(ns)
             key = checkpoint_key(self.cluster, ns)
             cp = await jetstream_step(

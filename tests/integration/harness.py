@@ -282,16 +282,22 @@ class Writer(Workload):
 
 
 async def stream_messages(
-    nats_url: str, stream: str = "K8S_EVENTS", subject: str = "k8s.events.>"
+    nats_url: str,
+    stream: str = "K8S_EVENTS",
+    subject: str = "k8s.events.>",
+    *,
+    headers_only: bool = False,
 ) -> list[tuple[str, dict[str, str], bytes]]:
-    """Every message in the stream: (subject, headers, body)."""
+    """Every message in the stream: (subject, headers, body; empty with ``headers_only``)."""
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
         info = await js.stream_info(stream)
         out = []
         if info.state.messages:
-            sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+            sub = await js.subscribe(
+                subject, stream=stream, ordered_consumer=True, headers_only=headers_only
+            )
             while True:
                 try:
                     m = await sub.next_msg(timeout=1.0)
@@ -308,7 +314,8 @@ async def stream_messages(
 
 async def event_ids(nats_url: str) -> list[str]:
     """The Nats-Msg-Id of every Event message (status events left out)."""
-    return [h["Nats-Msg-Id"] for s, h, _ in await stream_messages(nats_url) if "._bridge." not in s]
+    messages = await stream_messages(nats_url, headers_only=True)
+    return [h["Nats-Msg-Id"] for s, h, _ in messages if "._bridge." not in s]
 
 
 async def status_events(nats_url: str, what: str) -> list[dict[str, Any]]:

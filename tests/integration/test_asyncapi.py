@@ -23,7 +23,6 @@ from bridge.sim.apiserver import SimApiServer
 from bridge.sim.natsserver import NatsServer
 from bridge.sim.workload import make_event
 from tests.integration.harness import eventually, stream_messages
-from tests.support import LeasingSim
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / "docs" / "asyncapi.yaml"
@@ -334,12 +333,9 @@ def test_a_broken_message_is_refused(mode, what, path, value):
 
 
 @pytest.fixture
-async def sim():
+def sim(leasing_sim):
     """The simulated API server, with Leases."""
-    server = LeasingSim()
-    await server.start()
-    yield server
-    await server.stop()
+    return leasing_sim
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from tests.integration.harness import count_at_least
-from tests.support import LeasingSim, Workload, eventually, write_kubeconfig
+from tests.support import Workload, eventually, write_kubeconfig
 
 # Run in the bridge's process before its CLI: at its exit, what it had loaded.
 PRELUDE = """
@@ -36,14 +36,6 @@ def _loaded():
 
 atexit.register(_loaded)
 """
-
-
-@pytest.fixture
-async def leasing_sim():
-    server = LeasingSim()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.mark.integration
