@@ -26,6 +26,7 @@ from pydantic_settings import SettingsConfigDict
 from bridge.errors import ConfigError
 from k8s_event_common import configuring as common
 from k8s_event_common import options as shared
+from k8s_event_common import subjects
 from k8s_event_common.configuring import (
     Duration,
     ExistingFile,
@@ -83,6 +84,21 @@ def _at_least_64kib(value: int) -> int:
     if value < 64 * 1024:
         raise ValueError("must be at least 64KiB")
     return value
+
+
+def _initial(value: Any) -> str:
+    """``kubernetes.initial``: "all", "new", or a maximum age (a duration such as 15m)."""
+    if value in ("all", "new"):
+        return str(value)
+    try:
+        seconds = parse_duration(value)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"{value!r} is neither all, new nor a maximum age such as 15m or 2h"
+        ) from None
+    if seconds <= 0:
+        raise ValueError("a maximum age must be longer than 0s (or say new)")
+    return str(value).strip()
 
 
 # How a type reads in the configuration reference (``doc``, which pydantic ignores): what a key
@@ -173,9 +189,14 @@ class KubernetesSettings(_Section):
     """Extra server-side field selector for the list and the watch, e.g. `type=Warning` or
     `reason=BackOff` (only `=`, `==` and `!=` exist; no sets). The client-side filter still
     runs. `""`: none (the bridge adds selectors from `filter` when they narrow the stream)."""
-    initial: Literal["all", "new"] = "all"
+    initial: Annotated[
+        str, BeforeValidator(_initial), doc("all, new or a duration such as 15m")
+    ] = "all"
     """What to do on the very first start, when no checkpoint exists. all: publish every Event
-    that exists now, then watch; new: skip them, only watch."""
+    that exists now, then watch; new: skip them, only watch; a duration such as `15m`: publish
+    only the Events that exist now and whose last occurrence (series.lastObservedTime,
+    lastTimestamp, eventTime, else creationTimestamp) is newer than that, then watch; the
+    `started` status event says how many were skipped and why. A checkpoint always wins."""
     page_size: int = Field(500, ge=1, le=10000)
     """Page size (`limit`) of a list request, in Events."""
     read_timeout: PositiveDuration = 120.0
@@ -202,6 +223,11 @@ class KubernetesSettings(_Section):
     event is published (docs/delivery.md)."""
     backoff: BackoffSettings = BackoffSettings()
     breaker: BreakerSettings = BreakerSettings()
+
+    @property
+    def initial_max_age(self) -> float | None:
+        """``initial`` as a maximum age in seconds; None for all and new."""
+        return None if self.initial in ("all", "new") else parse_duration(self.initial)
 
     @model_validator(mode="after")
     def _watch_timeouts(self) -> KubernetesSettings:
@@ -261,6 +287,14 @@ class NatsSettings(common.NatsConnection):
     """Subject prefix: Events go to `<prefix>.<cluster>.<namespace>.<kind>.<reason>`, status
     events to `<prefix>.<cluster>._bridge.<what>`. Dot-separated tokens of A-Z a-z 0-9 _ -,
     no wildcards."""
+    subject_template: str = subjects.DEFAULT_TEMPLATE
+    """What follows `<prefix>.` in an Event's subject: dot-separated tokens, each a literal
+    (A-Z a-z 0-9 _ -, not starting with `_`) or one `{placeholder}`: `{cluster}`,
+    `{namespace}`, `{kind}` (involvedObject.kind), `{reason}`, `{type}`, or the extension name
+    of an `enrich` value, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Each value is
+    sanitised (characters outside A-Z a-z 0-9 _ - become `_`); a missing one is `_`. The first
+    token is `{cluster}`; the second must be a value that never starts with `_` (a literal,
+    `{namespace}` or a label: status events live at `<prefix>.<cluster>._bridge.<what>`)."""
     create_stream: bool = True
     """Create the stream (subjects `<prefix>.>`, file storage) when it is missing, also when it
     was deleted while the bridge runs. An existing stream whose config differs is reported,
@@ -328,6 +362,187 @@ class NatsSettings(common.NatsConnection):
         """The shared connection's options (secrets included: never print them)."""
         # every subject is sanitised by bridge.core.subjects
         return dataclasses.replace(super().options(), skip_subject_validation=True)
+
+
+# Kubernetes label and annotation keys: [prefix/]name, the prefix a DNS subdomain.
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# CloudEvents 1.0 extension names: lower-case ASCII letters and digits, at most 20 (the spec's
+# SHOULD, kept as a MUST so that every SDK and binding takes them).
+_EXTENSION = re.compile(r"[a-z0-9]{1,20}")
+# the CloudEvents context attributes and the bridge's own extensions: never an enrichment's
+RESERVED_ATTRIBUTES = frozenset(
+    {
+        "specversion", "id", "source", "type", "subject", "time", "datacontenttype",
+        "dataschema", "data", "data_base64", "k8scluster", "k8snamespace", "k8skind",
+        "k8sname", "k8sreason", "k8scount", "k8senriched", "k8senrichmissing",
+    }
+)  # fmt: skip
+# the template's own placeholders
+TEMPLATE_FIELDS = subjects.FIELDS
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if not _QUALIFIED_NAME.fullmatch(name) or (
+        slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))
+    ):
+        raise ValueError(f"{key!r} is not a Kubernetes label or annotation key ([prefix/]name)")
+    return key
+
+
+def _extension(name: str) -> str:
+    if not _EXTENSION.fullmatch(name):
+        raise ValueError(f"{name!r} is not a CloudEvents extension name (1 to 20 of a-z and 0-9)")
+    if name in RESERVED_ATTRIBUTES or name in TEMPLATE_FIELDS:
+        raise ValueError(f"{name!r} is a CloudEvents or bridge attribute already")
+    return name
+
+
+def _mapping(v: dict[str, str]) -> dict[str, str]:
+    for key, ext in v.items():
+        try:
+            _label_key(key)
+            _extension(ext)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    return v
+
+
+KeyToExtension = Annotated[
+    dict[str, str],
+    AfterValidator(_mapping),
+    doc("map: label/annotation key → extension name (a-z 0-9, ≤ 20)"),
+]
+ExtensionName = Annotated[
+    str | None,
+    AfterValidator(lambda v: v if v is None else _extension(v)),
+    doc("extension name (a-z 0-9, ≤ 20)"),
+]
+
+
+class NamespaceEnrichment(_Section):
+    """What an Event gets from its namespace (kept current by a list and watch of Namespaces:
+    needs list and watch on namespaces; only the keys named here are held)."""
+
+    labels: KeyToExtension = Field({}, examples=[{"team": "team"}])
+    """Namespace label → the CloudEvent extension it becomes, e.g. `{team: team}`."""
+    annotations: KeyToExtension = Field({}, examples=[{"example.com/oncall": "oncall"}])
+    """Namespace annotation → the CloudEvent extension it becomes (values over 1 KiB are left
+    out, marked `namespace:oversized`)."""
+
+
+class ObjectEnrichment(_Section):
+    """What an Event gets from its involved object and the object's top controller, read with
+    `get` (cached; needs get on each of `kinds`)."""
+
+    labels: KeyToExtension = Field({}, examples=[{"app.kubernetes.io/name": "app"}])
+    """Label of the involved object → the CloudEvent extension it becomes."""
+    owner_kind: ExtensionName = None
+    """The extension holding the kind of the object's top controller, found through the
+    controller ownerReferences (Pod → ReplicaSet → Deployment); the object itself when it has
+    no controller. null: not added."""
+    owner_name: ExtensionName = None
+    """The extension holding the top controller's name. null: not added."""
+    kinds: list[str] = Field(
+        ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"],
+    )
+    """The kinds the bridge reads (involved objects and owners on the way up); the deploy/
+    RBAC and the chart grant get on exactly these. An owner of another kind is the top as its
+    ownerReference names it; an Event about another kind is published without the object's
+    values (marked `object:kind`). Known: Pod, Node, Service, ReplicationController,
+    PersistentVolumeClaim, ReplicaSet, Deployment, StatefulSet, DaemonSet, Job, CronJob."""
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, v: list[str]) -> list[str]:
+        unknown = [k for k in v if k not in LOOKUP_KINDS]
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not a kind the bridge can read "
+                f"(known: {', '.join(LOOKUP_KINDS)})"
+            )
+        return v
+
+
+# kind → (API path prefix, resource, namespaced): what ``enrich.object.kinds`` may name
+LOOKUP_KINDS: dict[str, tuple[str, str, bool]] = {
+    "Pod": ("/api/v1", "pods", True),
+    "Node": ("/api/v1", "nodes", False),
+    "Service": ("/api/v1", "services", True),
+    "ReplicationController": ("/api/v1", "replicationcontrollers", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "ReplicaSet": ("/apis/apps/v1", "replicasets", True),
+    "Deployment": ("/apis/apps/v1", "deployments", True),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+    "Job": ("/apis/batch/v1", "jobs", True),
+    "CronJob": ("/apis/batch/v1", "cronjobs", True),
+}
+
+
+class EnrichSettings(_Section):
+    """Enrichment: values from the Event's namespace and involved object added as CloudEvent
+    extensions (usable in `nats.subject_template`). The Event in `data` is never changed. A
+    lookup that fails, times out or is refused never holds an Event: it is published without
+    that value, and `k8senriched: partial` with `k8senrichmissing` (e.g. `object:timeout`)
+    says what is missing; with everything found, `k8senriched: complete`. Nothing configured
+    here: no lookups, neither extension."""
+
+    namespace: NamespaceEnrichment = NamespaceEnrichment()
+    object: ObjectEnrichment = ObjectEnrichment()
+    lookup_timeout: PositiveDuration = 2.0
+    """The longest an Event waits for its lookups (counted from when it was read); after it,
+    the Event is published without what did not come (`object:timeout`)."""
+    max_inflight: int = Field(8, ge=1, le=256)
+    """Most object reads in flight at once (one per object however many Events wait on it)."""
+    cache_entries: int = Field(10000, ge=1)
+    """Most objects the lookup cache holds (least recently used ones go first)."""
+    cache_bytes: Size = 4 * 2**20
+    """Most bytes the lookup cache holds (its names and values, as counted by the bridge)."""
+    cache_ttl: PositiveDuration = 300.0
+    """How long a looked-up object's values are used before it is read again (a missing
+    object's: a tenth of this)."""
+    max_pending: int = Field(1024, ge=1)
+    """Most Events held waiting for their lookups (in order); when full, the watch waits."""
+
+    @property
+    def extensions(self) -> dict[str, str]:
+        """Every extension it adds → where its value comes from (for the template check)."""
+        out: dict[str, str] = {}
+        for ext in self.namespace.labels.values():
+            out[ext] = "label"
+        for ext in self.object.labels.values():
+            out[ext] = "label"
+        for ext in self.namespace.annotations.values():
+            out[ext] = "annotation"
+        if self.object.owner_kind:
+            out[self.object.owner_kind] = "owner"
+        if self.object.owner_name:
+            out[self.object.owner_name] = "owner"
+        return out
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.extensions)
+
+    @property
+    def reads_objects(self) -> bool:
+        o = self.object
+        return bool(o.labels or o.owner_kind or o.owner_name)
+
+    @model_validator(mode="after")
+    def _unique(self) -> EnrichSettings:
+        names = [
+            *self.namespace.labels.values(),
+            *self.namespace.annotations.values(),
+            *self.object.labels.values(),
+            *filter(None, (self.object.owner_kind, self.object.owner_name)),
+        ]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"extension {', '.join(twice)} is given more than one source")
+        return self
 
 
 class CloudEventsSettings(_Section):
@@ -450,6 +665,30 @@ class Settings(common.FileAndEnvSettings):
     log: LogSettings = LogSettings()
     shutdown: ShutdownSettings = ShutdownSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    enrich: EnrichSettings = EnrichSettings()
+
+    @model_validator(mode="after")
+    def _template(self) -> Settings:
+        try:
+            tokens = subjects.parse_template(self.nats.subject_template)
+        except ValueError as exc:
+            raise ValueError(f"nats.subject_template: {exc}") from None
+        sources = self.enrich.extensions
+        for placeholder, name in tokens:
+            if placeholder and name not in TEMPLATE_FIELDS and name not in sources:
+                raise ValueError(
+                    f"nats.subject_template: {{{name}}} is neither one of "
+                    f"{', '.join(TEMPLATE_FIELDS)} nor an extension named in enrich"
+                )
+        if tokens[0] != (True, "cluster") or len(tokens) < 2:
+            raise ValueError("nats.subject_template must start with {cluster}. and go on")
+        second_placeholder, second = tokens[1]
+        if second_placeholder and not (second == "namespace" or sources.get(second) == "label"):
+            raise ValueError(
+                f"nats.subject_template: the second token {{{second}}} may start with _ and "
+                "meet the status events' _bridge; put {namespace}, a label or a literal there"
+            )
+        return self
 
 
 def load(path: str | None = None) -> Settings:

@@ -10,18 +10,9 @@ Status events go to ``<prefix>.<cluster>._bridge.<what>``; ``_bridge`` is never 
 
 from __future__ import annotations
 
-import re
+from k8s_event_common.subjects import STATUS_TOKEN, token
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-STATUS_TOKEN = "_bridge"
-
-
-def token(value: str | None) -> str:
-    if not value:
-        return "_"
-    if value.isascii() and value.replace("-", "").replace("_", "").isalnum():
-        return value
-    return _UNSAFE.sub("_", value)
+__all__ = ["STATUS_TOKEN", "status_subject", "token"]
 
 
 def status_subject(prefix: str, cluster: str, what: str) -> str:
