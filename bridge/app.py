@@ -123,6 +123,7 @@ class Bridge:
                 s,
                 cluster=cluster,
                 source=kube,
+                reader=kube,
                 publisher=publisher,
                 store=store,
                 metrics=self.metrics,

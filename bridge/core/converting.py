@@ -10,6 +10,10 @@ produces with it. Mapping (docs/design.md, "The CloudEvent"):
     subject   <involvedObject.kind>/<involvedObject.name>
     time      series.lastObservedTime | lastTimestamp | eventTime | metadata.creationTimestamp
     data      the Event, metadata.managedFields removed
+
+With ``enrich`` configured, the enrichment's extensions follow ``k8scount`` (each value a
+string; a value not found is left out) with ``k8senriched`` and, when partial,
+``k8senrichmissing``; the subject is ``nats.subject_template`` filled in.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from urllib.parse import quote
 import msgspec
 
 from bridge.core import events, subjects
+from bridge.core.enrichment import Enrichment
 from bridge.core.events import Event, View, view_of
 from bridge.core.filtering import event_count
 from bridge.core.messages import MSG_ID_HEADER, Message
 from bridge.errors import ConversionError
+from k8s_event_common.subjects import DEFAULT_TEMPLATE, parse_template
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
 DATA_CONTENT_TYPE: Final = "application/json"
@@ -126,9 +132,17 @@ class Converter:
     """Turns a raw Event dict into a ``Message``; one per bridge, static parts computed once."""
 
     def __init__(
-        self, cluster: str, subject_prefix: str, mode: Literal["structured", "binary"]
+        self,
+        cluster: str,
+        subject_prefix: str,
+        mode: Literal["structured", "binary"],
+        template: str = DEFAULT_TEMPLATE,
     ) -> None:
         self.cluster = cluster
+        self.template = template
+        # a template other than the default: its tokens, and its subjects cached by values
+        self._tokens = None if template == DEFAULT_TEMPLATE else parse_template(template)
+        self._templated: dict[tuple[str, ...], str] = {}
         self.subject_prefix = subject_prefix
         self.binary = mode == "binary"
         self._source_prefix = f"k8s://{cluster}/namespaces/"
@@ -141,12 +155,14 @@ class Converter:
         """How many entries its caches hold (each bounded by ``SUBJECT_CACHE_SIZE``)."""
         return {
             "subject_cache": len(self._cached),
+            "template_cache": len(self._templated),
             "type_cache": len(self._types),
             "valid_time_cache": len(_valid_times),
         }
 
-    def convert(self, ev: Event | dict[str, Any]) -> Message:
-        """The message for one Event (a dict is taken as a watch would give it)."""
+    def convert(self, ev: Event | dict[str, Any], enrichment: Enrichment | None = None) -> Message:
+        """The message for one Event (a dict is taken as a watch would give it), with the
+        enrichment's extensions when given."""
         if not isinstance(ev, Event):
             ev = events.from_obj(ev)
         v = ev.view
@@ -171,6 +187,8 @@ class Converter:
         if cached is None:
             cached = self._cache(key)
         subject, source = cached
+        if self._tokens is not None:
+            subject = self._subject(namespace, kind, reason, v.type, enrichment)
         ce_type = self._types.get(v.type) if v.type.__class__ is str else None
         if ce_type is None:
             ce_type = event_type(v.type)
@@ -199,7 +217,47 @@ class Converter:
             parts = ev.data_parts()
         except events.BadLine as exc:
             raise ConversionError(f"data {exc}") from None
-        return self._message(subject, attrs, parts, msg_id)
+        extra = enrichment.attributes() if enrichment is not None else None
+        return self._message(subject, attrs, parts, msg_id, extra)
+
+    def _subject(
+        self,
+        namespace: str,
+        kind: str,
+        reason: str,
+        event_type: Any,
+        enrichment: Enrichment | None,
+    ) -> str:
+        """The subject of ``nats.subject_template``: each value sanitised, a missing one ``_``."""
+        assert self._tokens is not None
+        fields = {
+            "cluster": self.cluster,
+            "namespace": namespace,
+            "kind": kind,
+            "reason": reason,
+            "type": event_type if event_type.__class__ is str else "",
+        }
+        values = enrichment.values if enrichment is not None else {}
+        key = tuple(
+            fields[name] if name in fields else values.get(name, "")
+            for placeholder, name in self._tokens
+            if placeholder
+        )
+        subject = self._templated.get(key)
+        if subject is None:
+            it = iter(key)
+            subject = ".".join(
+                [
+                    self.subject_prefix,
+                    *(subjects.token(next(it)) if placeholder else name
+                      for placeholder, name in self._tokens),
+                ]
+            )  # fmt: skip
+            if sum(map(len, key)) <= CACHED_KEY_MAX:
+                if len(self._templated) >= SUBJECT_CACHE_SIZE:
+                    self._templated.clear()  # bounded whatever the cluster sends
+                self._templated[key] = subject
+        return subject
 
     def _cache(self, key: tuple[str, str, str]) -> tuple[str, str]:
         """Subject and source for (namespace, kind, reason): sanitised once each."""
@@ -241,18 +299,24 @@ class Converter:
         attrs: _Envelope | dict[str, Any],
         data: list[bytes],
         msg_id: str,
+        extra: dict[str, str] | None = None,
     ) -> Message:
         """The NATS message in the configured content mode (CloudEvents NATS binding).
 
-        ``data`` is the JSON of the data in pieces: spliced in, never decoded again."""
+        ``data`` is the JSON of the data in pieces: spliced in, never decoded again; ``extra``
+        are extension attributes after the others."""
         if self.binary:
             if isinstance(attrs, _Envelope):
                 attrs = attrs.as_dict()
+            if extra:
+                attrs = {**attrs, **extra}
             headers = {f"ce-{k}": quote(str(v), safe=_CE_SAFE) for k, v in attrs.items()}
             headers["Content-Type"] = DATA_CONTENT_TYPE
             headers[MSG_ID_HEADER] = msg_id
             return Message(subject, b"".join(data), headers, msg_id)
         envelope = _encode(attrs)  # {...}: the data goes in before the closing brace
+        if extra:
+            envelope = b"".join((envelope[:-1], b",", _encode(extra)[1:]))
         payload = b"".join((envelope[:-1], b',"data":', *data, b"}"))
         if msg_id.isprintable():
             # the header block's shape is fixed: only the id changes

@@ -40,6 +40,9 @@ class Meta(msgspec.Struct):
 class Involved(msgspec.Struct):
     kind: Any = None
     name: Any = None
+    namespace: Any = None  # read by the enrichment: which object to look up
+    uid: Any = None
+    apiVersion: Any = None
 
 
 class View(msgspec.Struct):
@@ -95,6 +98,17 @@ class Event:
         self.end = end
         self.list_item = list_item  # a list item lacks kind/apiVersion: data gets them
         self.cut: tuple[int, int] | None = None
+
+    def detached(self) -> Event:
+        """The Event on a copy of its own bytes when it shares a much larger read: held a
+        while (the enrichment's wait), it then holds its own size, not the read it came in."""
+        size = self.end - self.start
+        if len(self.buf) <= 2 * size:
+            return self
+        ev = Event(self.view, self.buf[self.start : self.end], 0, size, list_item=self.list_item)
+        if self.cut is not None:
+            ev.cut = (self.cut[0] - self.start, self.cut[1] - self.start)
+        return ev
 
     def status(self) -> tuple[int, str, str]:
         """An ERROR's Status object: (code, message, reason); 500 when the code is missing."""
@@ -198,7 +212,13 @@ def _lenient_view(obj: dict[str, Any]) -> View:
         kind=obj.get("kind"),
         metadata=m,
         involvedObject=(
-            Involved(kind=inv.get("kind"), name=inv.get("name"))
+            Involved(
+                kind=inv.get("kind"),
+                name=inv.get("name"),
+                namespace=inv.get("namespace"),
+                uid=inv.get("uid"),
+                apiVersion=inv.get("apiVersion"),
+            )
             if isinstance(inv, dict)
             else Involved()
         ),

@@ -35,6 +35,7 @@ from bridge.settings import KubernetesSettings
 EVENTS = "/api/v1/events"
 NAMESPACED_EVENTS = "/api/v1/namespaces/{namespace}/events"
 NAMESPACE = "/api/v1/namespaces/{name}"
+NAMESPACES = "/api/v1/namespaces"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
@@ -271,6 +272,42 @@ class KubeClient:
             resp.release()
         return body
 
+    async def get_object(self, path: str) -> dict[str, Any]:
+        """One object by its API path (its segments checked by the caller: the enrichment's
+        ``Plan.target``); raises ``NotFound``, ``Forbidden``, ``KubeUnavailable``..."""
+        return await self._json("GET", path, {})
+
+    async def list_namespaces(self, *, limit: int, cont: str | None = None) -> dict[str, Any]:
+        """One page of Namespaces: ``{"metadata": {...}, "items": [object, ...]}``."""
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if cont:
+            query.append(("continue", cont))
+        doc = await self._json("GET", NAMESPACES, {}, query)
+        items = doc.get("items")
+        meta = doc.get("metadata")
+        if not isinstance(items, list) or not isinstance(meta, dict):
+            raise errors.KubeUnavailable("namespace list answer has an unexpected shape")
+        return {"metadata": meta, "items": items}
+
+    @asynccontextmanager
+    async def watch_namespaces(
+        self, *, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[AsyncIterator[list[tuple[str, dict[str, Any]]]]]:
+        """An open watch of Namespaces: per read, its ``(type, object)`` pairs; a line that is
+        no JSON object is left out (``type`` ``ERROR`` ends the watch, as for Events)."""
+        query: list[tuple[str, Any]] = [
+            ("watch", True),
+            ("allowWatchBookmarks", True),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        resp = await self._call("GET", NAMESPACES, {}, query)
+        try:
+            keep_alive(resp, self.settings.read_timeout)
+            yield _namespace_entries(split_lines(_chunks(resp)))
+        finally:
+            resp.close()
+
     async def cluster_uid(self) -> str:
         """The kube-system namespace's uid: a stable id for a cluster without a name."""
         doc = await self._json("GET", NAMESPACE, {"name": "kube-system"})
@@ -344,6 +381,21 @@ class KubeClient:
             yield read_lines(split_lines(_chunks(resp)), skipped)
         finally:
             resp.close()
+
+
+async def _namespace_entries(
+    batches: AsyncIterator[list[bytes]],
+) -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
+    async for lines in batches:
+        out: list[tuple[str, dict[str, Any]]] = []
+        for line in lines:
+            try:
+                doc = _decode_any(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("object"), dict):
+                out.append((str(doc.get("type")), doc["object"]))
+        yield out
 
 
 def _events_path(namespace: str | None) -> tuple[str, dict[str, str]]:

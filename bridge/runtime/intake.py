@@ -23,6 +23,7 @@ from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import ConversionError
 from bridge.metrics import Metrics
+from bridge.runtime.enriching import Enricher
 from bridge.runtime.ports import Item
 
 log = logs.get("pipeline")
@@ -41,8 +42,10 @@ class Intake:
         converter: Converter,
         queue: BoundedQueue[Outgoing],
         metrics: Metrics,
+        enricher: Enricher | None = None,
     ) -> None:
         self.scope = scope
+        self.enricher = enricher
         self.progress = progress
         self.filter = event_filter
         self.converter = converter
@@ -50,6 +53,9 @@ class Intake:
         self.m = metrics
 
     async def items(self, batch: list[Item]) -> None:
+        if self.enricher is not None:
+            await self._to_enricher(batch, self.enricher)
+            return
         m = self.m
         accepts = self.filter.accepts
         convert = self.converter.convert
@@ -75,6 +81,28 @@ class Intake:
                 taken = 0
                 await queue.put(out, len(msg.payload))
         m.received.inc(taken)
+        if filtered:
+            m.filtered.inc(filtered)
+
+    async def _to_enricher(self, batch: list[Item], enricher: Enricher) -> None:
+        """With ``enrich``: each accepted Event, in order, to the enricher (which converts it
+        once its lookups are in and queues it)."""
+        m = self.m
+        progress = self.progress
+        filtered = 0
+        for watch_type, ev, rv in batch:
+            m.received.inc()
+            try:
+                accepted = self.filter.accepts(watch_type, ev)
+            except Exception as exc:
+                self._skip(exc, ev)
+                progress.done(rv)
+                continue
+            if not accepted:
+                filtered += 1
+                progress.done(rv)
+                continue
+            await enricher.put(ev, progress.pending(rv), ev.end - ev.start)
         if filtered:
             m.filtered.inc(filtered)
 

@@ -24,9 +24,10 @@ from bridge.core.queueing import BoundedQueue
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError
 from bridge.metrics import Metrics
 from bridge.runtime.checkpointing import Checkpointer, Scope
+from bridge.runtime.enriching import Enricher
 from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake, enqueue_status, now_rfc3339, process_status
-from bridge.runtime.ports import CheckpointStore, EventSource, Publisher
+from bridge.runtime.ports import CheckpointStore, EventSource, ObjectReader, Publisher
 from bridge.runtime.starting import jetstream_step
 from bridge.runtime.watching import Watcher
 from bridge.settings import Settings
@@ -48,6 +49,7 @@ class Pipeline:
         metrics: Metrics,
         health: Health,
         clock: Clock = SYSTEM,
+        reader: ObjectReader | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -57,10 +59,23 @@ class Pipeline:
         self.metrics = metrics
         self.health = health
         self.cluster = cluster
-        self.converter = Converter(cluster, settings.nats.subject_prefix, settings.cloudevents.mode)
+        self.converter = Converter(
+            cluster,
+            settings.nats.subject_prefix,
+            settings.cloudevents.mode,
+            settings.nats.subject_template,
+        )
         self.queue: BoundedQueue[Outgoing] = BoundedQueue(
             settings.queue.max_events, settings.queue.max_bytes
         )
+        # with enrich: between the intake and the queue, in order (bridge.runtime.enriching)
+        self.enricher: Enricher | None = None
+        if settings.enrich.enabled:
+            if reader is None:
+                raise ConfigError("enrich is configured but nothing reads the API server's objects")
+            self.enricher = Enricher(
+                settings, reader, self.converter, self.queue, metrics, clock=clock
+            )
         self.scopes: list[Scope] = []
         # "single" without leader election; "leader" with it, and the status event to publish
         # first (``leader_changed``), set by the app
@@ -92,7 +107,15 @@ class Pipeline:
             )
             rv = cp.resource_version if cp else None
             progress = Progress(rv)
-            intake = Intake(name, progress, event_filter, self.converter, self.queue, self.metrics)
+            intake = Intake(
+                name,
+                progress,
+                event_filter,
+                self.converter,
+                self.queue,
+                self.metrics,
+                enricher=self.enricher,
+            )
             watcher = Watcher(
                 self.source,
                 intake,
@@ -181,6 +204,7 @@ class Pipeline:
             "queue_bytes": self.queue.bytes,
             **{f"publisher_{k}": v for k, v in self.publisher.sizes().items()},
             **self.converter.sizes(),
+            **(self.enricher.sizes() if self.enricher is not None else {}),
         }
         for sc in self.scopes:
             out[f"progress_entries:{sc.name}"] = len(sc.progress)
@@ -214,6 +238,11 @@ class Pipeline:
             asyncio.create_task(publisher.reap(), name="reap"),
             asyncio.create_task(self.checkpointer.run(), name="checkpoint"),
         ]
+        if self.enricher is not None:
+            workers.append(asyncio.create_task(self.enricher.run(), name="enrich"))
+            workers.append(
+                asyncio.create_task(self.enricher.run_namespaces(), name="enrich:namespaces")
+            )
         stopping = asyncio.create_task(stop.wait(), name="stop")
         waits: list[asyncio.Future[Any]] = [stopping, *watchers, *workers]
         if fence is not None:
@@ -223,6 +252,7 @@ class Pipeline:
             for w in [*watchers, *workers, stopping]:
                 w.cancel()
             await asyncio.gather(*watchers, *workers, stopping, return_exceptions=True)
+            await self._close_enricher()
             log.error(
                 "stopped_fenced",
                 reason=repr(fence.exception()) if not fence.cancelled() else "cancelled",
@@ -248,6 +278,7 @@ class Pipeline:
         for w in [*workers, stopping]:
             w.cancel()
         await asyncio.gather(*workers, stopping, return_exceptions=True)
+        await self._close_enricher()
         if fence is not None and fence.done():
             # the Lease was lost while draining: what was acked stays for the next leader
             log.error("stopped_fenced", reason="the Lease was lost while draining")
@@ -262,6 +293,14 @@ class Pipeline:
         )
         return code
 
+    async def _close_enricher(self) -> None:
+        if self.enricher is not None:
+            await self.enricher.close()
+
+    def _held(self) -> int:
+        """Events read and not yet on the queue (waiting for their lookups)."""
+        return len(self.enricher) if self.enricher is not None else 0
+
     async def drain(self, timeout: float) -> bool:
         """Queue the ``stopped`` status event, then wait, at most ``timeout`` in all, until
         what was read is acked."""
@@ -272,11 +311,12 @@ class Pipeline:
             await asyncio.wait_for(enqueue_status(self.queue, stopped), timeout)
         except TimeoutError:
             pass
-        while len(self.queue) or publisher.busy:
+        while len(self.queue) or self._held() or publisher.busy:
             if self.clock.monotonic() >= deadline:
                 log.warning(
                     "drain_timeout",
                     queued=len(self.queue),
+                    enriching=self._held(),
                     in_flight=publisher.in_flight,
                     note="not acked: the checkpoint stays before them, read again on restart",
                 )

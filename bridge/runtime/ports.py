@@ -71,6 +71,24 @@ class EventSource(Protocol):
     async def reload_credentials(self) -> None: ...
 
 
+class ObjectReader(Protocol):
+    """What the enrichment reads (``bridge.runtime.enriching``). Raises ``errors.KubeError``."""
+
+    async def get_object(self, path: str) -> dict[str, Any]:
+        """One object by its API path (segments already checked)."""
+        ...
+
+    async def list_namespaces(self, *, limit: int, cont: str | None = None) -> dict[str, Any]:
+        """One page of Namespaces: ``{"metadata": {...}, "items": [object, ...]}``."""
+        ...
+
+    def watch_namespaces(
+        self, *, resource_version: str, timeout_seconds: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[list[tuple[str, dict[str, Any]]]]]:
+        """An open watch of Namespaces: per read, its (type, object) pairs."""
+        ...
+
+
 class ClusterIdentity(Protocol):
     """Where a cluster without ``cluster.name`` gets its id. Raises ``errors.KubeError``."""
 

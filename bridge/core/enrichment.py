@@ -1,0 +1,289 @@
+"""Enrichment, the pure part: what an Event gets from its namespace and its involved object.
+
+``Plan`` is ``enrich`` compiled: which label and annotation keys become which CloudEvent
+extension, and which kinds may be read. ``Namespaces`` holds, per namespace, only the values
+the plan names (kept current by a list and watch, ``bridge.runtime.enriching``). ``ObjectInfo``
+is what one read of an object leaves: its uid, the labels the plan names, its controller.
+``LookupCache`` keeps them, bounded by count and bytes, least recently used first out, each
+fresh for a TTL. ``Enrichment`` is the result for one Event: the extension values and what is
+missing (``part:why``), which the converter writes as ``k8senriched`` and
+``k8senrichmissing``.
+
+Everything here comes from the cluster, where anyone who may create an Event chooses its
+involvedObject: ``target`` reads an object only of a kind the plan allows, named by valid
+Kubernetes names, in the Event's own namespace, and a read object counts only when its uid
+is the one the Event names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bridge.settings import LOOKUP_KINDS, EnrichSettings
+
+# whys of what is missing, as ``k8senrichmissing`` writes them (``part:why``)
+TIMEOUT: Final = "timeout"  # the lookup did not answer within enrich.lookup_timeout
+UNREACHABLE: Final = "unreachable"  # the API server could not be reached
+FORBIDDEN: Final = "forbidden"  # 401/403: the bridge may not read it
+NOTFOUND: Final = "notfound"  # no such object (or another object of that name now)
+ERROR: Final = "error"  # another answer (5xx, 429, an unreadable body)
+UNKNOWN: Final = "unknown"  # a namespace the namespace watch does not (yet) know
+KIND: Final = "kind"  # a kind enrich.object.kinds does not name
+INVALID: Final = "invalid"  # the Event names no object the bridge may read
+OVERSIZED: Final = "oversized"  # an annotation value over MAX_VALUE
+WHYS: Final = (TIMEOUT, UNREACHABLE, FORBIDDEN, NOTFOUND, ERROR, UNKNOWN, KIND, INVALID, OVERSIZED)
+PARTS: Final = ("namespace", "object", "owner")
+
+MAX_VALUE: Final = 1024  # longest annotation value carried (label values are <= 63)
+MAX_OWNER_DEPTH: Final = 5  # controller references followed up from the involved object
+ENTRY_OVERHEAD: Final = 400  # bytes counted per cached object beyond its strings
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# an object's name as a path segment: letters, digits, - _ . (no "/", no "%", not . or ..)
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?")
+
+# (kind, namespace, name): namespace "" for a cluster-scoped kind
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Controller:
+    """An ownerReference with controller: true, as its owner wrote it."""
+
+    kind: str
+    name: str
+    api_version: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What the plan needs of one object read from the API server."""
+
+    uid: str
+    labels: dict[str, str]
+    controller: Controller | None
+
+    def size(self) -> int:
+        n = ENTRY_OVERHEAD + len(self.uid)
+        for k, v in self.labels.items():
+            n += len(k) + len(v) + 100
+        c = self.controller
+        if c is not None:
+            n += len(c.kind) + len(c.name) + len(c.api_version) + len(c.uid) + 100
+        return n
+
+
+@dataclass
+class Enrichment:
+    """The extension values of one Event and what is missing (``part:why``, in order)."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+    def miss(self, part: str, why: str) -> None:
+        item = f"{part}:{why}"
+        if item not in self.missing:
+            self.missing.append(item)
+
+    def attributes(self) -> dict[str, str]:
+        """The CloudEvent extensions: the values, ``k8senriched`` and, when partial,
+        ``k8senrichmissing``."""
+        out = dict(self.values)
+        out["k8senriched"] = "partial" if self.missing else "complete"
+        if self.missing:
+            out["k8senrichmissing"] = ",".join(self.missing)
+        return out
+
+
+class Plan:
+    """``enrich`` compiled: what to take from where."""
+
+    def __init__(self, s: EnrichSettings) -> None:
+        self.settings = s
+        self.ns_labels = dict(s.namespace.labels)
+        self.ns_annotations = dict(s.namespace.annotations)
+        self.obj_labels = dict(s.object.labels)
+        self.owner_kind = s.object.owner_kind
+        self.owner_name = s.object.owner_name
+        self.kinds = frozenset(s.object.kinds)
+        self.watches_namespaces = bool(self.ns_labels or self.ns_annotations)
+        self.reads_objects = s.reads_objects
+        self.follows_owners = bool(self.owner_kind or self.owner_name)
+
+    def namespace_values(self, obj: Any) -> dict[str, str]:
+        """The extension values a Namespace object gives (only the keys the plan names)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return {}
+        out: dict[str, str] = {}
+        for source, mapping in (
+            (meta.get("labels"), self.ns_labels),
+            (meta.get("annotations"), self.ns_annotations),
+        ):
+            if not mapping or not isinstance(source, dict):
+                continue
+            for key, ext in mapping.items():
+                v = source.get(key)
+                if isinstance(v, str):
+                    # an oversized annotation is left out; the converter marks it
+                    out[ext] = v if len(v) <= MAX_VALUE else OVERSIZED_MARK
+        return out
+
+    def object_info(self, obj: Any) -> ObjectInfo:
+        """What one object read from the API server leaves for the cache."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            meta = {}
+        uid = meta.get("uid")
+        labels: dict[str, str] = {}
+        source = meta.get("labels")
+        if self.obj_labels and isinstance(source, dict):
+            for key in self.obj_labels:
+                v = source.get(key)
+                if isinstance(v, str) and len(v) <= MAX_VALUE:
+                    labels[key] = v
+        controller = None
+        refs = meta.get("ownerReferences")
+        if isinstance(refs, list):
+            for ref in refs:
+                if isinstance(ref, dict) and ref.get("controller") is True:
+                    kind, name, av = ref.get("kind"), ref.get("name"), ref.get("apiVersion")
+                    ref_uid = ref.get("uid")
+                    if isinstance(kind, str) and isinstance(name, str):
+                        controller = Controller(
+                            kind[:MAX_VALUE],
+                            name[:MAX_VALUE],
+                            av if isinstance(av, str) else "",
+                            ref_uid if isinstance(ref_uid, str) else "",
+                        )
+                    break
+        return ObjectInfo(uid if isinstance(uid, str) else "", labels, controller)
+
+    def target(
+        self, event_namespace: str, kind: Any, namespace: Any, name: Any, api_version: Any = ""
+    ) -> Key | str:
+        """The object to read for an involvedObject or an owner, or the why it is not read."""
+        if not isinstance(kind, str) or kind not in self.kinds:
+            return KIND
+        group = LOOKUP_KINDS[kind][0]
+        if isinstance(api_version, str) and api_version and not _same_group(group, api_version):
+            return KIND  # a kind of that name in another API group: not ours to read
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            return INVALID
+        if LOOKUP_KINDS[kind][2]:
+            ns = namespace if isinstance(namespace, str) and namespace else event_namespace
+            # only in the Event's own namespace: an Event can not make the bridge read (and
+            # publish the owner of) an object of another namespace
+            if ns != event_namespace or not _DNS_LABEL.fullmatch(ns):
+                return INVALID
+            return (kind, ns, name)
+        return (kind, "", name)
+
+
+OVERSIZED_MARK: Final = "\x00oversized"  # stands for a value left out for its size
+
+
+def _same_group(prefix: str, api_version: str) -> bool:
+    """Whether an apiVersion (``v1``, ``apps/v1``) is in the group of a path prefix."""
+    group = api_version.rpartition("/")[0]
+    if prefix == "/api/v1":
+        return group == ""
+    return prefix.split("/")[2] == group
+
+
+def object_path(key: Key) -> str:
+    """The API path of an object (its segments validated by ``Plan.target``)."""
+    kind, namespace, name = key
+    prefix, resource, namespaced = LOOKUP_KINDS[kind]
+    if namespaced:
+        return f"{prefix}/namespaces/{namespace}/{resource}/{name}"
+    return f"{prefix}/{resource}/{name}"
+
+
+class Namespaces:
+    """Per namespace, the extension values the plan takes from it (nothing else is held)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, dict[str, str]] = {}
+        self.synced = False
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, name: str) -> dict[str, str] | None:
+        return self._values.get(name)
+
+    def put(self, name: str, values: dict[str, str]) -> None:
+        self.delete(name)
+        self._values[name] = values
+        self.bytes += _ns_size(name, values)
+
+    def delete(self, name: str) -> None:
+        old = self._values.pop(name, None)
+        if old is not None:
+            self.bytes -= _ns_size(name, old)
+
+    def replace(self, values: dict[str, dict[str, str]]) -> None:
+        """All namespaces at once (after a list)."""
+        self._values = values
+        self.bytes = sum(_ns_size(k, v) for k, v in values.items())
+        self.synced = True
+
+
+def _ns_size(name: str, values: dict[str, str]) -> int:
+    return 200 + len(name) + sum(len(k) + len(v) + 100 for k, v in values.items())
+
+
+class LookupCache:
+    """Objects read, bounded by count and bytes (least recently used out first).
+
+    An entry is fresh for ``ttl`` (a negative one, "no such object", for ``negative_ttl``);
+    a stale one stays until pushed out, so that while the API server is away the last known
+    values are still used (``stale``)."""
+
+    def __init__(self, max_entries: int, max_bytes: int, ttl: float, negative_ttl: float) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self.negative_ttl = negative_ttl
+        self.bytes = 0
+        # key -> (read at, the object or None for "not found", its size)
+        self._entries: OrderedDict[Key, tuple[float, ObjectInfo | None, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def fresh(self, key: Key, now: float) -> tuple[bool, ObjectInfo | None]:
+        """(found fresh, the object or None for a fresh "not found")."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False, None
+        at, info, _ = entry
+        ttl = self.ttl if info is not None else self.negative_ttl
+        if now - at > ttl:
+            return False, None
+        self._entries.move_to_end(key)
+        return True, info
+
+    def stale(self, key: Key) -> ObjectInfo | None:
+        """The last object read under this key, however old (None: none known)."""
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None else None
+
+    def put(self, key: Key, info: ObjectInfo | None, now: float) -> None:
+        size = (info.size() if info is not None else ENTRY_OVERHEAD) + sum(map(len, key))
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old[2]
+        self._entries[key] = (now, info, size)
+        self.bytes += size
+        while self._entries and (
+            len(self._entries) > self.max_entries or self.bytes > self.max_bytes
+        ):
+            _, (_, _, gone) = self._entries.popitem(last=False)
+            self.bytes -= gone

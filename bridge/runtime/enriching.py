@@ -1,0 +1,506 @@
+"""Enrichment, running: values of the Event's namespace and object, never at delivery's cost.
+
+The intake hands every accepted Event to ``Enricher.put`` (its ledger entry already taken, in
+stream order). ``Enricher.run`` takes them out in the same order, each once its lookups are
+done or its time is up (``enrich.lookup_timeout`` from when it was read), converts it with
+what came and puts it on the publisher's queue. A lookup that fails, times out or is refused
+does not hold the Event: it goes out without that value, ``k8senriched: partial`` and
+``k8senrichmissing`` (``object:timeout``...) saying what is missing.
+
+- Namespaces come from a list and a watch (``run_namespaces``): always current, and still
+  there while the API server is away.
+- Objects are read with ``get`` (``bridge.core.enrichment.Plan.target`` decides which), then
+  their controllers up to the top (Pod → ReplicaSet → Deployment). Each object is read once
+  however many Events wait on it (one future per object), at most ``enrich.max_inflight``
+  reads at a time, each bounded by ``enrich.lookup_timeout``, and kept in a ``LookupCache``.
+- Once a read finds the API server unreachable (or slow past the timeout), reads stop for a
+  back-off (1 s doubling to 30 s): meanwhile an Event whose object is not fresh in the cache
+  goes out at once with the last values known (stale), or marked ``unreachable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bridge import errors, logs
+from bridge.core.backoff import Backoff
+from bridge.core.clock import SYSTEM, Clock
+from bridge.core.converting import Converter
+from bridge.core.enrichment import (
+    ERROR,
+    FORBIDDEN,
+    MAX_OWNER_DEPTH,
+    NOTFOUND,
+    OVERSIZED,
+    OVERSIZED_MARK,
+    PARTS,
+    TIMEOUT,
+    UNKNOWN,
+    UNREACHABLE,
+    WHYS,
+    Enrichment,
+    Key,
+    LookupCache,
+    Namespaces,
+    ObjectInfo,
+    Plan,
+    object_path,
+)
+from bridge.core.events import Event
+from bridge.core.messages import Outgoing
+from bridge.core.progress import Entry
+from bridge.core.queueing import BoundedQueue
+from bridge.errors import ConversionError
+from bridge.metrics import Metrics
+from bridge.runtime.ports import ObjectReader
+from bridge.settings import Settings
+
+log = logs.get("enriching")
+
+DOWN_MIN: Final = 1.0  # the first pause of reads after the API server was found unreachable
+DOWN_MAX: Final = 30.0
+NAMESPACE_PAGE: Final = 500
+
+
+@dataclass
+class Chain:
+    """What the reads for one involved object came to."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    object_why: str | None = None  # why the object's values are missing
+    top: tuple[str, str] | None = None  # (kind, name) of the top controller
+    owner_why: str | None = None  # why the owner chain stops short
+
+
+class _Waiting:
+    __slots__ = ("chain", "deadline", "entry", "ev")
+
+    def __init__(
+        self,
+        ev: Event,
+        entry: Entry,
+        deadline: float,
+        chain: Chain | asyncio.Future[Chain] | str | None,
+    ) -> None:
+        self.ev = ev
+        self.entry = entry
+        self.deadline = deadline
+        self.chain = chain  # a Chain, one on its way, why none is read, or None (not asked)
+
+
+class Enricher:
+    def __init__(
+        self,
+        settings: Settings,
+        reader: ObjectReader,
+        converter: Converter,
+        queue: BoundedQueue[Outgoing],
+        metrics: Metrics,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        s = settings.enrich
+        self.settings = settings
+        self.plan = Plan(s)
+        self.reader = reader
+        self.converter = converter
+        self.queue = queue
+        self.m = metrics
+        self.clock = clock
+        self.timeout = s.lookup_timeout
+        self.namespaces = Namespaces()
+        self.cache = LookupCache(s.cache_entries, s.cache_bytes, s.cache_ttl, s.cache_ttl / 10)
+        # in order, each waiting for its lookups: bounded, the watch waits when it is full
+        self.stage: BoundedQueue[_Waiting] = BoundedQueue(s.max_pending, settings.queue.max_bytes)
+        self._reads: dict[Key, asyncio.Future[ObjectInfo | str]] = {}
+        self._chains: dict[tuple[Key, str], asyncio.Future[Chain]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._slots = asyncio.Semaphore(s.max_inflight)
+        self._down_until = 0.0
+        self._down_for = 0.0
+        self._synced = asyncio.Event()
+        if not self.plan.watches_namespaces:
+            self._synced.set()
+        metrics.enrich_cache_entries.set_function(lambda: len(self.cache))
+        metrics.enrich_cache_bytes.set_function(lambda: self.cache.bytes)
+        metrics.enrich_pending.set_function(lambda: len(self.stage))
+        metrics.enrich_namespaces.set_function(lambda: len(self.namespaces))
+        for part in PARTS:
+            for why in WHYS:
+                metrics.enrich_missing.labels(part, why)
+
+    # -- the stage -----------------------------------------------------------------------------
+
+    async def put(self, ev: Event, entry: Entry, size: int) -> None:
+        """An accepted Event, in stream order; waits while ``enrich.max_pending`` wait."""
+        chain: Chain | asyncio.Future[Chain] | str | None = None
+        if self.plan.reads_objects:
+            chain = self._chain_for(ev)
+        w = _Waiting(ev.detached(), entry, self.clock.monotonic() + self.timeout, chain)
+        if not self.stage.put_nowait(w, size):
+            await self.stage.put(w, size)
+
+    def __len__(self) -> int:
+        return len(self.stage)
+
+    async def run(self) -> None:
+        """Take each Event out in order once its lookups are in (or its time is up), convert,
+        queue. Until cancelled."""
+        stage = self.stage
+        queue = self.queue
+        convert = self.converter.convert
+        while True:
+            w = await stage.get()
+            enrichment = await self._enrichment(w)
+            try:
+                msg = convert(w.ev, enrichment)
+            except Exception as exc:
+                self._skip(exc, w.ev)
+                w.entry.progress.ack(w.entry)
+                continue
+            out = Outgoing(msg, w.entry)
+            if not queue.put_nowait(out, len(msg.payload)):
+                await queue.put(out, len(msg.payload))
+
+    def _skip(self, exc: Exception, ev: Event) -> None:
+        reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
+        self.m.skipped.labels(reason).inc()
+        log.warn_sampled(
+            reason,
+            "input_skipped",
+            reason=reason,
+            detail=f"{type(exc).__name__}: {exc}",
+            sample=ev.sample(),
+        )
+
+    async def _enrichment(self, w: _Waiting) -> Enrichment:
+        out = Enrichment()
+        plan = self.plan
+        meta = w.ev.view.metadata
+        namespace = meta.namespace if meta.namespace.__class__ is str else ""
+        if plan.watches_namespaces:
+            if not self._synced.is_set():
+                await self._until(self._synced.wait(), w.deadline)
+            values = self.namespaces.get(namespace) if namespace else None
+            if values is None:
+                # not known (yet), or an Event of no namespace
+                out.miss("namespace", UNKNOWN)
+            else:
+                for ext, v in values.items():
+                    if v == OVERSIZED_MARK:
+                        out.miss("namespace", OVERSIZED)
+                    else:
+                        out.values[ext] = v
+        chain = w.chain
+        if isinstance(chain, asyncio.Future):
+            if not chain.done():
+                await self._until(asyncio.shield(chain), w.deadline)
+            if chain.done() and not chain.cancelled():
+                chain = chain.result()
+            else:
+                chain = TIMEOUT
+        if isinstance(chain, str):
+            out.miss("object", chain)
+        elif chain is not None:
+            self._apply(chain, w.ev, out)
+        for item in out.missing:
+            part, _, why = item.partition(":")
+            self.m.enrich_missing.labels(part, why).inc()
+        return out
+
+    def _apply(self, chain: Chain, ev: Event, out: Enrichment) -> None:
+        plan = self.plan
+        if chain.object_why is not None:
+            out.miss("object", chain.object_why)
+            return
+        for key, ext in plan.obj_labels.items():
+            v = chain.labels.get(key)
+            if v is not None:
+                out.values[ext] = v
+        if plan.follows_owners and chain.top is not None:
+            kind, name = chain.top
+            if plan.owner_kind:
+                out.values[plan.owner_kind] = kind
+            if plan.owner_name:
+                out.values[plan.owner_name] = name
+            if chain.owner_why is not None:
+                out.miss("owner", chain.owner_why)
+
+    async def _until(self, aw: Any, deadline: float) -> None:
+        remaining = deadline - self.clock.monotonic()
+        if remaining <= 0:
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            return
+        try:
+            await asyncio.wait_for(aw, remaining)
+        except TimeoutError:
+            pass
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def _chain_for(self, ev: Event) -> Chain | asyncio.Future[Chain] | str:
+        """The chain of the Event's involved object: from the cache when all of it is fresh
+        there, else the future of its reads (shared by every Event on the same object)."""
+        v = ev.view
+        inv = v.involvedObject
+        ns = v.metadata.namespace if v.metadata.namespace.__class__ is str else ""
+        target = self.plan.target(ns, inv.kind, inv.namespace, inv.name, inv.apiVersion)
+        if isinstance(target, str):
+            return target
+        uid = inv.uid if inv.uid.__class__ is str else ""
+        cached = self._from_cache(target, uid)
+        if cached is not None:
+            return cached
+        fut = self._chains.get((target, uid))
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._chains[(target, uid)] = fut
+            task = asyncio.create_task(self._read_chain(target, uid, fut))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return fut
+
+    def _from_cache(self, key: Key, uid: str) -> Chain | None:
+        """The chain when every object on it is fresh in the cache; None otherwise."""
+        now = self.clock.monotonic()
+        fresh, info = self.cache.fresh(key, now)
+        if not fresh:
+            self.m.enrich_cache.labels("miss").inc()
+            return None
+        if info is None:
+            self.m.enrich_cache.labels("hit").inc()
+            return Chain(object_why=NOTFOUND)
+        if uid and info.uid != uid:
+            self.m.enrich_cache.labels("miss").inc()
+            return None  # another object of that name: read again
+        chain = Chain(labels=info.labels, top=(key[0], key[2]))
+        if self.plan.follows_owners:
+            c = info.controller
+            for _ in range(MAX_OWNER_DEPTH):
+                if c is None:
+                    break
+                chain.top = (c.kind, c.name)
+                t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
+                if isinstance(t, str):
+                    break
+                fresh, owner = self.cache.fresh(t, now)
+                if not fresh:
+                    self.m.enrich_cache.labels("miss").inc()
+                    return None
+                if owner is None or (c.uid and owner.uid != c.uid):
+                    chain.owner_why = NOTFOUND
+                    break
+                c = owner.controller
+        self.m.enrich_cache.labels("hit").inc()
+        return chain
+
+    async def _read_chain(self, key: Key, uid: str, fut: asyncio.Future[Chain]) -> None:
+        try:
+            chain = await self._chain(key, uid)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:  # never leaves an Event waiting: it goes out marked
+            log.warning("enrich_failed", object="/".join(key), error=repr(exc))
+            chain = Chain(object_why=ERROR)
+        finally:
+            self._chains.pop((key, uid), None)
+        if not fut.done():
+            fut.set_result(chain)
+
+    async def _chain(self, key: Key, uid: str) -> Chain:
+        info = await self._read(key)
+        if isinstance(info, str):
+            return Chain(object_why=info)
+        if uid and info.uid != uid:
+            # the name now belongs to another object (deleted and made again)
+            return Chain(object_why=NOTFOUND)
+        chain = Chain(labels=info.labels, top=(key[0], key[2]))
+        if not self.plan.follows_owners:
+            return chain
+        c = info.controller
+        for _ in range(MAX_OWNER_DEPTH):
+            if c is None:
+                break
+            chain.top = (c.kind, c.name)
+            t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
+            if isinstance(t, str):
+                break  # a kind not read: its reference names the top
+            owner = await self._read(t)
+            if isinstance(owner, str):
+                chain.owner_why = owner
+                break
+            if c.uid and owner.uid != c.uid:
+                chain.owner_why = NOTFOUND
+                break
+            c = owner.controller
+        return chain
+
+    async def _read(self, key: Key) -> ObjectInfo | str:
+        """One object: fresh from the cache, else read once for everyone waiting on it."""
+        now = self.clock.monotonic()
+        fresh, info = self.cache.fresh(key, now)
+        if fresh:
+            return info if info is not None else NOTFOUND
+        if now < self._down_until:
+            return self.cache.stale(key) or UNREACHABLE
+        fut = self._reads.get(key)
+        if fut is not None:
+            return await asyncio.shield(fut)
+        fut = asyncio.get_running_loop().create_future()
+        self._reads[key] = fut
+        try:
+            result = await self._get(key)
+            fut.set_result(result)
+            return result
+        finally:
+            self._reads.pop(key, None)
+            if not fut.done():
+                fut.cancel()
+
+    async def _get(self, key: Key) -> ObjectInfo | str:
+        async with self._slots:
+            if self.clock.monotonic() < self._down_until:
+                return self.cache.stale(key) or UNREACHABLE
+            try:
+                obj = await asyncio.wait_for(self.reader.get_object(object_path(key)), self.timeout)
+            except errors.NotFound:
+                self.m.enrich_reads.labels("notfound").inc()
+                self.cache.put(key, None, self.clock.monotonic())
+                return NOTFOUND
+            except (errors.Forbidden, errors.Unauthorized) as exc:
+                self.m.enrich_reads.labels("forbidden").inc()
+                log.warn_sampled(
+                    f"enrich_forbidden:{key[0]}",
+                    "enrich_forbidden",
+                    kind=key[0],
+                    detail=str(exc),
+                    fix="grant get on this kind (docs/deploy.md) or drop it from "
+                    "enrich.object.kinds",
+                )
+                return FORBIDDEN
+            except (TimeoutError, errors.KubeUnavailable) as exc:
+                self.m.enrich_reads.labels("unreachable").inc()
+                self._went_down(exc)
+                why = TIMEOUT if isinstance(exc, TimeoutError) else UNREACHABLE
+                return self.cache.stale(key) or why
+            except errors.KubeError as exc:
+                self.m.enrich_reads.labels("error").inc()
+                log.warn_sampled("enrich_error", "enrich_error", kind=key[0], detail=str(exc))
+                return self.cache.stale(key) or ERROR
+            info = self.plan.object_info(obj)
+            self.m.enrich_reads.labels("ok").inc()
+            self._down_for = 0.0
+            self.cache.put(key, info, self.clock.monotonic())
+            return info
+
+    def _went_down(self, exc: BaseException) -> None:
+        self._down_for = min(DOWN_MAX, max(DOWN_MIN, self._down_for * 2))
+        self._down_until = self.clock.monotonic() + self._down_for
+        log.warn_sampled(
+            "enrich_unreachable",
+            "enrich_paused",
+            seconds=self._down_for,
+            error=repr(exc),
+            note="Events go out with the values last known, or marked unreachable",
+        )
+
+    # -- namespaces ----------------------------------------------------------------------------
+
+    async def run_namespaces(self) -> None:
+        """List, then watch, the Namespaces, until cancelled; relist after a 410."""
+        if not self.plan.watches_namespaces:
+            return
+        k = self.settings.kubernetes
+        backoff = Backoff.from_settings(k.backoff, self.clock)
+        while True:
+            try:
+                rv = await self._list_namespaces()
+                while True:
+                    rv = await self._watch_namespaces(rv)
+            except errors.ResourceExpired:
+                continue  # relist at once
+            except errors.KubeError as exc:
+                delay = backoff.next_delay(getattr(exc, "retry_after", None))
+                log.warn_sampled(
+                    "namespace_watch",
+                    "namespace_watch_failed",
+                    error=str(exc),
+                    retry_in=round(delay, 2),
+                    known=len(self.namespaces),
+                )
+                await self.clock.sleep(delay)
+
+    async def _list_namespaces(self) -> str:
+        values: dict[str, dict[str, str]] = {}
+        cont: str | None = None
+        rv = ""
+        while True:
+            page = await self.reader.list_namespaces(limit=NAMESPACE_PAGE, cont=cont)
+            for obj in page["items"]:
+                name = _name(obj)
+                if name:
+                    values[name] = self.plan.namespace_values(obj)
+            meta = page["metadata"]
+            rv = str(meta.get("resourceVersion") or rv)
+            cont = meta.get("continue") or None
+            if not cont:
+                break
+        self.namespaces.replace(values)
+        if not self._synced.is_set():
+            log.info("namespaces_listed", namespaces=len(values), resource_version=rv)
+        self._synced.set()
+        return rv
+
+    async def _watch_namespaces(self, rv: str) -> str:
+        k = self.settings.kubernetes
+        span = k.watch_timeout_max - k.watch_timeout_min
+        timeout = int(k.watch_timeout_min + self.clock.random() * span)
+        try:
+            async with self.reader.watch_namespaces(
+                resource_version=rv, timeout_seconds=max(1, timeout)
+            ) as batches:
+                async for batch in batches:
+                    for kind, obj in batch:
+                        if kind == "ERROR":
+                            code = obj.get("code")
+                            if code == 410:
+                                raise errors.ResourceExpired("namespace watch: 410")
+                            raise errors.KubeUnavailable(f"namespace watch: {obj.get('message')}")
+                        meta = obj.get("metadata")
+                        new_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                        if isinstance(new_rv, str) and new_rv:
+                            rv = new_rv
+                        name = _name(obj)
+                        if not name or kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            self.namespaces.delete(name)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            self.namespaces.put(name, self.plan.namespace_values(obj))
+        except errors.QuietWatch:
+            pass  # nothing for read_timeout: watch again from where it was
+        return rv
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "enrich_pending": len(self.stage),
+            "enrich_cache": len(self.cache),
+            "enrich_cache_bytes": self.cache.bytes,
+            "enrich_reads": len(self._reads),
+            "enrich_chains": len(self._chains),
+            "enrich_namespaces": len(self.namespaces),
+        }
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
