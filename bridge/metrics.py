@@ -36,6 +36,8 @@ SKIP_REASONS = (
     "unknown_type",
     "not_newer",
 )
+# what one read of an object for the enrichment came to (bridge.runtime.enriching)
+ENRICH_READS = ("ok", "notfound", "forbidden", "unreachable", "error")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -115,6 +117,12 @@ class Metrics:
         )
         self.filtered = HotCounter(
             f"{PREFIX}_events_filtered", "Events the filter dropped", registry=r
+        )
+        self.too_old = Counter(
+            f"{PREFIX}_events_too_old",
+            "Events a scope's first list left out, never published: it had no checkpoint and "
+            "they last happened before kubernetes.initial (a maximum age)",
+            registry=r,
         )
         self.published = HotCounter(
             f"{PREFIX}_events_published",
@@ -255,6 +263,48 @@ class Metrics:
             ["scope", "reason"],
             registry=r,
         )
+        # the enrichment (enrich): its cache, its reads, what Events went out without
+        self.enrich_cache = Counter(
+            f"{PREFIX}_enrich_cache_lookups",
+            "Object lookups of the enrichment by result: hit (fresh in the cache) or miss",
+            ["result"],
+            registry=r,
+        )
+        self.enrich_reads = Counter(
+            f"{PREFIX}_enrich_reads",
+            "Objects read from the API server for the enrichment, by result (ok, notfound, "
+            "forbidden, unreachable, error); one read serves every Event waiting on the object",
+            ["result"],
+            registry=r,
+        )
+        self.enrich_missing = Counter(
+            f"{PREFIX}_enrich_missing",
+            "Events published without part of their enrichment, by part (namespace, object, "
+            "owner) and why (timeout, unreachable, forbidden, notfound, error, unknown, kind, "
+            "invalid, oversized)",
+            ["part", "why"],
+            registry=r,
+        )
+        self.enrich_cache_entries = Gauge(
+            f"{PREFIX}_enrich_cache_entries",
+            "Objects held by the enrichment's cache (enrich.cache_entries bounds it)",
+            registry=r,
+        )
+        self.enrich_cache_bytes = Gauge(
+            f"{PREFIX}_enrich_cache_bytes",
+            "Bytes held by the enrichment's cache, as counted (enrich.cache_bytes bounds it)",
+            registry=r,
+        )
+        self.enrich_pending = Gauge(
+            f"{PREFIX}_enrich_pending",
+            "Events waiting for their lookups (enrich.max_pending bounds it)",
+            registry=r,
+        )
+        self.enrich_namespaces = Gauge(
+            f"{PREFIX}_enrich_namespaces",
+            "Namespaces known to the enrichment's namespace watch",
+            registry=r,
+        )
 
         # Every known label value from 0 on: increase() and rate() see an alert's first event
         # (a series born at 1 has no earlier sample, so its first increase is invisible).
@@ -273,6 +323,10 @@ class Metrics:
             self.skipped.labels(reason)
         for status in ("401", "403"):
             self.auth_failures.labels(status)
+        for result in ("hit", "miss"):
+            self.enrich_cache.labels(result)
+        for result in ENRICH_READS:
+            self.enrich_reads.labels(result)
 
     def scope_started(self, scope: str) -> None:
         """A scope's labelled series, from 0 on."""

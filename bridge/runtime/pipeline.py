@@ -37,6 +37,11 @@ log = logs.get("app")
 DRAIN_POLL = 0.02
 
 
+def _settled_none(fut: asyncio.Future[Any]) -> bool:
+    """A watcher's ``initial`` that is known already to report nothing."""
+    return fut.done() and not fut.cancelled() and fut.result() is None
+
+
 class Pipeline:
     def __init__(
         self,
@@ -220,19 +225,17 @@ class Pipeline:
         if fence is not None and fence.done():
             log.error("stopped_fenced", reason="the Lease was lost before the watches started")
             return EXIT_FAILED
-        scopes = [sc.name for sc in self.scopes]
-        await enqueue_status(self.queue, process_status(self.converter, "started", scopes=scopes))
-        if self.leadership is not None:
-            data = {
-                **self.leadership,
-                "checkpoints": {sc.name: sc.saved for sc in self.scopes},
-            }
-            msg_id = f"leader_changed/{data['identity']}/{data['at']}"
-            msg = self.converter.status("leader_changed", msg_id, data, data["at"])
-            await enqueue_status(self.queue, msg)
+        by_age = [sc for sc in self.scopes if not _settled_none(sc.watcher.initial)]
+        announce: asyncio.Task[None] | None = None
+        if not by_age:
+            await self._announce({})
         watchers = [
             asyncio.create_task(sc.watcher.run(), name=f"watch:{sc.key}") for sc in self.scopes
         ]
+        if by_age:
+            # a first start by age: ``started`` follows the first lists, and says what they
+            # skipped (a stop before then publishes no ``started``)
+            announce = asyncio.create_task(self._announce_after(by_age), name="announce")
         workers = [
             asyncio.create_task(publisher.run(self.queue), name="publish"),
             asyncio.create_task(publisher.reap(), name="reap"),
@@ -249,6 +252,8 @@ class Pipeline:
             waits.append(fence)
         done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if fence is not None and fence in done:
+            if announce is not None:
+                announce.cancel()
             for w in [*watchers, *workers, stopping]:
                 w.cancel()
             await asyncio.gather(*watchers, *workers, stopping, return_exceptions=True)
@@ -269,6 +274,9 @@ class Pipeline:
                 log.error("task_failed", task=name, error=repr(exc))
                 code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
         # 1. stop reading the API server.
+        if announce is not None:
+            announce.cancel()
+            await asyncio.gather(announce, return_exceptions=True)
         for t in watchers:
             t.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
@@ -292,6 +300,31 @@ class Pipeline:
             checkpoints={sc.key: sc.saved for sc in self.scopes},
         )
         return code
+
+    async def _announce(self, initial: dict[str, Any]) -> None:
+        """The ``started`` status event (with what a first start by age skipped, per scope),
+        then ``leader_changed`` when this process leads."""
+        scopes = [sc.name for sc in self.scopes]
+        extra = {"initial": initial} if initial else {}
+        await enqueue_status(
+            self.queue, process_status(self.converter, "started", scopes=scopes, **extra)
+        )
+        if self.leadership is not None:
+            data = {
+                **self.leadership,
+                "checkpoints": {sc.name: sc.saved for sc in self.scopes},
+            }
+            msg_id = f"leader_changed/{data['identity']}/{data['at']}"
+            msg = self.converter.status("leader_changed", msg_id, data, data["at"])
+            await enqueue_status(self.queue, msg)
+
+    async def _announce_after(self, by_age: list[Scope]) -> None:
+        initial: dict[str, Any] = {}
+        for sc in by_age:
+            report = await sc.watcher.initial
+            if report is not None:
+                initial[sc.name] = report
+        await self._announce(initial)
 
     async def _close_enricher(self) -> None:
         if self.enricher is not None:

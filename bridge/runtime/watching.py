@@ -13,20 +13,26 @@ decides; its parts, each readable alone, answer or tell:
 - the breaker in front of the API server (``bridge.core.breaker``), on the back-off steps
   (``bridge.core.backoff``), all on one injected ``Clock``;
 - what it tells operators and subscribers (``bridge.runtime.reporting.WatchReport``): the log
-  lines, metrics, health and the sink's status events, one call per thing that happened.
+  lines, metrics, health and the sink's status events, one call per thing that happened;
+- the first start by age (``kubernetes.initial`` a duration, ``bridge.core.initial``): the first
+  list of a scope without a checkpoint leaves out the Events older than that. How it went is
+  told once, by ``Watcher.initial`` (a future the pipeline awaits), the ``initial_by_age`` log
+  line and ``events_too_old_total``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from bridge import errors
+from bridge import errors, logs
 from bridge.core import gaps
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import Breaker
 from bridge.core.checkpoints import scope_name
 from bridge.core.clock import SYSTEM, Clock
+from bridge.core.initial import FirstList
 from bridge.core.resume import ResumePoint
 from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
@@ -39,6 +45,8 @@ CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 # A watch that the server ends this soon without sending anything is a failure, not a
 # normal close: going again at once would be a tight loop.
 MIN_HEALTHY_WATCH = 1.0
+
+log = logs.get("watching")
 
 
 def classify(exc: BaseException) -> Outcome:
@@ -91,6 +99,37 @@ class Watcher:
         self._retry_after: float | None = None
         self._lines_read = 0  # lines of the current watch, the skipped ones too
         self.lists = 0
+        self.m = metrics
+        # kubernetes.initial as a maximum age, in seconds: only for a scope without a
+        # checkpoint (a checkpoint always wins), and only until its first list is done
+        self.max_age = settings.initial_max_age if checkpoint is None else None
+        self._initial: asyncio.Future[dict[str, Any] | None] | None = None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # made by the first read of ``initial``, in run() at the latest
+        else:
+            self._initial = self._new_initial()
+
+    @property
+    def initial(self) -> asyncio.Future[dict[str, Any] | None]:
+        """How the first start by age went, resolved once: None at once when the scope starts
+        from a checkpoint or ``kubernetes.initial`` is all or new; else, after the first list,
+        ``FirstList.report()`` (max_age, cutoff, published, skipped, undated, why). Cancelled
+        when ``run()`` ends before that, so nobody waits on it for ever.
+
+        Made in ``__init__`` when a loop runs there (the pipeline builds watchers in its async
+        ``open``), else on its first read: always in the loop that runs ``run()``, never by
+        the deprecated ``asyncio.get_event_loop()``."""
+        if self._initial is None:
+            self._initial = self._new_initial()
+        return self._initial
+
+    def _new_initial(self) -> asyncio.Future[dict[str, Any] | None]:
+        future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+        if self.max_age is None:
+            future.set_result(None)
+        return future
 
     @property
     def rv(self) -> int | None:
@@ -102,6 +141,14 @@ class Watcher:
         self.resume.rv = rv
 
     async def run(self) -> None:
+        initial = self.initial
+        try:
+            await self._run()
+        finally:
+            if not initial.done():
+                initial.cancel()  # ended (failed, cancelled) before the first list was done
+
+    async def _run(self) -> None:
         must_list = False
         reload_credentials = False
         probe = False
@@ -183,6 +230,13 @@ class Watcher:
             self.report.relisting(relist)
         rv = self.rv
         only_rv = rv is None and self.settings.initial == "new"
+        # The first start by age: only while nothing was passed on, i.e. the scope's first list
+        # (tried again after a failure) with no checkpoint; never a relist after a 410.
+        first = (
+            FirstList(self.settings.initial, self.clock.wall(), self.max_age)
+            if rv is None and self.max_age is not None
+            else None
+        )
         list_rv: int | None = None
         passed = skipped = 0
         bad: list[tuple[str, Any]] = []  # a page's bad items, told once its answer is
@@ -210,6 +264,11 @@ class Watcher:
                 if rv is not None and item_rv <= rv:
                     skipped += 1  # passed on before the relist: the stream has it
                     continue
+                if first is not None and not first.take(item):
+                    # Too old: not handed on. A list item holds no place of its own in the
+                    # ledger (core/progress.py), so this is as done as a filtered one: the
+                    # list's end (``mark`` below) moves the checkpoint past it.
+                    continue
                 passed += 1
                 # List items come without kind/apiVersion; watch objects carry them: the
                 # Event adds them to its data, so subscribers see one shape either way.
@@ -232,7 +291,27 @@ class Watcher:
         self.resume.listed(list_rv, self.clock.wall())
         self.report.listed(list_rv, passed, skipped, relist)
         self.sink.mark(list_rv)
+        if first is not None:
+            self._first_list_done(first, list_rv)
         return Outcome.LISTED
+
+    def _first_list_done(self, first: FirstList, list_rv: int) -> None:
+        """The first start by age is over: told once, in the log, the metric and ``initial``."""
+        told = first.report()
+        self.m.too_old.inc(first.skipped)
+        log.info(
+            "initial_by_age",
+            scope=self.report.scope,
+            resource_version=list_rv,
+            max_age=told["max_age"],
+            cutoff=told["cutoff"],
+            published=told["published"],
+            skipped=told["skipped"],
+            undated=told["undated"],
+        )
+        self.max_age = None  # later lists (after a 410) publish whatever is newer
+        if not self.initial.done():
+            self.initial.set_result(told)
 
     async def _probe(self) -> Outcome:
         """One cheap request instead of a relist while the breaker is not healthy: a list of

@@ -111,7 +111,7 @@ def _key(program: Program, dotted: str) -> configref.Key:
     ("program", "dotted", "type_"),
     [
         (BRIDGE, "kubernetes.page_size", "integer, 1..10000"),
-        (BRIDGE, "kubernetes.initial", "one of all|new"),
+        (BRIDGE, "kubernetes.initial", "all, new or a duration such as 15m"),
         (BRIDGE, "kubernetes.read_timeout", "duration, > 0"),
         (BRIDGE, "kubernetes.watch_timeout_min", "duration"),
         (BRIDGE, "kubernetes.backoff.factor", "number, >= 1"),
