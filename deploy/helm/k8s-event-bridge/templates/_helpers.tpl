@@ -71,6 +71,59 @@ app.kubernetes.io/component: bridge
 {{- default (printf "%s-nats" (include "k8s-event-bridge.fullname" .)) .Values.nats.existingSecret }}
 {{- end }}
 
+{{/* ------------------------------------------------------------------ enrichment
+
+What config.enrich reads needs rights of its own (bridge/access.py computes the same rules
+from a config; tests/unit/test_access.py holds the chart to it). */}}
+
+{{/* The kinds config.enrich.object.kinds may name: kind -> its API group and resource, as
+LOOKUP_KINDS in bridge/settings.py. */}}
+{{- define "k8s-event-bridge.lookupKinds" -}}
+Pod: {group: "", resource: pods}
+Node: {group: "", resource: nodes}
+Service: {group: "", resource: services}
+ReplicationController: {group: "", resource: replicationcontrollers}
+PersistentVolumeClaim: {group: "", resource: persistentvolumeclaims}
+ReplicaSet: {group: apps, resource: replicasets}
+Deployment: {group: apps, resource: deployments}
+StatefulSet: {group: apps, resource: statefulsets}
+DaemonSet: {group: apps, resource: daemonsets}
+Job: {group: batch, resource: jobs}
+CronJob: {group: batch, resource: cronjobs}
+{{- end }}
+
+{{/* The ClusterRole rules config.enrich needs, as YAML {rules: [...]}: list and watch on
+namespaces with any enrich.namespace label or annotation; with enrich.object.labels,
+owner_kind or owner_name, get on the resources of enrich.object.kinds (the bridge's default
+kinds when unset), one rule per API group (core first), resources sorted. Nothing
+configured: no rule. */}}
+{{- define "k8s-event-bridge.enrichRules" -}}
+{{- $enrich := .Values.config.enrich | default dict }}
+{{- $namespace := $enrich.namespace | default dict }}
+{{- $object := $enrich.object | default dict }}
+{{- $rules := list }}
+{{- if or $namespace.labels $namespace.annotations }}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "list" "watch")) }}
+{{- end }}
+{{- if or $object.labels $object.owner_kind $object.owner_name }}
+{{- $kinds := list "Pod" "ReplicaSet" "Deployment" "StatefulSet" "DaemonSet" "Job" "CronJob" }}
+{{- if hasKey $object "kinds" }}{{ $kinds = $object.kinds }}{{ end }}
+{{- $table := fromYaml (include "k8s-event-bridge.lookupKinds" .) }}
+{{- $groups := dict }}
+{{- range $kinds }}
+{{- if not (hasKey $table .) }}
+{{- fail (printf "config.enrich.object.kinds: %s is not a kind the bridge can read" .) }}
+{{- end }}
+{{- $kind := get $table . }}
+{{- $_ := set $groups $kind.group (append (get $groups $kind.group | default list) $kind.resource | uniq) }}
+{{- end }}
+{{- range $group := keys $groups | sortAlpha }}
+{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (get $groups $group | sortAlpha) "verbs" (list "get")) }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "rules" $rules) }}
+{{- end }}
+
 {{/* ------------------------------------------------------------------ secrets, as Secrets
 
 Each program (the bridge: .Values.nats; the subscribers: .Values.alerting.nats,

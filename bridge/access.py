@@ -1,0 +1,54 @@
+"""The RBAC rules a configuration needs beyond what the bridge always needs.
+
+The bridge always needs list and watch on events, get on the kube-system Namespace and its
+Lease (deploy/clusterrole.yaml, deploy/role.yaml). Enrichment needs more, and only what is
+configured:
+
+- ``enrich.namespace.labels`` or ``.annotations``: list and watch on namespaces, cluster-wide
+  (the bridge keeps every Namespace's values from a watch);
+- ``enrich.object.labels``, ``.owner_kind`` or ``.owner_name``: get on the resource of each
+  kind in ``enrich.object.kinds``, in its API group (the involved objects and their owners).
+
+Nothing configured: no rule. deploy/components/enrich/ and the chart grant these rules (the
+unit tests hold both to :func:`rules`).
+"""
+
+from __future__ import annotations
+
+from bridge.settings import LOOKUP_KINDS, Settings
+
+__all__ = ["NAMESPACES_RULE", "Rule", "api_group", "rules"]
+
+# a ClusterRole rule: apiGroups, resources, verbs
+Rule = dict[str, list[str]]
+
+NAMESPACES_RULE: Rule = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+
+
+def api_group(prefix: str) -> str:
+    """The API group of an API path prefix: ``/api/v1`` is core (``""``), ``/apis/apps/v1``
+    is ``apps``."""
+    parts = prefix.strip("/").split("/")
+    if len(parts) == 2 and parts[0] == "api":
+        return ""
+    if len(parts) == 3 and parts[0] == "apis":
+        return parts[1]
+    raise ValueError(f"{prefix!r} is not an API path prefix such as /api/v1 or /apis/apps/v1")
+
+
+def rules(settings: Settings) -> list[Rule]:
+    """The ClusterRole rules ``settings`` needs for enrichment, in a fixed order: list and
+    watch on namespaces first, then one get rule per API group (core first, then by name),
+    each with its resources sorted."""
+    enrich = settings.enrich
+    out: list[Rule] = []
+    if enrich.namespace.labels or enrich.namespace.annotations:
+        out.append({k: list(v) for k, v in NAMESPACES_RULE.items()})
+    if enrich.reads_objects:
+        groups: dict[str, set[str]] = {}
+        for kind in enrich.object.kinds:
+            prefix, resource, _namespaced = LOOKUP_KINDS[kind]
+            groups.setdefault(api_group(prefix), set()).add(resource)
+        for group in sorted(groups):
+            out.append({"apiGroups": [group], "resources": sorted(groups[group]), "verbs": ["get"]})
+    return out
