@@ -14,6 +14,10 @@ length of an outage (docs/performance.md, "Memory: the worst case"):
            + nats-py's outgoing buffer while reconnecting (pending_size)
            + scopes retired kube clients (one per scope at most: bridge.kube.client)
            + the converter's caches (entries and key lengths bounded: bridge.core.converting)
+           + with enrich: the Events waiting for their lookups (a quarter of queue.max_bytes
+             of their bytes, enrich.max_pending of objects and read tasks), the lookup cache
+             (enrich.cache_bytes as counted, CACHE_COPIES of it in objects) and the
+             namespaces' values (NAMESPACES assumed, NAMESPACE_BYTES each)
 
 - ``base``: an idle bridge with one scope, measured (``python -m bench.idle``), with the
   working set of a full-speed flow of ordinary Events on top (``FLOW_MIB``, measured by
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
+from bridge.runtime import enriching
 from bridge.settings import Settings
 
 MIB = 1024 * 1024
@@ -56,6 +61,13 @@ RETIRED_CLIENT = MIB  # a kube client with the system's trust store (~840 KB mea
 # the converter's three caches full of the longest keys they keep, objects included: a subject
 # entry holds its key, the subject and the source (~900 B), a type ~400 B, a timestamp ~250 B
 CACHES = converting.SUBJECT_CACHE_SIZE * (1024 + 512 + 256)
+# the enrichment (bridge.runtime.enriching): per Event waiting, its view and place (~1 KB) and
+# one read task for a distinct object (~3 KB); the cache's objects cost up to twice what it
+# counts (dicts, tuples, the LRU's links); per namespace its values (a label or two)
+PER_WAITING = 4096
+CACHE_COPIES = 2.0
+NAMESPACES = 5000  # the second assumption: a cluster of up to this many namespaces
+NAMESPACE_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class Budget:
     nats_pending: float
     retired_clients: float
     caches: float
+    enrichment: float = 0.0
 
     @classmethod
     def of(cls, settings: Settings, line_bytes: int = MAX_LINE_BYTES) -> Budget:
@@ -86,6 +99,7 @@ class Budget:
             nats_pending=NATS_PENDING,
             retired_clients=n * RETIRED_CLIENT,
             caches=CACHES,
+            enrichment=_enrichment(settings),
         )
 
     @property
@@ -100,6 +114,7 @@ class Budget:
             + self.nats_pending
             + self.retired_clients
             + self.caches
+            + self.enrichment
         )
 
     @property
@@ -118,5 +133,18 @@ class Budget:
             ("nats-py outgoing buffer", self.nats_pending / MIB),
             ("retired kube clients", self.retired_clients / MIB),
             ("converter caches", self.caches / MIB),
+            ("enrichment (waiting, cache, namespaces)", self.enrichment / MIB),
             ("total", self.total_mib),
         ]
+
+
+def _enrichment(settings: Settings) -> float:
+    e = settings.enrich
+    if not e.enabled:
+        return 0.0
+    waiting = enriching.stage_bytes(settings) + e.max_pending * PER_WAITING
+    cache = e.cache_bytes * CACHE_COPIES if e.reads_objects else 0.0
+    namespaces = (
+        NAMESPACES * NAMESPACE_BYTES if (e.namespace.labels or e.namespace.annotations) else 0
+    )
+    return waiting + cache + namespaces

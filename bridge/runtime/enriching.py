@@ -64,6 +64,11 @@ DOWN_MAX: Final = 30.0
 NAMESPACE_PAGE: Final = 500
 
 
+def stage_bytes(settings: Settings) -> int:
+    """Most bytes of Events waiting for their lookups: a quarter of the queue's."""
+    return max(64 * 1024, settings.queue.max_bytes // 4)
+
+
 @dataclass
 class Chain:
     """What the reads for one involved object came to."""
@@ -112,7 +117,7 @@ class Enricher:
         self.namespaces = Namespaces()
         self.cache = LookupCache(s.cache_entries, s.cache_bytes, s.cache_ttl, s.cache_ttl / 10)
         # in order, each waiting for its lookups: bounded, the watch waits when it is full
-        self.stage: BoundedQueue[_Waiting] = BoundedQueue(s.max_pending, settings.queue.max_bytes)
+        self.stage: BoundedQueue[_Waiting] = BoundedQueue(s.max_pending, stage_bytes(settings))
         self._reads: dict[Key, asyncio.Future[ObjectInfo | str]] = {}
         self._chains: dict[tuple[Key, str], asyncio.Future[Chain]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()

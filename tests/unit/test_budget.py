@@ -63,3 +63,28 @@ def test_the_bound_follows_the_configuration():
     scoped = Budget.of(Settings(kubernetes={"namespaces": [f"n{i}" for i in range(100)]}))
     assert scoped.total > base.total
     assert [name for name, _ in base.rows()][-1] == "total"
+
+
+def test_the_enrich_component_raises_the_limit_over_its_worst_case():
+    """deploy/components/enrich: the enrichment's waiting Events, cache and namespaces are in
+    the bound, and the component's memory limit keeps it under 80%."""
+    component = REPO / "deploy/components/enrich"
+    bound = Budget.of(load(str(component / "bridge.yaml")))
+    assert bound.enrichment > 0
+    assert bound.total > Budget.of(Settings()).total
+    kustomization = yaml.safe_load((component / "kustomization.yaml").read_text())
+    (patch,) = kustomization["patches"]
+    (op,) = yaml.safe_load(patch["patch"])
+    assert op["path"].endswith("/resources/limits/memory")
+    assert bound.total <= 0.8 * quantity(op["value"]), f"{bound.total_mib:.1f} MiB"
+
+
+def test_the_enrichment_terms_follow_its_settings():
+    none = Budget.of(Settings())
+    assert none.enrichment == 0
+    ns_only = Budget.of(Settings(enrich={"namespace": {"labels": {"team": "team"}}}))
+    objects = Budget.of(
+        Settings(enrich={"object": {"owner_kind": "ownerkind"}, "cache_bytes": 64 * MIB})
+    )
+    assert 0 < ns_only.enrichment < objects.enrichment
+    assert objects.enrichment >= 64 * MIB * budget.CACHE_COPIES
