@@ -402,8 +402,11 @@ class Enricher:
             return info
 
     def _went_down(self, exc: BaseException) -> None:
+        now = self.clock.monotonic()
+        if now < self._down_until:
+            return  # a read that was out already when the pause began: one failure, not two
         self._down_for = min(DOWN_MAX, max(DOWN_MIN, self._down_for * 2))
-        self._down_until = self.clock.monotonic() + self._down_for
+        self._down_until = now + self._down_for
         log.warn_sampled(
             "enrich_unreachable",
             "enrich_paused",

@@ -141,6 +141,9 @@ class Faults:
     stall_watches: bool = False
     # namespaces whose Events this client may not list or watch (RBAC): 403, as the real one
     forbidden_namespaces: set[str] = dataclasses.field(default_factory=set)
+    # reads of objects (pods, replicasets...: the enrichment's) wait while this is cleared;
+    # None: they answer at once
+    objects_gate: asyncio.Event | None = None
     injected: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
@@ -523,6 +526,12 @@ class SimApiServer:
         self._site: web.TCPSite | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        # the objects an Event may be about, by API path (put_object), and the namespaces' labels
+        # (set_namespace): what the enrichment reads; namespace watches get every change
+        self.cluster_objects: dict[str, Obj] = {}
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self._namespace_watches: set[asyncio.Queue[bytes | None]] = set()
+        self.object_reads: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -531,7 +540,13 @@ class SimApiServer:
         app.router.add_get("/api/v1/events", self._events)
         app.router.add_get("/api/v1/namespaces/{namespace}/events", self._events)
         app.router.add_get("/api/v1/namespaces/{namespace}/events/{name}", self._get_event)
+        app.router.add_get("/api/v1/namespaces", self._namespaces)
         app.router.add_get("/api/v1/namespaces/{name}", self._namespace)
+        app.router.add_get("/api/v1/namespaces/{namespace}/{resource}/{name}", self._object)
+        app.router.add_get("/api/v1/{resource}/{name}", self._object)
+        app.router.add_get(
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._object
+        )
         app.router.add_get("/healthz", self._ok)
         app.router.add_get("/readyz", self._ok)
         app.router.add_get("/livez", self._ok)
@@ -590,6 +605,95 @@ class SimApiServer:
         """End every open watch stream now, with a clean end of the chunked body."""
         for watcher in list(self._watchers):
             watcher.stop()
+        for q in list(self._namespace_watches):
+            q.put_nowait(None)
+
+    # -- the objects Events are about (for the enrichment) -----------------------------------
+
+    def put_object(self, path: str, obj: dict[str, Any]) -> None:
+        """An object the API server serves at ``path`` (``/api/v1/namespaces/ns/pods/p``)."""
+        self.cluster_objects[path] = clone(obj)
+
+    def set_namespace(self, name: str, labels: dict[str, str]) -> None:
+        """A namespace with these labels; open namespace watches get the change."""
+        event_type = "MODIFIED" if name in self.namespace_labels else "ADDED"
+        self.namespace_labels[name] = dict(labels)
+        self.resource_version += 1
+        line = watch_line(event_type, self._namespace_object(name))
+        for q in self._namespace_watches:
+            q.put_nowait(line)
+
+    def _namespace_object(self, name: str) -> Obj:
+        uid = (
+            self.kube_system_uid
+            if name == "kube-system"
+            else str(uuid.uuid5(uuid.UUID(self.kube_system_uid), name))
+        )
+        return {
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "uid": uid,
+                "resourceVersion": str(self.resource_version),
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {
+                    "kubernetes.io/metadata.name": name,
+                    **self.namespace_labels.get(name, {}),
+                },
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
+
+    async def _namespaces(self, request: web.Request) -> web.StreamResponse:
+        if self.faults.refuse:
+            raise ApiError(503, "refused")
+        if request.query.get("watch") not in ("true", "1", "True"):
+            body = {
+                "kind": "NamespaceList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.resource_version)},
+                "items": [self._namespace_object(n) for n in sorted(self.namespace_labels)],
+            }
+            return web.Response(body=msgspec.json.encode(body), content_type="application/json")
+        lifetime = float(_int_param(request.query, "timeoutSeconds", 300))
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        q: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._namespace_watches.add(q)
+        try:
+            deadline = asyncio.get_running_loop().time() + lifetime
+            while True:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    line = await asyncio.wait_for(q.get(), remaining)
+                except TimeoutError:
+                    break
+                if line is None:
+                    break
+                await response.write(line)
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        finally:
+            self._namespace_watches.discard(q)
+        return response
+
+    async def _object(self, request: web.Request) -> web.Response:
+        self.object_reads.append(request.path)
+        gate = self.faults.objects_gate
+        if gate is not None:
+            await gate.wait()
+        obj = self.cluster_objects.get(request.path)
+        if obj is None:
+            raise ApiError(
+                404, f'{request.match_info["resource"]} "{request.match_info["name"]}" not found'
+            )
+        return web.Response(body=msgspec.json.encode(obj), content_type="application/json")
 
     # -- store operations --------------------------------------------------------------------
 
