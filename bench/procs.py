@@ -198,10 +198,17 @@ class BridgeProc:
 
 
 def defaults_config(
-    path: Path, cluster: str, nats_url: str, kubeconfig: Path, port: int, **kubernetes: Any
+    path: Path,
+    cluster: str,
+    nats_url: str,
+    kubeconfig: Path,
+    port: int,
+    sections: dict[str, Any] | None = None,
+    **kubernetes: Any,
 ) -> Path:
     """Write the config of a bridge with every key at its default but where it connects,
-    its cluster name, ``log.level: warning`` and the ``kubernetes`` keys given."""
+    its cluster name, ``log.level: warning``, the ``kubernetes`` keys and the other
+    ``sections`` given."""
     cfg: dict[str, Any] = {
         "cluster": {"name": cluster},
         "kubernetes": {"kubeconfig": str(kubeconfig), **kubernetes},
@@ -209,6 +216,8 @@ def defaults_config(
         "http": {"host": "127.0.0.1", "port": port},
         "log": {"level": "warning", "format": "json"},
     }
+    for section, keys in (sections or {}).items():
+        cfg[section] = {**cfg.get(section, {}), **keys}
     path.write_text(yaml.safe_dump(cfg))
     return path
 

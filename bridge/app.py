@@ -71,7 +71,7 @@ class Bridge:
     async def _run(self, clients: contextlib.AsyncExitStack) -> int:
         s = self.settings
         stop = self.stop_requested
-        kube = KubeClient(s.kubernetes)
+        kube = KubeClient(s.kubernetes, s.enrich.max_inflight + 1 if s.enrich.enabled else 0)
         await kube.connect()  # credentials are a config matter: exit 2 when bad
         clients.push_async_callback(kube.close)
         try:

@@ -141,8 +141,11 @@ def pod_namespace() -> str | None:
 class KubeClient:
     """Lists and watches core/v1 Events; ``reload_credentials()`` after a 401/403."""
 
-    def __init__(self, settings: KubernetesSettings) -> None:
+    def __init__(self, settings: KubernetesSettings, extra_connections: int = 0) -> None:
         self.settings = settings
+        # more requests at once than the watches and lists: the enrichment's reads and its
+        # namespace watch
+        self.extra_connections = extra_connections
         self._client: Any = None
         self._timeout = aiohttp.ClientTimeout(
             connect=settings.connect_timeout,  # includes waiting for a pooled connection
@@ -168,7 +171,7 @@ class KubeClient:
         except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
             raise errors.ConfigError(f"kubernetes credentials: {exc}") from exc
         # One long watch per scope, plus lists: never wait for a pooled connection.
-        cfg.connection_pool_maxsize = len(self.settings.namespaces) + 8
+        cfg.connection_pool_maxsize = len(self.settings.namespaces) + 8 + self.extra_connections
         old = self._client
         self._client = k8s_client.ApiClient(configuration=cfg)
         _limit_read_buffer(self._client)

@@ -207,3 +207,32 @@ def test_keepalive_options_follow_the_read_timeout():
 def test_a_retry_after_header_is_a_finite_number_of_seconds_or_nothing(header, seconds):
     exc = client.error_for_status(429, {"Retry-After": header}, b"")
     assert exc.retry_after == seconds
+
+
+async def test_objects_and_namespaces_as_the_enrichment_reads_them(tmp_path, sim):
+    """get_object, list_namespaces and watch_namespaces against the simulated API server:
+    an object by its path, a missing one as NotFound, the Namespaces' list and their
+    changes; and the pool has room for the enrichment's reads."""
+    sim.set_namespace("shop", {"team": "payments"})
+    sim.put_object("/api/v1/namespaces/shop/pods/web", {"metadata": {"name": "web", "uid": "u"}})
+    kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path, sim.url)), 9)
+    await kube.connect()
+    try:
+        assert kube._client.configuration.connection_pool_maxsize == 8 + 9
+        pod = await kube.get_object("/api/v1/namespaces/shop/pods/web")
+        assert pod["metadata"]["uid"] == "u"
+        with pytest.raises(errors.NotFound):
+            await kube.get_object("/api/v1/namespaces/shop/pods/gone")
+        page = await kube.list_namespaces(limit=10)
+        [shop] = page["items"]
+        assert shop["metadata"]["labels"]["team"] == "payments"
+        rv = page["metadata"]["resourceVersion"]
+        async with kube.watch_namespaces(resource_version=rv, timeout_seconds=5) as batches:
+            sim.set_namespace("blog", {"team": "content"})
+            async for batch in batches:
+                if batch:
+                    [(kind, obj)] = batch
+                    assert (kind, obj["metadata"]["labels"]["team"]) == ("ADDED", "content")
+                    break
+    finally:
+        await kube.close()
