@@ -377,6 +377,8 @@ class Enricher:
                 return NOTFOUND
             except (errors.Forbidden, errors.Unauthorized) as exc:
                 self.m.enrich_reads.labels("forbidden").inc()
+                if isinstance(exc, errors.Unauthorized):
+                    await self.reader.reload_credentials()  # a rotated token (coalesced)
                 log.warn_sampled(
                     f"enrich_forbidden:{key[0]}",
                     "enrich_forbidden",
@@ -496,6 +498,19 @@ class Enricher:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def describe(self) -> dict[str, Any]:
+        """What ``/status`` shows of the enrichment."""
+        paused = self._down_until - self.clock.monotonic()
+        return {
+            "namespaces_synced": self._synced.is_set(),
+            "namespaces": len(self.namespaces),
+            "cache_entries": len(self.cache),
+            "cache_bytes": self.cache.bytes,
+            "pending": len(self.stage),
+            "reads_in_flight": len(self._reads),
+            "reads_paused_for_seconds": round(paused, 1) if paused > 0 else 0.0,
+        }
 
     def sizes(self) -> dict[str, int]:
         return {

@@ -197,6 +197,7 @@ class Pipeline:
                 "oldest_ack_wait_seconds": round(self.publisher.oldest_wait(), 3),
             },
             "scopes": scopes,
+            **({"enrich": self.enricher.describe()} if self.enricher is not None else {}),
             "internals": self.internals(),
         }
 

@@ -88,6 +88,8 @@ class ObjectReader(Protocol):
         """An open watch of Namespaces: per read, its (type, object) pairs."""
         ...
 
+    async def reload_credentials(self) -> None: ...
+
 
 class ClusterIdentity(Protocol):
     """Where a cluster without ``cluster.name`` gets its id. Raises ``errors.KubeError``."""

@@ -5,6 +5,7 @@ object reads that hang hold no Event past the lookup timeout."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
@@ -160,6 +161,9 @@ async def test_hung_object_reads_hold_no_event_past_the_lookup_timeout(
         assert ce["k8senrichmissing"] in ("object:timeout", "object:unreachable")
         assert "ownerkind" not in ce
     assert await metric_at_least(bridge, "enrich_missing_total", 30)
+    _, body = await bridge.get("/status")
+    status = json.loads(body)["enrich"]
+    assert status["namespaces_synced"] is True and status["namespaces"] == len(TEAMS)
     # the reads answer again: once the pause is over, new Events are complete
     gate.set()
     rng = random.Random(4)

@@ -79,6 +79,10 @@ class Reader:
         self.most_in_flight = 0
         self.watch_lines: asyncio.Queue[list[tuple[str, dict[str, Any]]] | None] = asyncio.Queue()
         self.lists = 0
+        self.reloads = 0
+
+    async def reload_credentials(self) -> None:
+        self.reloads += 1
 
     def add(self, kind: str, o: dict[str, Any]) -> None:
         from bridge.core.enrichment import object_path
@@ -148,9 +152,7 @@ def cluster(reader: Reader) -> None:
     """shop (team payments): Deployment web → ReplicaSet web-1 → Pod web-1-a."""
     reader.namespaces = [ns("shop", team="payments"), ns("blog", team="content")]
     reader.add("Deployment", obj("Deployment", "web", "d1"))
-    reader.add(
-        "ReplicaSet", obj("ReplicaSet", "web-1", "r1", owner=("Deployment", "web", "d1"))
-    )
+    reader.add("ReplicaSet", obj("ReplicaSet", "web-1", "r1", owner=("Deployment", "web", "d1")))
     reader.add(
         "Pod",
         obj("Pod", "web-1-a", "p1", labels={"app": "web"}, owner=("ReplicaSet", "web-1", "r1")),
@@ -275,7 +277,9 @@ async def test_an_event_gets_its_namespace_labels_object_labels_and_top_controll
     assert ce["data"]["involvedObject"]["name"] == "web-1-a"  # the Event itself untouched
     assert "team" not in json.dumps(ce["data"])
     # the SDK takes the extensions
-    env = cloudevents.decode({"Content-Type": "application/cloudevents+json"}, json.dumps(ce).encode())
+    env = cloudevents.decode(
+        {"Content-Type": "application/cloudevents+json"}, json.dumps(ce).encode()
+    )
     assert env.attributes["team"] == "payments"
 
 
@@ -306,9 +310,7 @@ async def test_a_hung_api_server_holds_no_event_beyond_the_lookup_timeout():
     reader.hang.clear()
     s = settings(lookup_timeout=0.2, max_inflight=2)
     async with Rig(s, reader) as rig:
-        batch = [
-            ("ADDED", event(f"e{i}", f"pod-{i}", uid=f"u{i}", rv=i), i) for i in range(1, 21)
-        ]
+        batch = [("ADDED", event(f"e{i}", f"pod-{i}", uid=f"u{i}", rv=i), i) for i in range(1, 21)]
         await rig.intake.items(batch)
         got = await rig.out(20)
     assert [ce["id"] for _, ce in got] == [f"e-e{i}/{i}" for i in range(1, 21)]
@@ -352,6 +354,7 @@ async def test_an_unreachable_api_server_pauses_reads_and_events_go_out_at_once(
     ("fail", "why"),
     [
         (errors.Forbidden("pods is forbidden", status=403), "forbidden"),
+        (errors.Unauthorized("Unauthorized", status=401), "forbidden"),
         (errors.KubeError("internal error", status=500), "error"),
     ],
 )
@@ -364,6 +367,7 @@ async def test_a_refused_read_publishes_the_event_marked(fail, why):
         [(_, ce)] = await rig.out(1)
     assert ce["k8senrichmissing"] == f"object:{why}" and "ownerkind" not in ce
     assert ce["team"] == "payments"
+    assert reader.reloads == (1 if isinstance(fail, errors.Unauthorized) else 0)
 
 
 async def test_an_object_of_that_name_but_another_uid_is_not_the_events_object():
@@ -464,9 +468,7 @@ def test_enrichment_attributes():
 
 def test_binary_mode_carries_the_extensions_as_headers():
     c = Converter("prod", "k8s.events", "binary", TEMPLATE)
-    msg = c.convert(
-        event("a", "p"), Enrichment({"team": "pay ments\r\nX: y"}, ["object:timeout"])
-    )
+    msg = c.convert(event("a", "p"), Enrichment({"team": "pay ments\r\nX: y"}, ["object:timeout"]))
     h = msg.headers
     assert h["ce-team"] == "pay%20ments%0D%0AX:%20y"  # no header can be forged
     assert h["ce-k8senriched"] == "partial"
