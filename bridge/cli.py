@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=["normal", "warning"],
         help="only Events of this type (repeatable)",
     )
+    tail.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="only Events whose NAME is VALUE: a placeholder of nats.subject_template or an "
+        "extension of enrich, e.g. team=payments (repeatable; one NAME's values are or-ed)",
+    )
     tail.add_argument("--json", action="store_true", help="one JSON CloudEvent per line")
     tail.add_argument(
         "--color", choices=["auto", "always", "never"], default="auto", help="default: auto"
@@ -86,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             since = tailing.parse_since(args.since) if args.since else None
+            where = tailing.parse_where(args.where, tailing.where_names(cfg))
         except ValueError as exc:
             print(f"k8s-event-bridge: {exc}", file=sys.stderr)
             return EXIT_CONFIG
@@ -94,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reasons=frozenset(args.reason),
             kinds=frozenset(args.kind),
             types=frozenset(args.type),
+            where=where,
         )
         try:
             return asyncio.run(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TextIO
 
@@ -23,11 +23,10 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bridge.core import subjects
 from bridge.errors import NoStream
 from bridge.jetstream import connection
 from bridge.settings import NatsSettings, Settings
-from k8s_event_common import cloudevents, durations
+from k8s_event_common import cloudevents, durations, subjects
 from k8s_event_common.connecting import Connection
 
 _YELLOW, _CYAN, _RESET = "\033[33m", "\033[36m", "\033[0m"
@@ -81,41 +80,97 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return t
 
 
+# where a template's own placeholder is in a CloudEvent (``type``: its suffix, lowercase)
+_ATTRIBUTES = {
+    "cluster": "k8scluster",
+    "namespace": "k8snamespace",
+    "kind": "k8skind",
+    "reason": "k8sreason",
+}
+
+
+def where_names(settings: Settings) -> list[str]:
+    """What ``--where`` may name: the template's own placeholders and every extension of
+    ``enrich`` (usable in the template whether or not it is there)."""
+    names = [*subjects.FIELDS, *subjects.placeholders(settings.nats.subject_template)]
+    names += settings.enrich.extensions
+    return list(dict.fromkeys(names))
+
+
+def parse_where(pairs: Iterable[str], known: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``--where NAME=VALUE`` (repeatable; values of one name are or-ed) → name → values.
+    Raises ``ValueError`` naming a pair that is not NAME=VALUE or a name not in ``known``."""
+    names = list(known)
+    out: dict[str, set[str]] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq:
+            raise ValueError(f"--where {pair!r}: NAME=VALUE expected")
+        if name not in names:
+            raise ValueError(
+                f"--where {name}: neither a placeholder of nats.subject_template nor an "
+                f"extension of enrich (known: {', '.join(names)})"
+            )
+        out.setdefault(name, set()).add(value.lower() if name == "type" else value)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 @dataclass(frozen=True)
 class Filters:
-    """What ``tail`` prints: Events of these namespaces, reasons, kinds and types (an empty set:
-    any). The bridge's own status events only when no Event filter is set."""
+    """What ``tail`` prints: Events of these namespaces, reasons, kinds and types, and of these
+    values by name (``where``: a template placeholder or an enrichment extension; ``""`` takes
+    the Events without it); an empty set: any. The bridge's own status events only when no
+    Event filter is set."""
 
     namespaces: frozenset[str] = frozenset()
     reasons: frozenset[str] = frozenset()
     kinds: frozenset[str] = frozenset()
     types: frozenset[str] = frozenset()  # lowercase: warning, normal
+    where: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
+
+    def _values(self) -> dict[str, frozenset[str]]:
+        out = {k: v for k, v in self.where.items() if v}
+        for name, given in (
+            ("namespace", self.namespaces),
+            ("reason", self.reasons),
+            ("kind", self.kinds),
+            ("type", self.types),
+        ):
+            if given:  # --namespace x is --where namespace=x
+                out[name] = out.get(name, frozenset()) | given
+        return out
 
     @property
     def active(self) -> bool:
-        return bool(self.namespaces or self.reasons or self.kinds or self.types)
+        return bool(self._values())
 
     def keeps(self, ce: dict[str, Any]) -> bool:
         type_ = str(ce.get("type", ""))
         if type_.startswith("io.k8s.bridge."):
             return not self.active
-        return (
-            (not self.namespaces or ce.get("k8snamespace") in self.namespaces)
-            and (not self.reasons or ce.get("k8sreason") in self.reasons)
-            and (not self.kinds or ce.get("k8skind") in self.kinds)
-            and (not self.types or type_.removeprefix("io.k8s.event.") in self.types)
-        )
+        for name, values in self._values().items():
+            if name == "type":
+                value = type_.removeprefix("io.k8s.event.")
+            else:
+                raw = ce.get(_ATTRIBUTES.get(name, name))
+                value = raw if isinstance(raw, str) else ""
+            if value not in values:
+                return False
+        return True
 
-    def subject(self, prefix: str) -> str:
-        """The narrowest subject JetStream can filter on (a token for a single value, else
-        ``*``); ``keeps`` still decides, as two values may share a sanitised token."""
-        if not (self.namespaces or self.reasons or self.kinds):
+    def subject(self, prefix: str, template: str = subjects.DEFAULT_TEMPLATE) -> str:
+        """The narrowest subject JetStream can filter on: the template with a token for each
+        name given a single value, ``*`` for the others; ``<prefix>.>`` when no name of the
+        template is given. ``type`` is left to ``keeps`` (the subject has the Event's spelling),
+        and ``keeps`` still decides, as two values may share a sanitised token."""
+        values = self._values()
+        in_template = [
+            name for name in subjects.placeholders(template) if name in values and name != "type"
+        ]
+        if not in_template:
             return f"{prefix}.>"
-
-        def one(values: frozenset[str]) -> str:
-            return subjects.token(next(iter(values))) if len(values) == 1 else "*"
-
-        return f"{prefix}.*.{one(self.namespaces)}.{one(self.kinds)}.{one(self.reasons)}"
+        one = {name: next(iter(values[name])) for name in in_template if len(values[name]) == 1}
+        return subjects.subject_filter(prefix, template, **one)
 
 
 def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
@@ -126,8 +181,10 @@ def decode(headers: dict[str, str] | None, body: bytes) -> dict[str, Any]:
 
 
 def line(ce: dict[str, Any]) -> str:
-    """``time  namespace  Kind/name  Reason  xN  message`` (status events marked ``bridge``),
-    every part from the message ``printable``."""
+    """``time  namespace  Kind/name  Reason  xN  [name=value ...]  message`` (status events
+    marked ``bridge``), the enrichment extensions (``team=payments``, and ``[partial:
+    object:timeout]`` when some are missing) before the message, every part from the message
+    ``printable``."""
     return printable(_line(ce))
 
 
@@ -147,7 +204,11 @@ def _line(ce: dict[str, Any]) -> str:
     count = str(ce.get("k8scount", 1))
     kind = "W" if str(ce.get("type", "")).endswith("warning") else " "
     msg = str(data.get("message", ""))
-    return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4} {msg}"
+    extra = "".join(f" {k}={v}" for k, v in cloudevents.enrichment(ce).items())
+    missing = cloudevents.missing(ce)
+    if missing:
+        extra += f" [partial: {','.join(f'{p}:{w}' for p, w in missing)}]"
+    return f"{t}  {ns:<16} {subject:<40} {kind} {reason:<20} x{count:<4}{extra} {msg}"
 
 
 class Received(NamedTuple):
@@ -248,7 +309,8 @@ async def tail(
     try:
         reader = await Tail.open(
             settings.nats,
-            subject or filters.subject(settings.nats.subject_prefix),
+            subject
+            or filters.subject(settings.nats.subject_prefix, settings.nats.subject_template),
             from_start=all_,
             since=since,
         )

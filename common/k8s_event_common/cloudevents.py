@@ -16,12 +16,23 @@ SDK's ``CloudEvent``. Anything else raises ``BadMessage`` naming what is wrong:
 - a type that is neither ``io.k8s.event.*`` (a Kubernetes Event) nor ``io.k8s.bridge.*``
   (the bridge's status events).
 
+Every attribute other than the CloudEvents core ones is an extension, kept as written in both
+modes (``Envelope.extensions``): the bridge's own (``k8scluster``, ``k8scount``...) and, with
+enrichment, ``k8senriched`` (``complete`` or ``partial``), ``k8senrichmissing`` (``part:why``
+items, comma-separated, when partial) and the configured extensions (``team``...).
+``enrichment``, ``enriched`` and ``missing`` read those three, leaving out what is not in the
+shape the bridge writes: a name that is no CloudEvents extension name (a-z 0-9, at most 20), a
+value that is not a string or is over ``MAX_EXTENSION_VALUE`` characters, more than
+``MAX_EXTENSIONS`` of them.
+
 Messages are written by whoever may publish on the stream's subjects: nothing here trusts one.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -33,13 +44,47 @@ EVENT_TYPE_PREFIX: Final = "io.k8s.event."
 STATUS_TYPE_PREFIX: Final = "io.k8s.bridge."
 STRUCTURED: Final = "application/cloudevents"
 REQUIRED: Final = ("id", "source", "type", "specversion")
+# the CloudEvents 1.0 context attributes (and the structured mode's data members)
+CORE_ATTRIBUTES: Final = frozenset(
+    {
+        "specversion", "id", "source", "type", "subject", "time", "datacontenttype",
+        "dataschema", "data", "data_base64",
+    }
+)  # fmt: skip
+ENRICHED: Final = "k8senriched"  # "complete" or "partial": present when enrichment is on
+ENRICH_MISSING: Final = "k8senrichmissing"  # "part:why,...": present when partial
+ENRICHED_VALUES: Final = ("complete", "partial")
+# the bridge's own extensions: never an enrichment's
+BRIDGE_ATTRIBUTES: Final = frozenset(
+    {
+        "k8scluster", "k8snamespace", "k8skind", "k8sname", "k8sreason", "k8scount",
+        ENRICHED, ENRICH_MISSING,
+    }
+)  # fmt: skip
+MAX_EXTENSIONS: Final = 32  # enrichment extensions read from one message, at most
+MAX_EXTENSION_VALUE: Final = 1024  # the longest value the bridge writes (an annotation's)
+MAX_MISSING: Final = 16  # part:why items read from one k8senrichmissing, at most
+EXTENSION_NAME: Final = re.compile(r"[a-z0-9]{1,20}")
+_MISSING_ITEM = re.compile(r"([a-z0-9]{1,20}):([a-z0-9]{1,20})")
 
 __all__ = [
+    "BRIDGE_ATTRIBUTES",
+    "CORE_ATTRIBUTES",
+    "ENRICHED",
+    "ENRICHED_VALUES",
+    "ENRICH_MISSING",
     "EVENT_TYPE_PREFIX",
+    "EXTENSION_NAME",
+    "MAX_EXTENSIONS",
+    "MAX_EXTENSION_VALUE",
+    "MAX_MISSING",
     "STATUS_TYPE_PREFIX",
     "BadMessage",
     "Envelope",
     "decode",
+    "enriched",
+    "enrichment",
+    "missing",
     "parse_time",
 ]
 
@@ -64,6 +109,66 @@ class Envelope:
     def document(self) -> dict[str, Any]:
         """The structured-mode JSON CloudEvent: the attributes and ``data``."""
         return {**self.attributes, "data": self.data}
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        """Every attribute but the CloudEvents core ones, as written (the bridge's own
+        ``k8s*`` included; in binary mode each a string)."""
+        return {k: v for k, v in self.attributes.items() if k not in CORE_ATTRIBUTES}
+
+    @property
+    def enrichment(self) -> dict[str, str]:
+        return enrichment(self.attributes)
+
+    @property
+    def enriched(self) -> str:
+        return enriched(self.attributes)
+
+    @property
+    def missing(self) -> tuple[tuple[str, str], ...]:
+        return missing(self.attributes)
+
+
+def enrichment(attributes: Mapping[str, Any]) -> dict[str, str]:
+    """The enrichment extensions of a message (``team``, ``owner``...), by name: every
+    attribute but the core and the bridge's own whose name is a CloudEvents extension name and
+    whose value is a string of at most ``MAX_EXTENSION_VALUE`` characters; the first
+    ``MAX_EXTENSIONS`` of them by name. Anything else is left out, never an error."""
+    names = sorted(
+        k
+        for k, v in attributes.items()
+        if isinstance(k, str)
+        and isinstance(v, str)
+        and k not in CORE_ATTRIBUTES
+        and k not in BRIDGE_ATTRIBUTES
+        and len(v) <= MAX_EXTENSION_VALUE
+        and EXTENSION_NAME.fullmatch(k)
+    )
+    return {k: attributes[k] for k in names[:MAX_EXTENSIONS]}
+
+
+def enriched(attributes: Mapping[str, Any]) -> str:
+    """``k8senriched``: ``complete``, ``partial``, or ``""`` (no enrichment, or a value the
+    bridge does not write)."""
+    value = attributes.get(ENRICHED)
+    return value if value in ENRICHED_VALUES else ""
+
+
+def missing(attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a partial enrichment lacks, ``(part, why)`` in order, from ``k8senrichmissing``
+    (``object:timeout,namespace:unknown``); ``()`` unless ``k8senriched`` is ``partial``.
+    Items not in the ``part:why`` shape are left out, and any beyond ``MAX_MISSING``."""
+    value = attributes.get(ENRICH_MISSING)
+    if enriched(attributes) != "partial" or not isinstance(value, str):
+        return ()
+    out: list[tuple[str, str]] = []
+    for item in value[: MAX_MISSING * 42].split(","):
+        m = _MISSING_ITEM.fullmatch(item)
+        if m and (m.group(1), m.group(2)) not in out:
+            out.append((m.group(1), m.group(2)))
+            if len(out) == MAX_MISSING:
+                break
+    return tuple(out)
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from k8s_event_common import configuring as common
+from k8s_event_common import subjects as subject_names
 from k8s_event_common.configuring import (
+    SUBJECT_TOKENS,
     ConfigError,
     Duration,
     ExistingFile,
@@ -59,7 +61,25 @@ class NatsSettings(common.NatsConnection):
     """The bridge's stream (A-Z a-z 0-9 _ -)."""
     subjects: list[str] = Field(["k8s.events.>"], examples=[["k8s.events.prod-eu-1.>"]])
     """The subject filters of the durable consumer: by default every Event and status event of
-    every cluster; `k8s.events.<cluster>.>` for one cluster."""
+    every cluster; `k8s.events.<cluster>.>` for one cluster. Not with `match`."""
+    subject_prefix: str = "k8s.events"
+    """The bridge's `nats.subject_prefix`, for `match` (dot-separated tokens of A-Z a-z 0-9 _ -,
+    no wildcards)."""
+    subject_template: str = subject_names.DEFAULT_TEMPLATE
+    """The bridge's `nats.subject_template`, for `match`: what follows the prefix in an Event's
+    subject, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Every bridge whose Events this
+    subscriber reads must use the same one."""
+    match: dict[str, str] = Field({}, examples=[{"team": "payments"}])
+    """One slice of the Events by one subject filter, built from `subject_template`: its
+    placeholders (`cluster`, `namespace`, `kind`, `reason`, `type`, an enrichment extension such
+    as `team`) → the value to take. `{team: payments}` with the template above reads
+    `k8s.events.*.payments.*.*.*`. Each value is sanitised as the bridge sanitises it; `""`
+    takes the Events without that value. A name the template does not hold is an error. Not
+    with `subjects`. `{}`: `subjects` decides."""
+    status_events: bool = True
+    """With `match`: also read the bridge's status events (`<prefix>.<cluster>._bridge.*`, of
+    the matched cluster or of every one), which the alerting subscriber's control plane, gap
+    and dropped alerts come from. false: the matched Events only."""
     durable: str = "k8s-event-consumer"
     """The durable consumer's name (A-Z a-z 0-9 _ -): where the subscriber resumes after a
     restart."""
@@ -90,6 +110,67 @@ class NatsSettings(common.NatsConnection):
                 raise ValueError(f"{s!r} is not a NATS subject filter")
         return v
 
+    @field_validator("subject_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not re.fullmatch(SUBJECT_TOKENS, v):
+            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
+        return v
+
+    @field_validator("subject_template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        subject_names.parse_template(v)  # a ValueError naming the token
+        return v
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if "*" in value or ">" in value:
+                raise ValueError(
+                    f"{name}: {value!r} is a wildcard; leave {name} out to take every value"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _slice(self) -> NatsSettings:
+        if not self.match:
+            return self
+        if "subjects" in self.model_fields_set:
+            raise ValueError("subjects and match exclude each other: match builds the filter")
+        holds = set(subject_names.placeholders(self.subject_template))
+        for name in self.match:
+            if name not in holds:
+                raise ValueError(
+                    f"match.{name}: not a placeholder of subject_template "
+                    f"{self.subject_template!r} (it holds {', '.join(sorted(holds))})"
+                )
+        events, *status = self.filters
+        for other in status:
+            if _overlap(events, other):
+                raise ValueError(
+                    f"match: {events} takes some of the status events ({other}) and not all: "
+                    "JetStream refuses overlapping filters; set status_events: false"
+                )
+        return self
+
+    @property
+    def filters(self) -> list[str]:
+        """The durable consumer's subject filters: `subjects`, or with `match` its one filter
+        (and the status events' when `status_events`, unless that one takes them already)."""
+        if not self.match:
+            return list(self.subjects)
+        events = subject_names.subject_filter(
+            self.subject_prefix, self.subject_template, **self.match
+        )
+        if not self.status_events:
+            return [events]
+        status = subject_names.status_filter(self.subject_prefix, self.match.get("cluster"))
+        if _covers(events, status):
+            return [events]
+        return [events, status]
+
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:
         return ConsumerOptions(
             ack_wait=self.ack_wait,
@@ -97,6 +178,18 @@ class NatsSettings(common.NatsConnection):
             batch=self.batch,
             **overrides,
         )
+
+
+def _covers(a: str, b: str) -> bool:
+    """Every subject filter ``b`` takes, ``a`` takes (filters of ``*`` and literals only)."""
+    ta, tb = a.split("."), b.split(".")
+    return len(ta) == len(tb) and all(x == "*" or x == y for x, y in zip(ta, tb, strict=True))
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Some subject both filters take (filters of ``*`` and literals only)."""
+    ta, tb = a.split("."), b.split(".")
+    return len(ta) == len(tb) and all(x == y or "*" in (x, y) for x, y in zip(ta, tb, strict=True))
 
 
 class HttpSettings(Section):

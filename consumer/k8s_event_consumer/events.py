@@ -6,7 +6,9 @@ binary: ``ce-*`` headers, percent-encoded, and the Event as the body) and return
 ``Decoded``: the ``cloudevents`` SDK's ``CloudEvent`` and exactly one of
 
 - ``KubeEvent``: a Kubernetes Event (types ``io.k8s.event.warning`` / ``io.k8s.event.normal``),
-  with the series-aware ``count`` and ``last_seen`` the bridge's README defines;
+  with the series-aware ``count`` and ``last_seen`` the bridge's README defines, and what the
+  bridge's enrichment added: ``extensions`` (``{"team": "payments"}``), ``enriched`` and
+  ``missing``;
 - a status event of the bridge itself (types ``io.k8s.bridge.<what>``): ``Gap``,
   ``ApiserverUnreachable``, ``ApiserverReachable``, ``ApiserverDegraded``,
   ``ApiserverRecovered``, ``Dropped``, ``LeaderChanged``, ``Started``, ``Stopped``, or
@@ -77,7 +79,13 @@ class KubeEvent:
 
     ``count`` and ``last_seen`` follow the series when there is one (``series.count``,
     ``series.lastObservedTime``), as the CloudEvent's ``k8scount`` and ``time`` do;
-    ``first_seen`` is ``firstTimestamp``, else ``eventTime``, else the creation time."""
+    ``first_seen`` is ``firstTimestamp``, else ``eventTime``, else the creation time.
+
+    With the bridge's enrichment on: ``extensions`` holds its values by extension name (a label
+    the object or namespace does not have is absent, not empty), ``enriched`` is ``complete`` or
+    ``partial``, and ``missing`` says what a partial one lacks (``("object", "timeout")``).
+    Without it: ``{}``, ``""`` and ``()``. Like every field, they are the message's word; only
+    values in the bridge's shape are kept (``k8s_event_common.cloudevents.enrichment``)."""
 
     id: str  # the CloudEvent id: "<uid>/<resourceVersion>", one per version
     cluster: str
@@ -95,10 +103,18 @@ class KubeEvent:
     reporting_component: str
     reporting_instance: str
     data: dict[str, Any] = field(repr=False, compare=False)
+    extensions: dict[str, str] = field(default_factory=dict, hash=False)
+    enriched: str = ""  # "complete", "partial", or "" (no enrichment)
+    missing: tuple[tuple[str, str], ...] = ()  # (part, why) of a partial enrichment
 
     @property
     def warning(self) -> bool:
         return self.type == "Warning"
+
+    @property
+    def partial(self) -> bool:
+        """The bridge published it without some enrichment values (``missing`` says which)."""
+        return self.enriched == "partial"
 
 
 @dataclass(frozen=True)
@@ -279,6 +295,9 @@ def _kube_event(attrs: dict[str, Any], data: dict[str, Any]) -> KubeEvent:
         reporting_component=_str(data, "reportingComponent") or _str(source, "component"),
         reporting_instance=_str(data, "reportingInstance") or _str(source, "host"),
         data=data,
+        extensions=cloudevents.enrichment(attrs),
+        enriched=cloudevents.enriched(attrs),
+        missing=cloudevents.missing(attrs),
     )
 
 

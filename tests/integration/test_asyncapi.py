@@ -11,7 +11,7 @@ import signal
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urldefrag, urljoin
+from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import pytest
 import yaml
@@ -19,9 +19,11 @@ from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 
 from bridge.core.converting import Converter
+from bridge.core.enrichment import Enrichment
 from bridge.sim.apiserver import SimApiServer
 from bridge.sim.natsserver import NatsServer
 from bridge.sim.workload import make_event
+from k8s_event_common import cloudevents, subjects
 from tests.integration.harness import eventually, stream_messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,13 +181,21 @@ def real_events() -> list[dict[str, Any]]:
 
 def test_the_document_is_asyncapi_3_with_both_channels_sent_by_the_bridge():
     assert DOC["asyncapi"] == "3.0.0"
-    assert DOC["info"]["version"] == "0.1.0"
+    assert DOC["info"]["version"] == "0.2.0"  # 0.2.0: the subject template, enrichment
     assert {s["protocol"] for s in DOC["servers"].values()} == {"nats"}
     channels = DOC["channels"]
     assert (
         channels["kubernetesEvents"]["address"] == "{prefix}.{cluster}.{namespace}.{kind}.{reason}"
     )
     assert channels["statusEvents"]["address"] == "{prefix}.{cluster}._bridge.{what}"
+    # the Event channel's address is the prefix and the default template; its parameters are
+    # the template's placeholders
+    events = channels["kubernetesEvents"]
+    assert events["x-subject-template"] == subjects.DEFAULT_TEMPLATE
+    assert events["address"] == "{prefix}." + subjects.DEFAULT_TEMPLATE
+    assert list(events["parameters"]) == subjects.placeholders(events["address"])
+    assert set(events["x-template-placeholders"]) == {"type", "<extension>"}
+    assert set(subjects.FIELDS) <= {*events["parameters"], *events["x-template-placeholders"]}
     assert channels["statusEvents"]["parameters"]["what"]["enum"] == list(STATUS)
     assert {op["action"] for op in DOC["operations"].values()} == {"send"}
     sent = {r["$ref"] for op in DOC["operations"].values() for r in op["messages"]}
@@ -327,6 +337,137 @@ def test_a_broken_message_is_refused(mode, what, path, value):
     else:
         target[last] = value
     assert problems(key, msg["headers"], json.dumps(msg["body"]).encode()) != []
+
+
+# -- enrichment: the extensions by their shape, k8senriched and k8senrichmissing ------------
+
+
+def with_extensions(mode: str, **attrs: Any) -> tuple[str, dict[str, str], bytes]:
+    """A real Event's message with these attributes added as an enriching bridge adds them:
+    structured, in the body; binary, ``ce-<name>`` headers percent-encoded. A value None takes
+    the attribute out."""
+    subject, headers, body = convert(mode, real_events()[0])
+    if mode == "structured":
+        doc = json.loads(body)
+        for k, v in attrs.items():
+            if v is None:
+                doc.pop(k, None)
+            else:
+                doc[k] = v
+        return subject, headers, json.dumps(doc).encode()
+    for k, v in attrs.items():
+        if v is None:
+            headers.pop(f"ce-{k}", None)
+        else:
+            headers[f"ce-{k}"] = quote(str(v), safe="/:,")
+    return subject, headers, body
+
+
+ENRICHED_OK = {
+    "complete": {"k8senriched": "complete", "team": "payments", "ownerkind": "Deployment"},
+    "partial": {
+        "k8senriched": "partial",
+        "k8senrichmissing": "object:timeout,namespace:unknown",
+        "team": "payments",
+    },
+    "partial, nothing found": {"k8senriched": "partial", "k8senrichmissing": "namespace:unknown"},
+    "every part and why": {
+        "k8senriched": "partial",
+        "k8senrichmissing": ",".join(
+            f"{part}:{why}"
+            for part in ("namespace", "object", "owner")
+            for why in (
+                "timeout unreachable forbidden notfound error unknown kind invalid oversized"
+            ).split()
+        ),
+    },
+    "a hostile value is a string": {
+        "k8senriched": "complete",
+        "oncall": "alice \x1b[2J 100% \u202e ü",
+    },
+    "a name of 20": {"k8senriched": "complete", "a" * 20: "x"},
+}
+
+
+@pytest.mark.parametrize("attrs", ENRICHED_OK.values(), ids=ENRICHED_OK.keys())
+@pytest.mark.parametrize("mode", ["structured", "binary"])
+def test_an_enriched_message_is_taken_in_both_modes(mode: str, attrs: dict[str, Any]) -> None:
+    subject, headers, body = with_extensions(mode, **attrs)
+    assert problems(message_for(subject, headers["Content-Type"]), headers, body) == []
+    # and the decoder reads what the schemas take
+    env = cloudevents.decode(headers, body)
+    assert env.enriched == attrs["k8senriched"]
+    extensions = {k: v for k, v in attrs.items() if not k.startswith("k8s")}
+    assert env.enrichment == extensions
+
+
+@pytest.mark.parametrize("mode", ["structured", "binary"])
+def test_the_converters_enriched_messages_match_under_a_template_of_their_own(mode: str) -> None:
+    """The bridge's converter with enrichment, complete and partial, on the real Events."""
+    template = "{cluster}.{team}.{namespace}.{kind}.{reason}"
+    converter = Converter("test", "k8s.events", mode, template)
+    for n, ev in enumerate(real_events()):
+        enrichment = Enrichment(values={"team": "payments", "ownerkind": "Deployment"})
+        if n % 2:
+            enrichment.miss("object", "timeout")
+            enrichment.miss("namespace", "unknown")
+        m = converter.convert(ev, enrichment)
+        headers = dict(m.headers or _head(m.head))
+        assert problems(message_for(m.subject, headers["Content-Type"]), headers, m.payload) == []
+        attrs, _ = attributes(headers, m.payload)
+        tokens = ("payments", attrs["k8snamespace"], attrs["k8skind"], attrs["k8sreason"])
+        assert m.subject == "k8s.events.test." + ".".join(map(token, tokens))
+
+
+ENRICHED_BAD = {
+    "an extension without k8senriched": {"team": "payments"},
+    "k8senriched unknown": {"k8senriched": "done"},
+    "partial without what is missing": {"k8senriched": "partial"},
+    "complete with something missing": {
+        "k8senriched": "complete",
+        "k8senrichmissing": "object:timeout",
+    },
+    "missing without k8senriched": {"k8senrichmissing": "object:timeout"},
+    "an unknown part": {"k8senriched": "partial", "k8senrichmissing": "pod:timeout"},
+    "an unknown why": {"k8senriched": "partial", "k8senrichmissing": "object:slow"},
+    "a space in what is missing": {
+        "k8senriched": "partial",
+        "k8senrichmissing": "object:timeout, owner:timeout",
+    },
+    "nothing missing named": {"k8senriched": "partial", "k8senrichmissing": ""},
+    "a name over 20": {"k8senriched": "complete", "a" * 21: "x"},
+    "a name in capitals": {"k8senriched": "complete", "Team": "x"},
+    "a name with _": {"k8senriched": "complete", "on_call": "x"},
+}
+STRUCTURED_ONLY_BAD = {
+    "a number": {"k8senriched": "complete", "team": 7},
+    "an object": {"k8senriched": "complete", "team": {"a": "b"}},
+    "k8senriched a bool": {"k8senriched": True},
+}
+
+
+@pytest.mark.parametrize("attrs", ENRICHED_BAD.values(), ids=ENRICHED_BAD.keys())
+@pytest.mark.parametrize("mode", ["structured", "binary"])
+def test_an_enriched_message_of_another_shape_is_refused(mode: str, attrs: dict[str, Any]) -> None:
+    subject, headers, body = with_extensions(mode, **attrs)
+    assert problems(message_for(subject, headers["Content-Type"]), headers, body) != []
+
+
+@pytest.mark.parametrize("attrs", STRUCTURED_ONLY_BAD.values(), ids=STRUCTURED_ONLY_BAD.keys())
+def test_an_extension_that_is_not_a_string_is_refused(attrs: dict[str, Any]) -> None:
+    subject, headers, body = with_extensions("structured", **attrs)
+    assert problems(message_for(subject, headers["Content-Type"]), headers, body) != []
+
+
+def test_status_events_stay_closed_to_extensions() -> None:
+    for mode in ("structured", "binary"):
+        subject, headers, body = status(mode, "gap")
+        if mode == "structured":
+            doc = {**json.loads(body), "k8senriched": "complete", "team": "x"}
+            body = json.dumps(doc).encode()
+        else:
+            headers = {**headers, "ce-k8senriched": "complete", "ce-team": "x"}
+        assert problems(message_for(subject, headers["Content-Type"]), headers, body) != []
 
 
 # -- a real run -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import nats
 import pytest
@@ -75,7 +76,9 @@ async def stream(nats_server: Any) -> str:
     return str(nats_server.url)
 
 
-async def run_tail(nats_url: str, *args: str) -> tuple[int | None, bytes, bytes]:
+async def run_tail(
+    nats_url: str, *args: str, count: int = 4, env: dict[str, str] | None = None
+) -> tuple[int | None, bytes, bytes]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -83,9 +86,9 @@ async def run_tail(nats_url: str, *args: str) -> tuple[int | None, bytes, bytes]
         "tail",
         "--all",
         "--count",
-        "4",
+        str(count),
         *args,
-        env={"BRIDGE_NATS__SERVERS": f'["{nats_url}"]', "PATH": "/usr/bin:/bin"},
+        env={"BRIDGE_NATS__SERVERS": f'["{nats_url}"]', "PATH": "/usr/bin:/bin", **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -122,3 +125,83 @@ async def test_tail_json_keeps_the_document_and_escapes_every_control(stream: st
     assert len(docs) == 3
     assert docs[0]["data"]["message"] == f"Back-off{EVIL}"  # the same value, escaped
     assert docs[1]["k8sreason"] == f"BackOff{EVIL}"  # binary mode: from the ce- headers
+
+
+# -- enrichment: a team's slice by the configured template, hostile extension values ----------
+
+TEAM_ENV = {
+    "BRIDGE_NATS__SUBJECT_TEMPLATE": "{cluster}.{team}.{namespace}.{kind}.{reason}",
+    "BRIDGE_ENRICH__NAMESPACE__LABELS": '{"example.com/team": "team"}',
+    "BRIDGE_ENRICH__OBJECT__OWNER_NAME": "ownername",
+}
+
+
+def enriched(uid: str, team: str) -> dict[str, Any]:
+    """A structured CloudEvent as an enriching bridge writes it, ``EVIL`` in the owner's name
+    and in what is missing (hand-made: anyone with publish rights can write one)."""
+    return {
+        "specversion": "1.0",
+        "id": f"{uid}/7",
+        "source": "k8s://test/namespaces/shop",
+        "type": "io.k8s.event.warning",
+        "subject": "Pod/web-1",
+        "time": "2026-11-30T12:00:00Z",
+        "datacontenttype": "application/json",
+        "k8scluster": "test",
+        "k8snamespace": "shop",
+        "k8skind": "Pod",
+        "k8sname": "web-1",
+        "k8sreason": "BackOff",
+        "k8scount": 3,
+        "k8senriched": "partial",
+        "k8senrichmissing": "namespace:timeout",
+        "team": team,
+        "ownername": f"shop{EVIL}",
+        "data": hostile_event(uid),
+    }
+
+
+@pytest.fixture
+async def team_stream(nats_server: Any) -> str:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, NatsSettings(servers=[nats_server.url]))
+        structured = {"Content-Type": "application/cloudevents+json"}
+        # on the other team's subject, though it says payments: the subject filter leaves it
+        off = {**enriched("u-0", "payments"), "subject": "Pod/off-slice"}
+        await js.publish(
+            "k8s.events.test.shop.shop.Pod.BackOff", json.dumps(off).encode(), headers=structured
+        )
+        for uid, team in (("u-1", "shop"), ("u-2", "payments")):
+            doc = enriched(uid, team)
+            subject = f"k8s.events.test.{team}.shop.Pod.BackOff"
+            await js.publish(subject, json.dumps(doc).encode(), headers=structured)
+        # the same in binary mode: each attribute a ce- header, percent-encoded
+        doc = enriched("u-3", "payments")
+        body = json.dumps(doc.pop("data")).encode()
+        headers = {"Content-Type": "application/json"}
+        headers.update({f"ce-{k}": quote(str(v), safe="/:,") for k, v in doc.items()})
+        await js.publish("k8s.events.test.payments.shop.Pod.BackOff", body, headers=headers)
+    finally:
+        await nc.close()
+    return str(nats_server.url)
+
+
+async def test_tail_takes_a_teams_slice_and_escapes_its_extensions(team_stream: str) -> None:
+    code, out, err = await run_tail(team_stream, "--where", "team=payments", count=2, env=TEAM_ENV)
+    assert code == 0, err
+    for raw in RAW:
+        assert raw not in out, (raw, out)
+    lines = out.decode().splitlines()
+    assert len(lines) == 2, out  # u-2 and u-3: the other team's Events are not read
+    assert b"off-slice" not in out  # JetStream filtered by the template, not tail alone
+    for ln in lines:
+        assert " team=payments " in ln and " ownername=shop\\x1b]0;owned\\x07" in ln
+        assert "[partial: namespace:timeout]" in ln
+
+
+async def test_tail_names_a_where_the_template_and_enrich_do_not_know(team_stream: str) -> None:
+    code, out, err = await run_tail(team_stream, "--where", "teem=payments", env=TEAM_ENV)
+    assert code == 2 and out == b""
+    assert b"--where teem" in err

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from bridge.core.converting import Converter
+from bridge.core.enrichment import Enrichment
 from k8s_event_consumer import events
+from k8s_event_consumer.configuring import NatsSettings
 from k8s_event_consumer.events import BadMessage, decode
 from tests.cloudevent_expected import CLUSTER
 
@@ -219,3 +221,45 @@ def test_the_kit_imports_without_the_bridge_or_its_runtime_dependencies() -> Non
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# -- with the bridge's enrichment and a subject template ---------------------------------------
+
+TEAM = "{cluster}.{team}.{namespace}.{kind}.{reason}"
+
+
+def _takes(subject_filter: str, subject: str) -> bool:
+    """Whether a NATS subject filter of literals and ``*`` takes a subject."""
+    f, s = subject_filter.split("."), subject.split(".")
+    return len(f) == len(s) and all(a in ("*", b) for a, b in zip(f, s, strict=True))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_enriched_event_decodes_with_its_extensions_and_a_teams_slice_takes_it(
+    mode: str,
+) -> None:
+    enrichment = Enrichment(values={"team": "payments", "ownerkind": "Deployment"})
+    enrichment.miss("object", "timeout")
+    obj = OBJECTS[0]
+    msg = Converter(CLUSTER, "k8s.events", mode, TEAM).convert(obj, enrichment)  # type: ignore[arg-type]
+    d = decode(msg.subject, msg.headers, msg.payload)
+    ev = d.event
+    assert ev is not None
+    assert ev.extensions == {"ownerkind": "Deployment", "team": "payments"}
+    assert (ev.enriched, ev.missing, ev.partial) == ("partial", (("object", "timeout"),), True)
+    # the kit's match builds the filter the bridge's subject meets
+    [mine, _status] = NatsSettings(subject_template=TEAM, match={"team": "payments"}).filters
+    assert _takes(mine, msg.subject), (mine, msg.subject)
+    theirs = NatsSettings(subject_template=TEAM, match={"team": "shop"}).filters[0]
+    assert not _takes(theirs, msg.subject)
+    namespace = obj["metadata"]["namespace"]
+    both = NatsSettings(subject_template=TEAM, match={"team": "payments", "namespace": namespace})
+    assert _takes(both.filters[0], msg.subject)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_event_without_the_teams_value_is_under_the_empty_token(mode: str) -> None:
+    msg = Converter(CLUSTER, "k8s.events", mode, TEAM).convert(OBJECTS[0], Enrichment())  # type: ignore[arg-type]
+    ev = decode(msg.subject, msg.headers, msg.payload).event
+    assert ev is not None and (ev.extensions, ev.enriched, ev.missing) == ({}, "complete", ())
+    assert _takes(NatsSettings(subject_template=TEAM, match={"team": ""}).filters[0], msg.subject)

@@ -123,3 +123,32 @@ def test_an_attribute_that_is_not_text_is_shown_not_a_crash(odd: Any) -> None:
     }
     text = line(ce)
     assert text.startswith("2026-11-30 12:00:00") and text.endswith(" m")
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_an_enrichment_value_is_shown_with_its_controls_escaped(value: str) -> None:
+    """Enrichment extensions come from labels and annotations, and a message's from anyone
+    with publish rights: each is shown in the line, never a raw control."""
+    ce = {
+        **event_ce(""),
+        "k8senriched": "partial",
+        "k8senrichmissing": f"object:timeout{value}",
+        "team": f"pay{value}ments",
+        "ownername": value,
+    }
+    text = line(ce)
+    assert not raw_controls(text), repr(text)
+    assert "\n" not in text
+    assert f" team={printable(f'pay{value}ments')}" in text
+
+
+def test_an_extension_not_in_the_bridges_shape_is_not_shown() -> None:
+    ce = {
+        **event_ce(""),
+        "team\x1b[2J": "x",  # not an extension name
+        "owner": {"nested": "\x1b[2J"},  # not a string
+        "big": "y" * 5000,  # longer than any value the bridge writes
+    }
+    text = line(ce)
+    assert "team" not in text and "owner" not in text and "y" * 100 not in text
+    assert not raw_controls(text)

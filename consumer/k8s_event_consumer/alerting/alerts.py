@@ -23,10 +23,16 @@ Four alerts, by ``alertname``:
   could take: subscribers never get it); endsAt = the last drop + ``dropped_alert_for``; each
   drop while it fires counts in its annotations.
 
-Every alert also carries the static labels of the rules. Redeliveries are harmless: a message
-already applied (or older than what was applied: a version of the Event, or a status event
-stored before the last one applied for its scope) changes nothing and answers the alert as it
-is, so a message held while Alertmanager was away sends it again when delivered again.
+Every alert also carries the static labels of the rules, and an Event alert the enrichment
+extensions the rules name (``extension_labels``: ``team``, ``ownername``...) as the newest
+version has them. A version without such a value (a partial enrichment) keeps the one shown; a
+changed value changes the alert's identity in Alertmanager, so the alert under its old labels
+is resolved (kept and sent like any resolved alert) and the alert fires under the new ones.
+
+Redeliveries are harmless: a message already applied (or older than what was applied: a
+version of the Event, or a status event stored before the last one applied for its scope)
+changes nothing and answers the alert as it is, so a message held while Alertmanager was away
+sends it again when delivered again.
 
 **The stream orders, not the message.** A message's times are its publisher's word: anyone who
 may publish on the subject can date a message 2099. So a scope's status events apply in the
@@ -85,6 +91,7 @@ _ADOPT_NEEDS: Final = {
     ),
     AlertName.DROPPED: (frozenset({"dropped", "last_dropped_at"}), "last_dropped_at"),
 }
+MAX_LABEL_VALUE: Final = 256  # an extension's value longer than this is no label
 # the stream sequences of the status keys applied: kept after their alert is forgotten (a
 # message held for longer still finds itself stale), the oldest left beyond this many
 SEQUENCES_KEPT: Final = 100_000
@@ -144,6 +151,7 @@ class Rules:
     # a message's time ahead of its stream timestamp by more: taken as the stream's timestamp
     max_clock_skew: timedelta = timedelta(seconds=30)
     labels: Mapping[str, str] = field(default_factory=dict)  # static, on every alert
+    extension_labels: tuple[str, ...] = ()  # enrichment extensions an Event alert carries
     generator_url: str = "nats://K8S_EVENTS/k8s-event-alerting"
 
     def wants(self, ev: KubeEvent) -> bool:
@@ -214,6 +222,7 @@ class State:
             "reason": ev.reason,
         }
         key = _key(own, EVENT_LABELS)
+        ext = self._extensions(ev.extensions)
         last = self._when(ev.last_seen, stored)
         first = min(ev.first_seen or last, last)
         rv = _rv(ev.resource_version)
@@ -223,15 +232,19 @@ class State:
             applied = record.versions.get(ev.uid)
             if applied is not None and (rv is None or rv <= applied):
                 return [record.alert]  # this version or a newer one is in already
+            shown_ext = self._extensions(record.alert.labels)
             if last < record.latest:  # an older Event than the one shown: keep that one
                 shown = record.alert.annotations
                 count, message, last = shown["count"], shown["message"], record.latest
+                ext = shown_ext
+            else:  # a value this version lacks (a partial enrichment) keeps the one shown
+                ext = {**shown_ext, **ext}
             first = min(first, record.alert.starts_at)
         versions = dict(record.versions) if record is not None else {}
         if rv is not None:
             versions[ev.uid] = rv
         alert = Alert(
-            labels=self._labels(own),
+            labels=self._labels(own, ext),
             annotations={
                 "summary": f"{ev.reason}: {ev.involved.kind} {ev.namespace}/"
                 f"{ev.involved.name} in cluster {ev.cluster}, seen {count} times",
@@ -245,7 +258,15 @@ class State:
             generator_url=self.rules.generator_url,
         )
         self._records[key] = _Record(alert, last, versions)
-        return [alert]
+        self._records.pop(_retired(alert.labels), None)  # its labels are firing again
+        if record is None or record.alert.labels == alert.labels:
+            return [alert]
+        # another identity in Alertmanager: the old one resolves (sent with the others for
+        # resolved_retention, so an Alertmanager away now hears of it too)
+        old = record.alert
+        gone = replace(old, ends_at=min(old.ends_at or last, last))
+        self._records[_retired(old.labels)] = _Record(gone, record.latest)
+        return [gone, alert]
 
     def unreachable(self, s: ApiserverUnreachable, stored: Stored | None = None) -> list[Alert]:
         """The API server is unreachable for a scope: the alert fires until it is reachable."""
@@ -435,7 +456,8 @@ class State:
         return taken
 
     def _adopted(self, a: Alert, own: dict[str, str]) -> _Record:
-        labels = self._labels(own)
+        ext = self._extensions(a.labels) if a.name == AlertName.EVENT else {}
+        labels = self._labels(own, ext)
         if a.name == AlertName.UNREACHABLE:
             return _Record(replace(a, labels=labels, ends_at=None), a.starts_at)
         needs, when = _ADOPT_NEEDS[AlertName(a.name)]
@@ -449,8 +471,20 @@ class State:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _labels(self, own: Mapping[str, str]) -> dict[str, str]:
-        return {**self.rules.labels, **own}
+    def _labels(
+        self, own: Mapping[str, str], ext: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        return {**self.rules.labels, **(ext or {}), **own}
+
+    def _extensions(self, values: Mapping[str, str]) -> dict[str, str]:
+        """The labels ``extension_labels`` names, from an Event's extensions (or an alert's
+        labels): only non-empty strings of at most ``MAX_LABEL_VALUE`` characters."""
+        out: dict[str, str] = {}
+        for name in self.rules.extension_labels:
+            value = values.get(name)
+            if isinstance(value, str) and 0 < len(value) <= MAX_LABEL_VALUE:
+                out[name] = value
+        return out
 
     def _status_key(self, name: AlertName, cluster: str, scope: str) -> tuple[Key, dict[str, str]]:
         own = {"alertname": name.value, "cluster": cluster, "scope": scope}
@@ -482,6 +516,11 @@ class State:
             self._sequences[key] = stored.sequence
             if len(self._sequences) > SEQUENCES_KEPT:
                 del self._sequences[next(iter(self._sequences))]
+
+
+def _retired(labels: Mapping[str, str]) -> Key:
+    """The key of an Event alert resolved because its labels changed (never an own key)."""
+    return (("", "retired"), *sorted(labels.items()))
 
 
 def _fires_at(alert: Alert, t: datetime) -> bool:

@@ -338,6 +338,7 @@ def rules(cfg: Settings) -> Rules:
         resolved_retention=timedelta(seconds=a.resolved_retention),
         max_clock_skew=timedelta(seconds=a.max_clock_skew),
         labels=dict(a.labels),
+        extension_labels=tuple(a.extension_labels),
         generator_url=cfg.generator_url,
     )
 
@@ -397,7 +398,7 @@ async def serve(cfg: Settings) -> int:
         "starting",
         stream=cfg.nats.stream,
         durable=cfg.nats.durable,
-        subjects=cfg.nats.subjects,
+        subjects=cfg.nats.filters,
         alertmanagers=cfg.alertmanager.urls,
         reasons=cfg.alerts.reasons,
     )
@@ -419,7 +420,7 @@ async def serve(cfg: Settings) -> int:
                     nc,
                     stream=cfg.nats.stream,
                     durable=cfg.nats.durable,
-                    subjects=cfg.nats.subjects,
+                    subjects=cfg.nats.filters,
                     options=ConsumerOptions(
                         ack_wait=cfg.nats.ack_wait,
                         max_deliver=-1,
@@ -439,7 +440,7 @@ async def serve(cfg: Settings) -> int:
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
             await alerting.recover(
-                nc, cfg.nats.stream, cfg.nats.subjects, window, name=f"{cfg.nats.durable}-replay"
+                nc, cfg.nats.stream, cfg.nats.filters, window, name=f"{cfg.nats.durable}-replay"
             )
         await alerting.adopt()
         http.ready = True

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from k8s_event_common.cloudevents import EXTENSION_NAME
 from k8s_event_common.options import redact_url
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
@@ -159,6 +160,14 @@ class AlertsSettings(Section):
     labels: dict[str, str] = Field({}, examples=[{"severity": "warning", "team": "platform"}])
     """Static labels added to every alert, e.g. severity or team (not one of the subscriber's
     own label names: alertname, cluster, namespace, kind, name, reason, scope)."""
+    extension_labels: list[str] = Field([], examples=[["team", "ownerkind", "ownername"]])
+    """Enrichment extensions of the bridge (`enrich`) copied into the labels of
+    `KubernetesWarningEvent`, for your routes: each a CloudEvents extension name (a-z 0-9, at
+    most 20, here not starting with a digit), not one of the subscriber's own label names nor a
+    key of `labels`. An Event without the value has no such label; a value over 256 characters
+    is left out. A version that lacks a value the alert shows (a partial enrichment) keeps it;
+    a changed value resolves the alert under its old labels and fires it under the new ones.
+    `[]`: none."""
     generator_url: str | None = None
     """The alerts' generatorURL, by which the subscriber also knows its own alerts in
     Alertmanager at start. null: `nats://<stream>/<durable>`."""
@@ -174,6 +183,30 @@ class AlertsSettings(Section):
             if not value:
                 raise ValueError(f"label {name!r}: an empty value (Alertmanager drops it)")
         return v
+
+    @field_validator("extension_labels")
+    @classmethod
+    def _extension_labels(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not (EXTENSION_NAME.fullmatch(name) and _LABEL_NAME.fullmatch(name)):
+                raise ValueError(
+                    f"{name!r} is not an extension name that is a label name too "
+                    "(1 to 20 of a-z and 0-9, not starting with a digit)"
+                )
+            if name in OWN_LABELS:
+                raise ValueError(f"{name!r} is set by the subscriber itself")
+        if len(set(v)) != len(v):
+            raise ValueError("a name is given twice")
+        return v
+
+    @model_validator(mode="after")
+    def _labels_apart(self) -> AlertsSettings:
+        both = sorted(set(self.labels) & set(self.extension_labels))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)}: in both labels and extension_labels (one source a label)"
+            )
+        return self
 
     @field_validator("generator_url")
     @classmethod
@@ -194,7 +227,7 @@ class Settings(configuring.SubscriberSettings):
     nats: NatsSettings = NatsSettings()
     """NATS: the bridge's stream, and the durable consumer the subscriber reads it with. Its
     subject filters must let the bridge's status events through (`<prefix>.<cluster>._bridge.>`):
-    the control plane and gap alerts come from them."""
+    the control plane and gap alerts come from them (with `match`, `status_events` does)."""
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     alerts: AlertsSettings = AlertsSettings()
     http: HttpSettings = HttpSettings()

@@ -61,7 +61,7 @@ async def run(settings: Settings) -> int:
             nc,
             stream=nats_cfg.stream,
             durable=nats_cfg.durable,
-            subjects=nats_cfg.subjects,
+            subjects=nats_cfg.filters,
             # held messages are never given up on: max_deliver -1
             options=nats_cfg.consumer_options(max_deliver=-1),
             start=Start.all() if nats_cfg.start == "all" else Start.new(),
@@ -75,6 +75,7 @@ async def run(settings: Settings) -> int:
             dry_run=settings.remediation.dry_run,
             durable=nats_cfg.durable,
             stream=nats_cfg.stream,
+            subjects=nats_cfg.filters,
         )
         try:
             await consumer.run(Handlers(on_event=worker.on_event))
