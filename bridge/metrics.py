@@ -38,6 +38,12 @@ SKIP_REASONS = (
 )
 # what one read of an object for the enrichment came to (bridge.runtime.enriching)
 ENRICH_READS = ("ok", "notfound", "forbidden", "unreachable", "error")
+# what an Event may go out without, and why (bridge.core.enrichment: PARTS, WHYS)
+ENRICH_PARTS = ("namespace", "object", "owner")
+ENRICH_WHYS = (
+    "timeout", "unreachable", "forbidden", "notfound", "error", "unknown", "kind", "invalid",
+    "oversized",
+)  # fmt: skip
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -327,6 +333,9 @@ class Metrics:
             self.enrich_cache.labels(result)
         for result in ENRICH_READS:
             self.enrich_reads.labels(result)
+        for part in ENRICH_PARTS:
+            for why in ENRICH_WHYS:
+                self.enrich_missing.labels(part, why)
 
     def scope_started(self, scope: str) -> None:
         """A scope's labelled series, from 0 on."""

@@ -371,6 +371,8 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 # SHOULD, kept as a MUST so that every SDK and binding takes them).
 _EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 # the CloudEvents context attributes and the bridge's own extensions: never an enrichment's
+# (k8s_event_common.cloudevents' CORE_ATTRIBUTES | BRIDGE_ATTRIBUTES, which the subscribers
+# read by, imports the cloudevents SDK: the bridge's runtime does not; a test holds them equal)
 RESERVED_ATTRIBUTES = frozenset(
     {
         "specversion", "id", "source", "type", "subject", "time", "datacontenttype",

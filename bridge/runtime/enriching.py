@@ -35,11 +35,9 @@ from bridge.core.enrichment import (
     NOTFOUND,
     OVERSIZED,
     OVERSIZED_MARK,
-    PARTS,
     TIMEOUT,
     UNKNOWN,
     UNREACHABLE,
-    WHYS,
     Enrichment,
     Key,
     LookupCache,
@@ -131,9 +129,6 @@ class Enricher:
         metrics.enrich_cache_bytes.set_function(lambda: self.cache.bytes)
         metrics.enrich_pending.set_function(lambda: len(self.stage))
         metrics.enrich_namespaces.set_function(lambda: len(self.namespaces))
-        for part in PARTS:
-            for why in WHYS:
-                metrics.enrich_missing.labels(part, why)
 
     # -- the stage -----------------------------------------------------------------------------
 

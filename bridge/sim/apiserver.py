@@ -690,9 +690,9 @@ class SimApiServer:
             await gate.wait()
         obj = self.cluster_objects.get(request.path)
         if obj is None:
-            raise ApiError(
-                404, f'{request.match_info["resource"]} "{request.match_info["name"]}" not found'
-            )
+            # not one of the objects Events are about: what the server does with any other
+            # path (a subclass answers more there, e.g. Leases: tests/support.py)
+            return await self._not_found(request)
         return web.Response(body=msgspec.json.encode(obj), content_type="application/json")
 
     # -- store operations --------------------------------------------------------------------

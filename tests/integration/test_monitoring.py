@@ -63,7 +63,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules_file_and_the_prometheusrule():
     done = run(promtool(), "check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 14 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
     # the PrometheusRule's spec is a rules file too
     spec = yaml.safe_load(monitoring.PROMETHEUS_RULE.read_text())["spec"]
     assert spec == yaml.safe_load(RULES.read_text())

@@ -475,3 +475,17 @@ def test_binary_mode_carries_the_extensions_as_headers():
     assert msg.subject == "k8s.events.prod.pay_ments__X__y.shop.Pod.BackOff"
     env = cloudevents.decode(h, msg.payload)
     assert env.attributes["team"] == "pay ments\r\nX: y"
+
+
+def test_the_bridge_reserves_the_attributes_the_subscribers_read_by():
+    from bridge.settings import RESERVED_ATTRIBUTES
+
+    assert RESERVED_ATTRIBUTES == cloudevents.CORE_ATTRIBUTES | cloudevents.BRIDGE_ATTRIBUTES
+
+
+def test_the_metrics_know_every_part_and_why():
+    from bridge import metrics
+    from bridge.core import enrichment
+
+    assert metrics.ENRICH_PARTS == enrichment.PARTS
+    assert metrics.ENRICH_WHYS == enrichment.WHYS
