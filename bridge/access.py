@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bridge.settings import LOOKUP_KINDS, Settings
 
-__all__ = ["NAMESPACES_RULE", "Rule", "api_group", "rules"]
+__all__ = ["NAMESPACES_RULE", "Rule", "api_group", "cluster_role", "rules"]
 
 # a ClusterRole rule: apiGroups, resources, verbs
 Rule = dict[str, list[str]]
@@ -52,3 +52,14 @@ def rules(settings: Settings) -> list[Rule]:
         for group in sorted(groups):
             out.append({"apiGroups": [group], "resources": sorted(groups[group]), "verbs": ["get"]})
     return out
+
+
+def cluster_role(settings: Settings, name: str = "k8s-event-bridge-enrich") -> dict[str, object]:
+    """The ClusterRole of :func:`rules` (``k8s-event-bridge check-config --rbac``); with no
+    rule, one with ``rules: []`` (nothing to grant beyond deploy/)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules(settings),
+    }

@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="only the summary")
     check = sub.add_parser("check-config", help="validate and print the effective config")
     check.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
+    check.add_argument(
+        "--rbac",
+        action="store_true",
+        help="print the ClusterRole the configuration needs beyond deploy/'s (enrich), not "
+        "the config",
+    )
     tail = sub.add_parser("tail", help="print the stream's events, one readable line each")
     tail.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
     tail.add_argument("--subject", help="subject filter (default: from the filters below)")
@@ -86,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"k8s-event-bridge: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check-config":
+        if args.rbac:
+            from bridge import access
+
+            print(yaml.safe_dump(access.cluster_role(cfg), sort_keys=False), end="")
+            return 0
         print(yaml.safe_dump(settings.redacted(cfg), sort_keys=False), end="")
         return 0
     logs.setup(cfg.log.level, cfg.log.format)

@@ -412,3 +412,25 @@ def test_the_chart_and_the_component_make_the_same_objects(tmp_path: Path) -> No
         chart_config(objects, tmp_path).nats.subject_template
         == (component["nats"]["subject_template"])
     )
+
+
+def test_check_config_rbac_prints_the_cluster_role_of_the_configuration(tmp_path, capsys):
+    from bridge import cli
+
+    path = tmp_path / "bridge.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"enrich": {"namespace": {"labels": {"team": "team"}}, "object": {"kinds": ["Pod"]}}}
+        )
+    )
+    assert cli.main(["check-config", "--config", str(path)]) == 0  # the config, as before
+    assert "enrich:" in capsys.readouterr().out
+    assert cli.main(["check-config", "--rbac", "--config", str(path)]) == 0
+    role = yaml.safe_load(capsys.readouterr().out)
+    assert role["kind"] == "ClusterRole"
+    assert role["rules"] == [access.NAMESPACES_RULE]  # no object values: no get
+    path.write_text(yaml.safe_dump({"enrich": {"object": {"owner_kind": "ownerkind"}}}))
+    assert cli.main(["check-config", "--rbac", "--config", str(path)]) == 0
+    role = yaml.safe_load(capsys.readouterr().out)
+    assert role["rules"] == access.rules(settings.load(str(path)))
+    assert {r["verbs"][0] for r in role["rules"]} == {"get"}
