@@ -125,6 +125,8 @@ class Enricher:
         self._synced = asyncio.Event()
         if not self.plan.watches_namespaces:
             self._synced.set()
+        self._hit = metrics.enrich_cache.labels("hit")
+        self._miss = metrics.enrich_cache.labels("miss")
         metrics.enrich_cache_entries.set_function(lambda: len(self.cache))
         metrics.enrich_cache_bytes.set_function(lambda: self.cache.bytes)
         metrics.enrich_pending.set_function(lambda: len(self.stage))
@@ -267,13 +269,13 @@ class Enricher:
         now = self.clock.monotonic()
         fresh, info = self.cache.fresh(key, now)
         if not fresh:
-            self.m.enrich_cache.labels("miss").inc()
+            self._miss.inc()
             return None
         if info is None:
-            self.m.enrich_cache.labels("hit").inc()
+            self._hit.inc()
             return Chain(object_why=NOTFOUND)
         if uid and info.uid != uid:
-            self.m.enrich_cache.labels("miss").inc()
+            self._miss.inc()
             return None  # another object of that name: read again
         chain = Chain(labels=info.labels, top=(key[0], key[2]))
         if self.plan.follows_owners:
@@ -287,13 +289,13 @@ class Enricher:
                     break
                 fresh, owner = self.cache.fresh(t, now)
                 if not fresh:
-                    self.m.enrich_cache.labels("miss").inc()
+                    self._miss.inc()
                     return None
                 if owner is None or (c.uid and owner.uid != c.uid):
                     chain.owner_why = NOTFOUND
                     break
                 c = owner.controller
-        self.m.enrich_cache.labels("hit").inc()
+        self._hit.inc()
         return chain
 
     async def _read_chain(self, key: Key, uid: str, fut: asyncio.Future[Chain]) -> None:
