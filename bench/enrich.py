@@ -55,40 +55,8 @@ def objects(sim: SimApiServer, pods: int) -> list[tuple[str, str, str]]:
     out = []
     for ns, team in NAMESPACES.items():
         sim.set_namespace(ns, {"team": team})
-        sim.put_object(
-            f"/apis/apps/v1/namespaces/{ns}/deployments/web",
-            {"metadata": {"name": "web", "namespace": ns, "uid": f"{ns}-d"}},
-        )
-        owner = {"apiVersion": "apps/v1", "controller": True}
-        sim.put_object(
-            f"/apis/apps/v1/namespaces/{ns}/replicasets/web-1",
-            {
-                "metadata": {
-                    "name": "web-1",
-                    "namespace": ns,
-                    "uid": f"{ns}-rs",
-                    "ownerReferences": [
-                        {**owner, "kind": "Deployment", "name": "web", "uid": f"{ns}-d"}
-                    ],
-                }
-            },
-        )
-        for i in range(pods // len(NAMESPACES)):
-            name, uid = f"web-1-{i}", f"{ns}-{i}"
-            sim.put_object(
-                f"/api/v1/namespaces/{ns}/pods/{name}",
-                {
-                    "metadata": {
-                        "name": name,
-                        "namespace": ns,
-                        "uid": uid,
-                        "ownerReferences": [
-                            {**owner, "kind": "ReplicaSet", "name": "web-1", "uid": f"{ns}-rs"}
-                        ],
-                    }
-                },
-            )
-            out.append((ns, name, uid))
+        for pod, uid in sim.put_deployment(ns, "web", pods // len(NAMESPACES)):
+            out.append((ns, pod, uid))
     return out
 
 

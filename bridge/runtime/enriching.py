@@ -21,6 +21,7 @@ does not hold the Event: it goes out without that value, ``k8senriched: partial`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,8 +51,8 @@ from bridge.core.events import Event
 from bridge.core.messages import Outgoing
 from bridge.core.progress import Entry
 from bridge.core.queueing import BoundedQueue
-from bridge.errors import ConversionError
 from bridge.metrics import Metrics
+from bridge.runtime.intake import skip_input
 from bridge.runtime.ports import ObjectReader
 from bridge.settings import Settings
 
@@ -158,23 +159,12 @@ class Enricher:
             try:
                 msg = convert(w.ev, enrichment)
             except Exception as exc:
-                self._skip(exc, w.ev)
+                skip_input(self.m, exc, w.ev)
                 w.entry.progress.ack(w.entry)
                 continue
             out = Outgoing(msg, w.entry)
             if not queue.put_nowait(out, len(msg.payload)):
                 await queue.put(out, len(msg.payload))
-
-    def _skip(self, exc: Exception, ev: Event) -> None:
-        reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
-        self.m.skipped.labels(reason).inc()
-        log.warn_sampled(
-            reason,
-            "input_skipped",
-            reason=reason,
-            detail=f"{type(exc).__name__}: {exc}",
-            sample=ev.sample(),
-        )
 
     async def _enrichment(self, w: _Waiting) -> Enrichment:
         out = Enrichment()
@@ -264,56 +254,11 @@ class Enricher:
             task.add_done_callback(self._tasks.discard)
         return fut
 
-    def _from_cache(self, key: Key, uid: str) -> Chain | None:
-        """The chain when every object on it is fresh in the cache; None otherwise."""
-        now = self.clock.monotonic()
-        fresh, info = self.cache.fresh(key, now)
-        if not fresh:
-            self._miss.inc()
-            return None
-        if info is None:
-            self._hit.inc()
-            return Chain(object_why=NOTFOUND)
-        if uid and info.uid != uid:
-            self._miss.inc()
-            return None  # another object of that name: read again
-        chain = Chain(labels=info.labels, top=(key[0], key[2]))
-        if self.plan.follows_owners:
-            c = info.controller
-            for _ in range(MAX_OWNER_DEPTH):
-                if c is None:
-                    break
-                chain.top = (c.kind, c.name)
-                t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
-                if isinstance(t, str):
-                    break
-                fresh, owner = self.cache.fresh(t, now)
-                if not fresh:
-                    self._miss.inc()
-                    return None
-                if owner is None or (c.uid and owner.uid != c.uid):
-                    chain.owner_why = NOTFOUND
-                    break
-                c = owner.controller
-        self._hit.inc()
-        return chain
-
-    async def _read_chain(self, key: Key, uid: str, fut: asyncio.Future[Chain]) -> None:
-        try:
-            chain = await self._chain(key, uid)
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
-        except Exception as exc:  # never leaves an Event waiting: it goes out marked
-            log.warning("enrich_failed", object="/".join(key), error=repr(exc))
-            chain = Chain(object_why=ERROR)
-        finally:
-            self._chains.pop((key, uid), None)
-        if not fut.done():
-            fut.set_result(chain)
-
-    async def _chain(self, key: Key, uid: str) -> Chain:
-        info = await self._read(key)
+    def _walk(self, key: Key, uid: str) -> Generator[Key, ObjectInfo | str, Chain]:
+        """The chain of one involved object, as a walk: it yields each object it needs (the
+        object, then its controllers up) and is sent what was found (or why not). The cache
+        (``_from_cache``) and the reads (``_chain``) drive the same walk."""
+        info = yield key
         if isinstance(info, str):
             return Chain(object_why=info)
         if uid and info.uid != uid:
@@ -330,7 +275,7 @@ class Enricher:
             t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
             if isinstance(t, str):
                 break  # a kind not read: its reference names the top
-            owner = await self._read(t)
+            owner = yield t
             if isinstance(owner, str):
                 chain.owner_why = owner
                 break
@@ -339,6 +284,47 @@ class Enricher:
                 break
             c = owner.controller
         return chain
+
+    def _from_cache(self, key: Key, uid: str) -> Chain | None:
+        """The chain when every object on it is fresh in the cache; None otherwise."""
+        now = self.clock.monotonic()
+        walk = self._walk(key, uid)
+        want = next(walk)
+        try:
+            while True:
+                fresh, info = self.cache.fresh(want, now)
+                if not fresh or (want is key and info is not None and uid and info.uid != uid):
+                    self._miss.inc()  # not known, or another object of that name: read
+                    return None
+                want = walk.send(info if info is not None else NOTFOUND)
+        except StopIteration as done:
+            self._hit.inc()
+            chain: Chain = done.value
+            return chain
+
+    async def _read_chain(self, key: Key, uid: str, fut: asyncio.Future[Chain]) -> None:
+        try:
+            chain = await self._chain(key, uid)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:  # never leaves an Event waiting: it goes out marked
+            log.warning("enrich_failed", object="/".join(key), error=repr(exc))
+            chain = Chain(object_why=ERROR)
+        finally:
+            self._chains.pop((key, uid), None)
+        if not fut.done():
+            fut.set_result(chain)
+
+    async def _chain(self, key: Key, uid: str) -> Chain:
+        walk = self._walk(key, uid)
+        want = next(walk)
+        try:
+            while True:
+                want = walk.send(await self._read(want))
+        except StopIteration as done:
+            chain: Chain = done.value
+            return chain
 
     async def _read(self, key: Key) -> ObjectInfo | str:
         """One object: fresh from the cache, else read once for everyone waiting on it."""

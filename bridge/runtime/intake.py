@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import logs
 from bridge.core.converting import Converter
@@ -23,8 +23,10 @@ from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import ConversionError
 from bridge.metrics import Metrics
-from bridge.runtime.enriching import Enricher
 from bridge.runtime.ports import Item
+
+if TYPE_CHECKING:
+    from bridge.runtime.enriching import Enricher
 
 log = logs.get("pipeline")
 
@@ -107,15 +109,7 @@ class Intake:
             m.filtered.inc(filtered)
 
     def _skip(self, exc: Exception, ev: Event) -> None:
-        reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
-        self.m.skipped.labels(reason).inc()
-        log.warn_sampled(
-            reason,
-            "input_skipped",
-            reason=reason,
-            detail=f"{type(exc).__name__}: {exc}",
-            sample=ev.sample(),
-        )
+        skip_input(self.m, exc, ev)
 
     def mark(self, rv: int) -> None:
         self.progress.done(rv)
@@ -161,6 +155,19 @@ class Intake:
     async def status(self, what: str, msg_id: str, data: dict[str, Any]) -> None:
         msg = self.converter.status(what, msg_id, data, now_rfc3339())
         await enqueue_status(self.queue, msg)
+
+
+def skip_input(m: Metrics, exc: Exception, ev: Event) -> None:
+    """An Event the filter or the converter could not take: counted, logged (sampled)."""
+    reason = "invalid_event" if isinstance(exc, ConversionError) else "unexpected_shape"
+    m.skipped.labels(reason).inc()
+    log.warn_sampled(
+        reason,
+        "input_skipped",
+        reason=reason,
+        detail=f"{type(exc).__name__}: {exc}",
+        sample=ev.sample(),
+    )
 
 
 async def enqueue_status(queue: BoundedQueue[Outgoing], msg: Message) -> None:

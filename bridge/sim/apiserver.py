@@ -614,6 +614,58 @@ class SimApiServer:
         """An object the API server serves at ``path`` (``/api/v1/namespaces/ns/pods/p``)."""
         self.cluster_objects[path] = clone(obj)
 
+    def put_deployment(
+        self, namespace: str, name: str, pods: int, labels: dict[str, str] | None = None
+    ) -> list[tuple[str, str]]:
+        """A Deployment ``name`` → its ReplicaSet ``<name>-1`` → ``pods`` Pods ``<name>-1-<i>``
+        (with ``labels``), each owned by a controller reference; the (name, uid) of each Pod."""
+        deployment, replicaset = f"{namespace}-{name}", f"{namespace}-{name}-1"  # their uids
+
+        def owner(kind: str, owner_name: str, uid: str) -> list[dict[str, Any]]:
+            return [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": kind,
+                    "name": owner_name,
+                    "uid": uid,
+                    "controller": True,
+                }
+            ]
+
+        apps = f"/apis/apps/v1/namespaces/{namespace}"
+        self.put_object(
+            f"{apps}/deployments/{name}",
+            {"metadata": {"name": name, "namespace": namespace, "uid": deployment}},
+        )
+        self.put_object(
+            f"{apps}/replicasets/{name}-1",
+            {
+                "metadata": {
+                    "name": f"{name}-1",
+                    "namespace": namespace,
+                    "uid": replicaset,
+                    "ownerReferences": owner("Deployment", name, deployment),
+                }
+            },
+        )
+        out = []
+        for i in range(pods):
+            pod, uid = f"{name}-1-{i}", f"{replicaset}-{i}"
+            self.put_object(
+                f"/api/v1/namespaces/{namespace}/pods/{pod}",
+                {
+                    "metadata": {
+                        "name": pod,
+                        "namespace": namespace,
+                        "uid": uid,
+                        "labels": dict(labels or {}),
+                        "ownerReferences": owner("ReplicaSet", f"{name}-1", replicaset),
+                    }
+                },
+            )
+            out.append((pod, uid))
+        return out
+
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
         """A namespace with these labels; open namespace watches get the change."""
         event_type = "MODIFIED" if name in self.namespace_labels else "ADDED"

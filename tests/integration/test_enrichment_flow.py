@@ -34,52 +34,8 @@ def cluster(sim: Any, pods_per_ns: int = 10) -> dict[tuple[str, str], str]:
     uids: dict[tuple[str, str], str] = {}
     for ns, team in TEAMS.items():
         sim.set_namespace(ns, {"team": team})
-        sim.put_object(
-            f"/apis/apps/v1/namespaces/{ns}/deployments/web",
-            {"metadata": {"name": "web", "namespace": ns, "uid": f"{ns}-d"}},
-        )
-        sim.put_object(
-            f"/apis/apps/v1/namespaces/{ns}/replicasets/web-1",
-            {
-                "metadata": {
-                    "name": "web-1",
-                    "namespace": ns,
-                    "uid": f"{ns}-rs",
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "Deployment",
-                            "name": "web",
-                            "uid": f"{ns}-d",
-                            "controller": True,
-                        }
-                    ],
-                }
-            },
-        )
-        for i in range(pods_per_ns):
-            name, uid = f"web-1-{i}", f"{ns}-pod-{i}"
-            uids[(ns, name)] = uid
-            sim.put_object(
-                f"/api/v1/namespaces/{ns}/pods/{name}",
-                {
-                    "metadata": {
-                        "name": name,
-                        "namespace": ns,
-                        "uid": uid,
-                        "labels": {"app": f"web-{ns}"},
-                        "ownerReferences": [
-                            {
-                                "apiVersion": "apps/v1",
-                                "kind": "ReplicaSet",
-                                "name": "web-1",
-                                "uid": f"{ns}-rs",
-                                "controller": True,
-                            }
-                        ],
-                    }
-                },
-            )
+        for pod, uid in sim.put_deployment(ns, "web", pods_per_ns, {"app": f"web-{ns}"}):
+            uids[(ns, pod)] = uid
     return uids
 
 
