@@ -281,10 +281,12 @@ class LivingCluster(ControlPlane):
 
     # -- helpers for tests
 
-    def create_namespace(self, name: str) -> str:
-        """A namespace whose ``default`` ServiceAccount exists (the controller-manager makes
-        it; Pods are refused until then)."""
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """A namespace (with ``labels``) whose ``default`` ServiceAccount exists (the
+        controller-manager makes it; Pods are refused until then)."""
         self.kubectl("create", "namespace", name)
+        if labels:
+            self.kubectl("label", "namespace", name, *(f"{k}={v}" for k, v in labels.items()))
         self.wait_for(
             lambda: self.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
             f"ServiceAccount default in {name}",
