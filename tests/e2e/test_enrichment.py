@@ -18,9 +18,9 @@ asserts how long an Event waited for its lookups (a wall clock under load proves
   version once; what was read while the lookups failed is marked object/owner timeout or
   unreachable, the rest is complete.
 - Events about many distinct Pods that do not exist (20k on the newest version, 5k on the
-  oldest; $K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS for more: 50k passed on both), on a control plane of the
-  test's own: all published, each ``object:notfound``;
-  the lookup cache stays within ``enrich.cache_entries`` and ``cache_bytes`` (``/status``
+  oldest; more with $K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS: 50k passed on the newest), on a
+  control plane of the test's own: all published, each ``object:notfound``; the lookup cache stays
+  within ``enrich.cache_entries`` and ``cache_bytes`` (``/status``
   internals) and the RSS within the bound of bench/budget.py.
 - A first start by age (``kubernetes.initial: 30m``) on a namespace with history: only the
   recent Events are published, and ``started`` says how many were skipped.
@@ -539,14 +539,15 @@ async def test_events_about_many_distinct_objects_keep_the_cache_and_the_memory_
     nats_server: Any,
 ) -> None:
     """Events about N distinct Pods that do not exist (N = 20k on the newest version, 5k on
-    the oldest, or $K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS), POSTed 32 at a time while the bridge runs: every
-    one is published once, each with its team and ``k8senrichmissing: object:notfound`` (one
-    read each, the answers cached as "not found"); the lookup cache never holds more than ``enrich.cache_entries``
-    (it reaches it) nor more bytes than ``enrich.cache_bytes``, nor do more Events wait for
+    the oldest, or $K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS), POSTed 32 at a time while the
+    bridge runs: every one is published once, each with its team and ``k8senrichmissing:
+    object:notfound`` (one read each, the answers cached as "not found"); the lookup cache
+    never holds more than ``enrich.cache_entries`` (it reaches it) nor more bytes than
+    ``enrich.cache_bytes``, nor do more Events wait for
     their lookups than ``enrich.max_pending`` (/status internals, sampled), and the bridge's
     peak RSS stays within ``Budget.of(settings)`` (bench/budget.py)."""
-    # 50,000 in about 3 minutes of CI on 2 cores: K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS=50000 runs it (the
-    # issue's figure; bench.enrich runs 50,000 on the simulator every time it is run)
+    # 50,000 cost about 3 minutes of CI on 2 cores: K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS=50000
+    # runs the issue's figure (bench.enrich runs 50,000 on the simulator)
     default = 20_000 if kubernetes_version == version_named("newest") else 5_000
     n = int(os.environ.get("K8S_EVENT_BRIDGE_E2E_DISTINCT_OBJECTS", default))
     cp = own_control_plane
