@@ -13,11 +13,13 @@ length of an outage (docs/performance.md, "Memory: the worst case"):
                                                          converted message
            + nats-py's outgoing buffer while reconnecting (pending_size)
            + scopes retired kube clients (one per scope at most: bridge.kube.client)
-           + the converter's caches (entries and key lengths bounded: bridge.core.converting)
+           + the converter's caches (entries and key lengths bounded: bridge.core.converting;
+             with a subject template of one's own, its subjects too)
            + with enrich: the Events waiting for their lookups (a quarter of queue.max_bytes
-             of their bytes, enrich.max_pending of objects and read tasks), the lookup cache
+             of their bytes, twice: each may share its read up to twice its size;
+             enrich.max_pending of objects and read tasks), the lookup cache
              (enrich.cache_bytes as counted, CACHE_COPIES of it in objects) and the
-             namespaces' values (NAMESPACES assumed, NAMESPACE_BYTES each)
+             namespaces' values (NAMESPACES assumed, each its labels' and annotations')
 
 - ``base``: an idle bridge with one scope, measured (``python -m bench.idle``), with the
   working set of a full-speed flow of ordinary Events on top (``FLOW_MIB``, measured by
@@ -44,6 +46,7 @@ from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
 from bridge.runtime import enriching
 from bridge.settings import Settings
+from k8s_event_common.subjects import DEFAULT_TEMPLATE
 
 MIB = 1024 * 1024
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
@@ -65,9 +68,14 @@ CACHES = converting.SUBJECT_CACHE_SIZE * (1024 + 512 + 256)
 # one read task for a distinct object (~3 KB); the cache's objects cost up to twice what it
 # counts (dicts, tuples, the LRU's links); per namespace its values (a label or two)
 PER_WAITING = 4096
+WAITING_COPIES = 2.0  # a waiting Event shares its read up to twice its size (Event.detached)
 CACHE_COPIES = 2.0
 NAMESPACES = 5000  # the second assumption: a cluster of up to this many namespaces
-NAMESPACE_BYTES = 1024
+NAMESPACE_BYTES = 256  # per namespace, then per value kept: a label's, an annotation's
+LABEL_BYTES = 200
+ANNOTATION_BYTES = 1024 + 200  # annotations longer than 1 KiB are left out
+# the subjects of a template other than the default, cached by their values (converting)
+TEMPLATE_CACHE = converting.SUBJECT_CACHE_SIZE * 1024
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,7 @@ class Budget:
             line=min(line_bytes, MAX_LINE_BYTES) * LINE_COPIES,
             nats_pending=NATS_PENDING,
             retired_clients=n * RETIRED_CLIENT,
-            caches=CACHES,
+            caches=CACHES + (TEMPLATE_CACHE if nats.subject_template != DEFAULT_TEMPLATE else 0),
             enrichment=_enrichment(settings),
         )
 
@@ -142,9 +150,14 @@ def _enrichment(settings: Settings) -> float:
     e = settings.enrich
     if not e.enabled:
         return 0.0
-    waiting = enriching.stage_bytes(settings) + e.max_pending * PER_WAITING
+    waiting = enriching.stage_bytes(settings) * WAITING_COPIES + e.max_pending * PER_WAITING
     cache = e.cache_bytes * CACHE_COPIES if e.reads_objects else 0.0
-    namespaces = (
-        NAMESPACES * NAMESPACE_BYTES if (e.namespace.labels or e.namespace.annotations) else 0
-    )
+    namespaces = 0
+    if e.namespace.labels or e.namespace.annotations:
+        per = (
+            NAMESPACE_BYTES
+            + len(e.namespace.labels) * LABEL_BYTES
+            + len(e.namespace.annotations) * ANNOTATION_BYTES
+        )
+        namespaces = NAMESPACES * per
     return waiting + cache + namespaces

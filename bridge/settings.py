@@ -341,6 +341,8 @@ class NatsSettings(common.NatsConnection):
     def _prefix(cls, v: str) -> str:
         if not re.fullmatch(common.SUBJECT_TOKENS, v):
             raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
+        if len(v) > 256:
+            raise ValueError("at most 256 characters (a subject must stay under 4 KiB)")
         return v
 
     @field_validator("max_bytes")

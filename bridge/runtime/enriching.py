@@ -48,7 +48,7 @@ from bridge.core.enrichment import (
     object_path,
 )
 from bridge.core.events import Event
-from bridge.core.messages import Outgoing
+from bridge.core.messages import Message, Outgoing
 from bridge.core.progress import Entry
 from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
@@ -60,6 +60,7 @@ log = logs.get("enriching")
 
 DOWN_MIN: Final = 1.0  # the first pause of reads after the API server was found unreachable
 DOWN_MAX: Final = 30.0
+MIN_HEALTHY_WATCH: Final = 1.0  # a namespace watch or list shorter than this, without news, failed
 NAMESPACE_PAGE: Final = 500
 
 
@@ -79,19 +80,21 @@ class Chain:
 
 
 class _Waiting:
-    __slots__ = ("chain", "deadline", "entry", "ev")
+    __slots__ = ("chain", "deadline", "entry", "ev", "ready")
 
     def __init__(
         self,
-        ev: Event,
-        entry: Entry,
+        ev: Event | None,
+        entry: Entry | None,
         deadline: float,
         chain: Chain | asyncio.Future[Chain] | str | None,
+        ready: Message | None = None,
     ) -> None:
         self.ev = ev
         self.entry = entry
         self.deadline = deadline
         self.chain = chain  # a Chain, one on its way, why none is read, or None (not asked)
+        self.ready = ready  # a status event that keeps its place among the Events
 
 
 class Enricher:
@@ -126,6 +129,13 @@ class Enricher:
         self._synced = asyncio.Event()
         if not self.plan.watches_namespaces:
             self._synced.set()
+        # the namespace list failed before it ever succeeded: Events no longer wait for it
+        self._list_failed = False
+        self._listed_at = -MIN_HEALTHY_WATCH
+        self._in_hand = 0  # taken from the stage, not yet on the queue
+        self._max_chains = s.max_pending  # read tasks: at most one per Event that may wait
+        # (object, uid) read and found to be another object: until when not to read again
+        self._confirmed: dict[tuple[Key, str], float] = {}
         self._hit = metrics.enrich_cache.labels("hit")
         self._miss = metrics.enrich_cache.labels("miss")
         metrics.enrich_cache_entries.set_function(lambda: len(self.cache))
@@ -144,8 +154,14 @@ class Enricher:
         if not self.stage.put_nowait(w, size):
             await self.stage.put(w, size)
 
+    async def put_message(self, msg: Message) -> None:
+        """A status event that must keep its place after the Events already put (``started``
+        after a first start by age follows the Events of the first lists)."""
+        await self.stage.put(_Waiting(None, None, 0.0, None, ready=msg), len(msg.payload))
+
     def __len__(self) -> int:
-        return len(self.stage)
+        """Events held: waiting in the stage, or taken out and not yet queued."""
+        return len(self.stage) + self._in_hand
 
     async def run(self) -> None:
         """Take each Event out in order once its lookups are in (or its time is up), convert,
@@ -155,24 +171,34 @@ class Enricher:
         convert = self.converter.convert
         while True:
             w = await stage.get()
-            enrichment = await self._enrichment(w)
+            self._in_hand = 1
             try:
-                msg = convert(w.ev, enrichment)
-            except Exception as exc:
-                skip_input(self.m, exc, w.ev)
-                w.entry.progress.ack(w.entry)
-                continue
-            out = Outgoing(msg, w.entry)
-            if not queue.put_nowait(out, len(msg.payload)):
-                await queue.put(out, len(msg.payload))
+                ev, entry = w.ev, w.entry
+                if ev is None or entry is None:
+                    if w.ready is not None:
+                        await queue.put(Outgoing(w.ready, None), len(w.ready.payload))
+                    continue
+                enrichment = await self._enrichment(w, ev)
+                try:
+                    msg = convert(ev, enrichment)
+                except Exception as exc:
+                    skip_input(self.m, exc, ev)
+                    entry.progress.ack(entry)
+                    continue
+                out = Outgoing(msg, entry)
+                if not queue.put_nowait(out, len(msg.payload)):
+                    await queue.put(out, len(msg.payload))
+            finally:
+                self._in_hand = 0
 
-    async def _enrichment(self, w: _Waiting) -> Enrichment:
+    async def _enrichment(self, w: _Waiting, ev: Event) -> Enrichment:
         out = Enrichment()
         plan = self.plan
-        meta = w.ev.view.metadata
+        meta = ev.view.metadata
         namespace = meta.namespace if meta.namespace.__class__ is str else ""
         if plan.watches_namespaces:
-            if not self._synced.is_set():
+            if not self._synced.is_set() and not self._list_failed:
+                # the first list is on its way: wait for it, within the Event's time
                 await self._until(self._synced.wait(), w.deadline)
             values = self.namespaces.get(namespace) if namespace else None
             if values is None:
@@ -187,15 +213,18 @@ class Enricher:
         chain = w.chain
         if isinstance(chain, asyncio.Future):
             if not chain.done():
-                await self._until(asyncio.shield(chain), w.deadline)
-            if chain.done() and not chain.cancelled():
+                remaining = w.deadline - self.clock.monotonic()
+                if remaining > 0:
+                    # asyncio.wait: never raises the future's outcome, never cancels it
+                    await asyncio.wait({chain}, timeout=remaining)
+            if chain.done() and not chain.cancelled() and chain.exception() is None:
                 chain = chain.result()
             else:
                 chain = TIMEOUT
         if isinstance(chain, str):
             out.miss("object", chain)
         elif chain is not None:
-            self._apply(chain, w.ev, out)
+            self._apply(chain, ev, out)
         for item in out.missing:
             part, _, why = item.partition(":")
             self.m.enrich_missing.labels(part, why).inc()
@@ -247,6 +276,10 @@ class Enricher:
             return cached
         fut = self._chains.get((target, uid))
         if fut is None:
+            if len(self._chains) >= self._max_chains:
+                # as many objects being read as Events may wait: this one's would not come
+                # in its time (reads are slower than Events come); not one more task
+                return TIMEOUT
             fut = asyncio.get_running_loop().create_future()
             self._chains[(target, uid)] = fut
             task = asyncio.create_task(self._read_chain(target, uid, fut))
@@ -254,11 +287,12 @@ class Enricher:
             task.add_done_callback(self._tasks.discard)
         return fut
 
-    def _walk(self, key: Key, uid: str) -> Generator[Key, ObjectInfo | str, Chain]:
+    def _walk(self, key: Key, uid: str) -> Generator[tuple[Key, str], ObjectInfo | str, Chain]:
         """The chain of one involved object, as a walk: it yields each object it needs (the
-        object, then its controllers up) and is sent what was found (or why not). The cache
-        (``_from_cache``) and the reads (``_chain``) drive the same walk."""
-        info = yield key
+        object, then its controllers up) with the uid it must have ("" for any), and is sent
+        what was found (or why not). The cache (``_from_cache``) and the reads (``_chain``)
+        drive the same walk."""
+        info = yield key, uid
         if isinstance(info, str):
             return Chain(object_why=info)
         if uid and info.uid != uid:
@@ -275,7 +309,7 @@ class Enricher:
             t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
             if isinstance(t, str):
                 break  # a kind not read: its reference names the top
-            owner = yield t
+            owner = yield t, c.uid
             if isinstance(owner, str):
                 chain.owner_why = owner
                 break
@@ -289,14 +323,14 @@ class Enricher:
         """The chain when every object on it is fresh in the cache; None otherwise."""
         now = self.clock.monotonic()
         walk = self._walk(key, uid)
-        want = next(walk)
+        want, expected = next(walk)
         try:
             while True:
                 fresh, info = self.cache.fresh(want, now)
-                if not fresh or (want is key and info is not None and uid and info.uid != uid):
+                if not fresh or self._replaced(want, expected, info, now):
                     self._miss.inc()  # not known, or another object of that name: read
                     return None
-                want = walk.send(info if info is not None else NOTFOUND)
+                want, expected = walk.send(info if info is not None else NOTFOUND)
         except StopIteration as done:
             self._hit.inc()
             chain: Chain = done.value
@@ -309,7 +343,9 @@ class Enricher:
             fut.cancel()
             raise
         except Exception as exc:  # never leaves an Event waiting: it goes out marked
-            log.warning("enrich_failed", object="/".join(key), error=repr(exc))
+            log.warn_sampled(
+                "enrich_failed", "enrich_failed", object="/".join(key), error=repr(exc)
+            )
             chain = Chain(object_why=ERROR)
         finally:
             self._chains.pop((key, uid), None)
@@ -318,19 +354,30 @@ class Enricher:
 
     async def _chain(self, key: Key, uid: str) -> Chain:
         walk = self._walk(key, uid)
-        want = next(walk)
+        want, expected = next(walk)
         try:
             while True:
-                want = walk.send(await self._read(want))
+                want, expected = walk.send(await self._read(want, expected))
         except StopIteration as done:
             chain: Chain = done.value
             return chain
 
-    async def _read(self, key: Key) -> ObjectInfo | str:
+    def _replaced(self, key: Key, expected: str, info: ObjectInfo | None, now: float) -> bool:
+        """A fresh entry of another object than the one expected (deleted and made again
+        since it was read): read it again, once; a uid confirmed not to be there is not
+        read again for a while (an Event can name any uid)."""
+        if not expected or info is None or info.uid == expected:
+            return False
+        until = self._confirmed.get((key, expected))
+        if until is not None and now < until:
+            return False
+        return True
+
+    async def _read(self, key: Key, expected: str = "") -> ObjectInfo | str:
         """One object: fresh from the cache, else read once for everyone waiting on it."""
         now = self.clock.monotonic()
         fresh, info = self.cache.fresh(key, now)
-        if fresh:
+        if fresh and not self._replaced(key, expected, info, now):
             return info if info is not None else NOTFOUND
         if now < self._down_until:
             return self.cache.stale(key) or UNREACHABLE
@@ -339,14 +386,23 @@ class Enricher:
             return await asyncio.shield(fut)
         fut = asyncio.get_running_loop().create_future()
         self._reads[key] = fut
+        result: ObjectInfo | str = ERROR
         try:
             result = await self._get(key)
-            fut.set_result(result)
-            return result
+            if expected and isinstance(result, ObjectInfo) and result.uid != expected:
+                if len(self._confirmed) >= self.cache.max_entries:
+                    self._confirmed.clear()  # bounded whatever uids Events name
+                self._confirmed[(key, expected)] = now + self.cache.negative_ttl
+        except Exception as exc:
+            # whoever else waits on this object gets an answer, not a cancellation
+            log.warn_sampled(
+                "enrich_failed", "enrich_failed", object="/".join(key), error=repr(exc)
+            )
         finally:
             self._reads.pop(key, None)
             if not fut.done():
-                fut.cancel()
+                fut.set_result(result)
+        return result
 
     async def _get(self, key: Key) -> ObjectInfo | str:
         async with self._slots:
@@ -403,19 +459,30 @@ class Enricher:
     # -- namespaces ----------------------------------------------------------------------------
 
     async def run_namespaces(self) -> None:
-        """List, then watch, the Namespaces, until cancelled; relist after a 410."""
-        if not self.plan.watches_namespaces:
-            return
+        """List, then watch, the Namespaces, until cancelled (the pipeline starts it only
+        when ``enrich.namespace`` names something); relist after a 410. Never a tight loop: a
+        watch that ends at once without news, or a 410 right after a list, waits a back-off
+        step first."""
         k = self.settings.kubernetes
         backoff = Backoff.from_settings(k.backoff, self.clock)
         while True:
             try:
                 rv = await self._list_namespaces()
                 while True:
-                    rv = await self._watch_namespaces(rv)
+                    began = self.clock.monotonic()
+                    new_rv = await self._watch_namespaces(rv)
+                    if new_rv == rv and self.clock.monotonic() - began < MIN_HEALTHY_WATCH:
+                        raise errors.KubeUnavailable("the namespace watch ended at once")
+                    rv = new_rv
             except errors.ResourceExpired:
-                continue  # relist at once
+                if self.clock.monotonic() - self._listed_at < MIN_HEALTHY_WATCH:
+                    await self.clock.sleep(backoff.next_delay())  # 410 again and again
+                continue  # relist
             except errors.KubeError as exc:
+                if not self._synced.is_set():
+                    self._list_failed = True  # Events stop waiting for the first list
+                if isinstance(exc, errors.Unauthorized):
+                    await self.reader.reload_credentials()
                 delay = backoff.next_delay(getattr(exc, "retry_after", None))
                 log.warn_sampled(
                     "namespace_watch",
@@ -442,6 +509,7 @@ class Enricher:
             if not cont:
                 break
         self.namespaces.replace(values)
+        self._listed_at = self.clock.monotonic()
         if not self._synced.is_set():
             log.info("namespaces_listed", namespaces=len(values), resource_version=rv)
         self._synced.set()

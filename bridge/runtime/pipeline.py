@@ -85,6 +85,7 @@ class Pipeline:
         # "single" without leader election; "leader" with it, and the status event to publish
         # first (``leader_changed``), set by the app
         self.role = "single"
+        self._resumes_from: dict[str, int | None] = {}
         self.leadership: dict[str, Any] | None = None
         self.checkpointer = Checkpointer(
             store, self.scopes, metrics, settings.checkpoint.interval, clock=clock
@@ -228,6 +229,8 @@ class Pipeline:
             return EXIT_FAILED
         by_age = [sc for sc in self.scopes if not _settled_none(sc.watcher.initial)]
         announce: asyncio.Task[None] | None = None
+        # where this run resumes from: what leader_changed says, whenever it goes out
+        self._resumes_from = {sc.name: sc.saved for sc in self.scopes}
         if not by_age:
             await self._announce({})
         watchers = [
@@ -244,9 +247,10 @@ class Pipeline:
         ]
         if self.enricher is not None:
             workers.append(asyncio.create_task(self.enricher.run(), name="enrich"))
-            workers.append(
-                asyncio.create_task(self.enricher.run_namespaces(), name="enrich:namespaces")
-            )
+            if self.enricher.plan.watches_namespaces:
+                workers.append(
+                    asyncio.create_task(self.enricher.run_namespaces(), name="enrich:namespaces")
+                )
         stopping = asyncio.create_task(stop.wait(), name="stop")
         waits: list[asyncio.Future[Any]] = [stopping, *watchers, *workers]
         if fence is not None:
@@ -269,11 +273,15 @@ class Pipeline:
             return EXIT_FAILED
         code = EXIT_OK
         for f in done:
-            if f is not stopping and not f.cancelled() and f.exception() is not None:
-                exc = f.exception()
-                name = f.get_name() if isinstance(f, asyncio.Task) else "?"
-                log.error("task_failed", task=name, error=repr(exc))
-                code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
+            if f is stopping:
+                continue
+            # every other task runs until cancelled: one that ended by itself (an error, a
+            # return, a cancellation from within) stops the bridge as a failure
+            name = f.get_name() if isinstance(f, asyncio.Task) else "?"
+            exc = None if f.cancelled() else f.exception()
+            why = repr(exc) if exc is not None else ("cancelled" if f.cancelled() else "ended")
+            log.error("task_failed", task=name, error=why)
+            code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
         # 1. stop reading the API server.
         if announce is not None:
             announce.cancel()
@@ -307,17 +315,17 @@ class Pipeline:
         then ``leader_changed`` when this process leads."""
         scopes = [sc.name for sc in self.scopes]
         extra = {"initial": initial} if initial else {}
-        await enqueue_status(
-            self.queue, process_status(self.converter, "started", scopes=scopes, **extra)
-        )
+        messages = [process_status(self.converter, "started", scopes=scopes, **extra)]
         if self.leadership is not None:
-            data = {
-                **self.leadership,
-                "checkpoints": {sc.name: sc.saved for sc in self.scopes},
-            }
+            data = {**self.leadership, "checkpoints": self._resumes_from}
             msg_id = f"leader_changed/{data['identity']}/{data['at']}"
-            msg = self.converter.status("leader_changed", msg_id, data, data["at"])
-            await enqueue_status(self.queue, msg)
+            messages.append(self.converter.status("leader_changed", msg_id, data, data["at"]))
+        for msg in messages:
+            if self.enricher is not None:
+                # behind the Events the first lists put in the enricher's stage
+                await self.enricher.put_message(msg)
+            else:
+                await enqueue_status(self.queue, msg)
 
     async def _announce_after(self, by_age: list[Scope]) -> None:
         initial: dict[str, Any] = {}

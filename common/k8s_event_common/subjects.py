@@ -15,12 +15,15 @@ every cluster: ``subject_filter("k8s.events", template, team="payments")``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
 DEFAULT_TEMPLATE: Final = "{cluster}.{namespace}.{kind}.{reason}"
 FIELDS: Final = ("cluster", "namespace", "kind", "reason", "type")
 STATUS_TOKEN: Final = "_bridge"
+MAX_TOKEN: Final = 128  # characters of one token (see ``token``)
+MAX_TOKENS: Final = 16  # tokens of a template: with the prefix, a subject stays under 4 KiB
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PLACEHOLDER = re.compile(r"\{([a-z0-9]+)\}")
@@ -39,18 +42,28 @@ __all__ = [
 
 
 def token(value: str | None) -> str:
-    """One value as a subject token: ``A-Za-z0-9_-`` kept, anything else ``_``; none is ``_``."""
+    """One value as a subject token: ``A-Za-z0-9_-`` kept, anything else ``_``; none is ``_``.
+
+    At most MAX_TOKEN characters: a longer value (an Event's reason, kind or an owner's name
+    have no limit in the API server) keeps its start and ends in ``_`` and 8 hex digits of its
+    hash, so different values stay apart and a subject never passes nats-server's control line
+    (4 KiB: a longer one would cut the connection on every attempt)."""
     if not value:
         return "_"
-    if value.isascii() and value.replace("-", "").replace("_", "").isalnum():
-        return value
-    return _UNSAFE.sub("_", value)
+    if not (value.isascii() and value.replace("-", "").replace("_", "").isalnum()):
+        value = _UNSAFE.sub("_", value)
+    if len(value) > MAX_TOKEN:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:8]
+        value = f"{value[: MAX_TOKEN - 9]}_{digest}"
+    return value
 
 
 def parse_template(template: str) -> list[tuple[bool, str]]:
     """The template's tokens, each ``(is a placeholder, its name or the literal)``. Raises
     ``ValueError`` naming the token that is neither."""
     out: list[tuple[bool, str]] = []
+    if template.count(".") >= MAX_TOKENS:
+        raise ValueError(f"more than {MAX_TOKENS} tokens (a subject must stay under 4 KiB)")
     for tok in template.split("."):
         m = _PLACEHOLDER.fullmatch(tok)
         if m:

@@ -122,3 +122,31 @@ def test_the_status_filter_of_one_cluster_one_kind_or_all() -> None:
     assert status_filter("k8s.events") == "k8s.events.*._bridge.*"
     assert status_filter("k8s.events", "prod-eu-1", "gap") == "k8s.events.prod-eu-1._bridge.gap"
     assert status_filter("k8s.events", "a.b") == "k8s.events.a_b._bridge.*"
+
+
+def test_a_long_value_is_cut_and_stays_apart_from_its_neighbours():
+    from k8s_event_common.subjects import MAX_TOKEN
+
+    a, b = "x" * 5000 + "a", "x" * 5000 + "b"
+    ta, tb = token(a), token(b)
+    assert len(ta) == len(tb) == MAX_TOKEN and ta != tb
+    assert token(a) == ta  # the same value, the same token
+    assert token("y" * MAX_TOKEN) == "y" * MAX_TOKEN  # up to the limit: unchanged
+
+
+def test_a_subject_of_the_longest_values_stays_under_the_control_line():
+    from bridge.core.converting import Converter
+    from bridge.core.enrichment import Enrichment
+    from bridge.core.events import from_obj
+
+    template = ".".join(["{cluster}", "{namespace}"] + ["{kind}", "{reason}", "{team}"] * 4)
+    c = Converter("c" * 60, "p" * 256, "structured", template)
+    ev = from_obj(
+        {
+            "metadata": {"uid": "u", "resourceVersion": "1", "namespace": "n" * 63},
+            "involvedObject": {"kind": "K" * 5000, "name": "x"},
+            "reason": "R" * 5000,
+        }
+    )
+    msg = c.convert(ev, Enrichment({"team": "t" * 1024}))
+    assert len(msg.subject) < 4096 - 200  # room for "HPUB <subject> <reply> <sizes>"
