@@ -85,9 +85,11 @@ def placeholders(template: str) -> list[str]:
 
 def subject_filter(prefix: str, template: str = DEFAULT_TEMPLATE, **values: str) -> str:
     """The NATS subject filter of the Events whose values are those given (sanitised as the
-    bridge sanitises them); any other token is ``*``. A trailing run of ``*`` stays ``*``
-    tokens (never ``>``), so the filter takes Events only, never a status event. Raises
-    ``ValueError`` for a name the template does not hold."""
+    bridge sanitises them); any other token is ``*``, never ``>`` (the filter has the
+    template's length). It takes no status event when its second token is given, or when the
+    template has other than three tokens (status subjects have three after the prefix: the
+    kit refuses a filter that would take some of them). Raises ``ValueError`` for a name the
+    template does not hold."""
     tokens = parse_template(template)
     names = {name for is_placeholder, name in tokens if is_placeholder}
     unknown = sorted(set(values) - names)
