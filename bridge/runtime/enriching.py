@@ -133,7 +133,8 @@ class Enricher:
         self._list_failed = False
         self._listed_at = -MIN_HEALTHY_WATCH
         self._in_hand = 0  # taken from the stage, not yet on the queue
-        self._max_chains = s.max_pending  # read tasks: at most one per Event that may wait
+        # read tasks: at most one per Event that may wait (in the stage, and the one in hand)
+        self._max_chains = s.max_pending + 1
         # (object, uid) read and found to be another object: until when not to read again
         self._confirmed: dict[tuple[Key, str], float] = {}
         self._hit = metrics.enrich_cache.labels("hit")
@@ -147,12 +148,14 @@ class Enricher:
 
     async def put(self, ev: Event, entry: Entry, size: int) -> None:
         """An accepted Event, in stream order; waits while ``enrich.max_pending`` wait."""
-        chain: Chain | asyncio.Future[Chain] | str | None = None
-        if self.plan.reads_objects:
-            chain = self._chain_for(ev)
-        w = _Waiting(ev.detached(), entry, self.clock.monotonic() + self.timeout, chain)
+        w = _Waiting(ev.detached(), entry, 0.0, None)
         if not self.stage.put_nowait(w, size):
             await self.stage.put(w, size)
+        # in the stage now (nothing ran in between: the stage task has not seen it yet): its
+        # time and its lookups start, so reads are started for no more Events than may wait
+        w.deadline = self.clock.monotonic() + self.timeout
+        if self.plan.reads_objects:
+            w.chain = self._chain_for(ev)
 
     async def put_message(self, msg: Message) -> None:
         """A status event that must keep its place after the Events already put (``started``
