@@ -24,6 +24,21 @@ from tests.unit.test_pipeline import event as pipeline_event
 # counted nowhere, so a graceful stop's drain ends before it is published.
 
 
+def pipeline(s: Settings, source, publisher, store, reader) -> Pipeline:
+    """A pipeline of in-memory ports (tests/unit/test_pipeline.py) with ``reader`` for the
+    enrichment."""
+    return Pipeline(
+        s,
+        cluster="c",
+        source=source,
+        publisher=publisher,
+        store=store,
+        metrics=Metrics(),
+        health=Health(60.0),
+        reader=reader,
+    )
+
+
 def enriched_pipeline(source, publisher, store, reader, drain_timeout=5.0) -> Pipeline:
     settings = Settings(
         cluster={"name": "c"},
@@ -36,16 +51,7 @@ def enriched_pipeline(source, publisher, store, reader, drain_timeout=5.0) -> Pi
             "lookup_timeout": 1.0,
         },
     )
-    return Pipeline(
-        settings,
-        cluster="c",
-        source=source,
-        publisher=publisher,
-        store=store,
-        metrics=Metrics(),
-        health=Health(60.0),
-        reader=reader,
-    )
+    return pipeline(settings, source, publisher, store, reader)
 
 
 async def test_drain_waits_for_the_event_the_enricher_holds():
@@ -239,9 +245,6 @@ async def test_a_failed_read_shared_by_two_chains_does_not_stop_the_stage():
 
 
 async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
-    from bridge.metrics import Metrics
-    from bridge.runtime.health import Health
-    from bridge.runtime.pipeline import Pipeline
     from bridge.settings import Settings
     from tests.unit.test_pipeline import MemoryPublisher, MemorySource, MemoryStore
 
@@ -282,16 +285,7 @@ async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
             "lookup_timeout": 2.0,
         },
     )
-    p = Pipeline(
-        s,
-        cluster="c",
-        source=source,
-        publisher=publisher,
-        store=store,
-        metrics=Metrics(),
-        health=Health(60.0),
-        reader=reader,
-    )
+    p = pipeline(s, source, publisher, store, reader)
     await p.open()
     stop = asyncio.Event()
     task = asyncio.create_task(p.run(stop))
@@ -359,16 +353,7 @@ async def test_started_follows_the_first_list_with_enrich():
             "lookup_timeout": 0.5,
         },
     )
-    p = Pipeline(
-        s,
-        cluster="c",
-        source=source,
-        publisher=publisher,
-        store=store,
-        metrics=Metrics(),
-        health=Health(60.0),
-        reader=reader,
-    )
+    p = pipeline(s, source, publisher, store, reader)
     await p.open()
     stop = asyncio.Event()
     task = asyncio.create_task(p.run(stop))
@@ -395,16 +380,7 @@ async def test_object_only_enrichment_keeps_running():
         cluster={"name": "c"},
         enrich={"object": {"owner_kind": "ownerkind", "owner_name": "ownername"}},
     )
-    p = Pipeline(
-        s,
-        cluster="c",
-        source=source,
-        publisher=publisher,
-        store=store,
-        metrics=Metrics(),
-        health=Health(60.0),
-        reader=reader,
-    )
+    p = pipeline(s, source, publisher, store, reader)
     await p.open()
     stop = asyncio.Event()  # never set
     task = asyncio.create_task(p.run(stop))
