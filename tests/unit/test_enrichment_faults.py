@@ -433,3 +433,19 @@ async def test_a_stale_uid_is_read_once_per_ttl_not_once_per_event():
         n = reader.reads.count("/api/v1/namespaces/shop/pods/web-1-a")
     print("reads of the pod for 20 Events:", n, ce.get("k8senrichmissing"))
     assert n <= 2
+
+
+async def test_a_worker_that_ends_by_itself_stops_the_bridge_as_a_failure():
+    """Every task of the pipeline runs until the stop: one that returns (as the namespace
+    task did with nothing to watch) is a failure, never a clean stop with exit 0."""
+    from bridge.errors import EXIT_FAILED
+
+    class Returning(MemoryPublisher):
+        async def reap(self) -> None:
+            return None
+
+    p = pipeline(
+        Settings(cluster={"name": "c"}), MemorySource([], 10, []), Returning(), MemoryStore(), None
+    )
+    await p.open()
+    assert await asyncio.wait_for(p.run(asyncio.Event()), 10) == EXIT_FAILED
