@@ -6,15 +6,15 @@ BIN    := $(VENV)/bin
 .PHONY: demo demo-cluster test lint docs unit integration e2e control-plane bench soak model fuzz clean
 
 # The venv from the lock (requirements/, `make lock`): the locked build tools, the locked test
-# set (every file checked against its hash), then the two local packages, editable, with nothing
+# set (every file checked against its hash), then the local packages, editable, with nothing
 # more (--no-deps, built by the locked setuptools); pip check fails if the lock misses something
 # they need. A changed lock or pyproject reinstalls.
 LOCKS := requirements/build.txt requirements/runtime.txt requirements/test.txt
-$(BIN)/.installed: pyproject.toml consumer/pyproject.toml common/pyproject.toml $(LOCKS)
+$(BIN)/.installed: pyproject.toml consumer/pyproject.toml common/pyproject.toml sim/pyproject.toml $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --require-hashes -r requirements/build.txt
 	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e ./common -e . -e ./consumer
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e ./common -e . -e ./consumer -e ./sim
 	$(BIN)/pip check
 	touch $@
 
@@ -23,11 +23,13 @@ $(BIN)/.installed: pyproject.toml consumer/pyproject.toml common/pyproject.toml 
 # 3.11+) with every file's hash, by a pinned uv. Pins still allowed are kept; to move them all
 # to the newest, make lock LOCK_ARGS=--upgrade (or --upgrade-package NAME).
 # runtime.txt: what the image runs, the bridge and consumer[all]. test.txt: that, at the same
-# versions, plus the bridge's test and demo extras (CI). build.txt: pip and setuptools.
+# versions, plus the bridge's test extra and the simulator's (sim/) dependencies (CI). build.txt:
+# pip and setuptools.
 .PHONY: lock
 UV_VERSION := 0.13.9
 UV_COMPILE  = $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
               --custom-compile-command 'make lock' --no-emit-package k8s-event-bridge-common \
+              --no-emit-package k8s-event-bridge \
               $(LOCK_ARGS)
 lock:
 	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
@@ -35,12 +37,13 @@ lock:
 	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
 	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml common/pyproject.toml --extra all \
 	  -o requirements/runtime.txt
-	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml common/pyproject.toml \
-	  --extra all --extra test --extra demo \
+	$(UV_COMPILE) pyproject.toml consumer/pyproject.toml common/pyproject.toml sim/pyproject.toml \
+	  --extra all --extra test \
 	  -c requirements/runtime.txt -o requirements/test.txt
 
+# the demo (sim/, k8s_event_sim.demo): make demo [DEMO_ARGS="--events 600 --quiet"]
 demo: $(BIN)/.installed
-	$(BIN)/k8s-event-bridge demo
+	$(BIN)/k8s-event-bridge-demo $(DEMO_ARGS)
 
 # the demo's show on a living cluster (docs/e2e.md): real scheduler, controller-manager and kwok
 # write the Events. Needs the e2e binaries (make control-plane). make demo-cluster [K8S=oldest]
@@ -60,8 +63,8 @@ control-plane:
 	bash e2e/build-go-tool.sh goref
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff format --check bridge common consumer tests tools fuzz soak bench
-	$(BIN)/ruff check bridge common consumer tests tools fuzz soak bench
+	$(BIN)/ruff format --check bridge common consumer sim tests tools fuzz soak bench
+	$(BIN)/ruff check bridge common consumer sim tests tools fuzz soak bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m tools.configref --check

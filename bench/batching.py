@@ -54,7 +54,7 @@ from nats.aio.msg import Msg
 
 from bridge.jetstream import fastpath
 from bridge.jetstream.publishing import BATCH_MAX
-from bridge.sim.natsserver import NatsCluster, NatsServer, binary
+from k8s_event_sim.natsserver import NatsCluster, NatsServer, binary
 
 ROOT = Path(__file__).resolve().parent.parent
 LATEST = ROOT / "bench" / "results" / "latest.json"

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import BridgeProc, defaults_config, memory_kb
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import NatsServer, free_port
-from bridge.sim.workload import Workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.workload import Workload
 
 
 def namespaces(n: int) -> list[str]:

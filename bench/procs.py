@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bridge.sim.waiting import NotMet, eventually
+from k8s_event_sim.waiting import NotMet, eventually
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PREFIX = "k8s_event_bridge_"

@@ -62,11 +62,11 @@ from bench.procs import (
     histogram_quantile,
     machine_busy_seconds,
 )
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import NatsServer, binary, free_port
-from bridge.sim.waiting import NotMet, eventually
-from bridge.sim.workload import Workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import NatsServer, binary, free_port
+from k8s_event_sim.waiting import NotMet, eventually
+from k8s_event_sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -94,7 +94,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def feed_op(feed: Workload) -> str:
-    """One operation of the feed (``bridge.sim.workload``: ~30 % count bumps of a recent Event,
+    """One operation of the feed (``k8s_event_sim.workload``: ~30 % count bumps of a recent Event,
     else a new one); the id of the version written (``<uid>/<resourceVersion>`` = the
     CloudEvent id = ``Nats-Msg-Id``). A name drawn twice is drawn again."""
     while feed.step() is None:

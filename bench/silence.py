@@ -33,11 +33,11 @@ from typing import Any
 from bench.budget import Budget
 from bench.procs import BridgeProc, defaults_config, memory_kb
 from bridge.settings import load
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import NatsServer, free_port
-from bridge.sim.waiting import eventually
-from bridge.sim.workload import Workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.waiting import eventually
+from k8s_event_sim.workload import Workload
 from tests.integration.harness import event_ids
 
 

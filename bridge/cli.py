@@ -1,4 +1,4 @@
-"""The command line: ``run``, ``demo``, ``check-config``, ``tail``."""
+"""The command line: ``run``, ``check-config``, ``tail``."""
 
 from __future__ import annotations
 
@@ -24,14 +24,6 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the service")
     run.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
-    demo = sub.add_parser(
-        "demo",
-        help="embedded nats-server + a simulated cluster: "
-        "see events flow, a restart, and the stream checked",
-    )
-    demo.add_argument("--events", type=int, default=300, help="events to write (default 300)")
-    demo.add_argument("--rate", type=float, default=150.0, help="events per second")
-    demo.add_argument("--quiet", action="store_true", help="only the summary")
     check = sub.add_parser("check-config", help="validate and print the effective config")
     check.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
     check.add_argument(
@@ -83,10 +75,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            from bridge import demo
-
-            return asyncio.run(demo.main(events=args.events, rate=args.rate, quiet=args.quiet))
         cfg = settings.load(args.config)
     except ConfigError as exc:
         print(f"k8s-event-bridge: {exc}", file=sys.stderr)

@@ -46,11 +46,11 @@ import nats
 import yaml
 
 from bench.procs import BridgeProc, memory_kb
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import NatsServer, free_port
-from bridge.sim.waiting import NotMet, eventually
-from bridge.sim.workload import Workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.waiting import NotMet, eventually
+from k8s_event_sim.workload import Workload
 from soak import verdict
 from soak.verdict import Bounds, Version
 
@@ -100,7 +100,7 @@ def kept(obj: dict[str, Any]) -> bool:
 
 
 class Writer:
-    """Steady Events into the simulated API server (the workload of ``bridge.sim.workload``);
+    """Steady Events into the simulated API server (the workload of ``k8s_event_sim.workload``);
     every version written is recorded with what the filter keeps."""
 
     def __init__(self, sim: SimApiServer, rate: float, bump_ratio: float, seed: int) -> None:

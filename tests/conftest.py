@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from bridge.sim.natsserver import NatsServer
+from k8s_event_sim.natsserver import NatsServer
 
 
 @pytest.fixture
@@ -16,10 +16,10 @@ def nats_server(tmp_path):
 
 @pytest.fixture
 async def sim():
-    """The simulated API server (bridge.sim) on a free loopback port: like a default
+    """The simulated API server (k8s_event_sim) on a free loopback port: like a default
     kube-apiserver, no bookmarks on Event watches (a test that wants them sets
     ``sim.bookmark_interval``)."""
-    from bridge.sim.apiserver import SimApiServer
+    from k8s_event_sim.apiserver import SimApiServer
 
     server = SimApiServer()
     await server.start()

@@ -20,8 +20,8 @@ from typing import Any
 
 import nats
 
-from bridge.sim.natsserver import NatsServer, binary, free_port
-from bridge.sim.natsserver import _wait_listening as wait_listening
+from k8s_event_sim.natsserver import NatsServer, binary, free_port
+from k8s_event_sim.natsserver import _wait_listening as wait_listening
 from tests import gotools
 
 # the full resolver's subject for a pushed account JWT (nsc push, `nats server request`)

@@ -1,6 +1,6 @@
 """What a new test starts from: the small helpers every tier shares, one copy each.
 
-- Events: ``Workload`` (bridge/sim/workload.py) is the one writer of realistic Events, seeded,
+- Events: ``Workload`` (k8s_event_sim.workload) is the one writer of realistic Events, seeded,
   with every version's id in ``ids``; ``Workload(sim)`` writes to the simulated API server
   (the ``sim`` fixture of tests/conftest.py), tests/e2e/writer.py draws the same Events and
   writes them to a real kube-apiserver. Do not write another Event generator.
@@ -13,7 +13,7 @@
   (tests/conftest.py); the bridge and the subscribers as child processes, configs and reading
   the stream back: tests/integration/harness.py.
 
-The helpers the demo, the benchmark or the soak also need live in ``bridge.sim`` (or
+The helpers the demo, the benchmark or the soak also need live in ``k8s_event_sim`` (or
 ``bench.procs``) and are imported here from there, so each exists once.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 from aiohttp import web
 
 from bench.procs import memory_kb
-from bridge.sim.apiserver import SimApiServer, status_response
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import free_port
-from bridge.sim.waiting import NotMet, eventually, eventually_sync
-from bridge.sim.workload import Workload, make_event
+from k8s_event_sim.apiserver import SimApiServer, status_response
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import free_port
+from k8s_event_sim.waiting import NotMet, eventually, eventually_sync
+from k8s_event_sim.workload import Workload, make_event
 
 __all__ = [
     "LeasingSim",

@@ -220,11 +220,9 @@ class Received(NamedTuple):
 class Tail:
     """The stream read in order by an ordered consumer: from its start, or from now on."""
 
-    def __init__(self, conn: Connection, sub: Any, domain: str | None = None) -> None:
+    def __init__(self, conn: Connection, sub: Any) -> None:
         self._conn = conn
-        self._nc = conn.nc
         self._sub = sub
-        self._domain = domain
 
     @classmethod
     async def open(
@@ -265,7 +263,7 @@ class Tail:
                 f"JetStream did not answer for stream {settings.stream}: may these credentials "
                 "create a consumer? (tail needs a reader's user, docs/deploy.md)"
             ) from None
-        return cls(conn, sub, settings.domain)
+        return cls(conn, sub)
 
     def __aiter__(self) -> AsyncIterator[Received]:
         return self._messages()
@@ -277,11 +275,6 @@ class Tail:
             except TimeoutError:
                 continue
             yield Received(msg.subject, msg.headers, msg.data)
-
-    async def stored(self, stream: str) -> int:
-        """How many messages the stream holds now."""
-        info = await self._nc.jetstream(domain=self._domain).stream_info(stream)
-        return int(info.state.messages)
 
     async def close(self) -> None:
         await self._conn.close()

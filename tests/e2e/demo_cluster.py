@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bridge import logs
-from bridge.demo import show, start_listed, stop_showing
 from bridge.jetstream import tailing
 from bridge.settings import Settings
-from bridge.sim.natsserver import NatsServer
+from k8s_event_sim.demo import show, start_listed, stop_showing
+from k8s_event_sim.natsserver import NatsServer
 from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import BRIEF_NODE_TOLERATIONS, CRASHLOOP_LABEL, LivingCluster, deployment
 from tests.e2e.controlplane import (

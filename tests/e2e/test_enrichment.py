@@ -50,8 +50,8 @@ from bench.budget import Budget
 from bench.procs import cpu_seconds, memory_kb
 from bridge.access import rules
 from bridge.settings import load
-from bridge.sim.workload import Style
 from k8s_event_common.subjects import subject_filter, token
+from k8s_event_sim.workload import Style
 from tests.cloudevent_expected import CLUSTER, expected_attributes
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
 from tests.e2e.controlplane import REPO, ControlPlane

@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from bridge.core.converting import Converter
-from bridge.sim.natsserver import free_port
 from k8s_event_consumer import KubeEvent, Start, replay
 from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Refused, Unavailable
 from k8s_event_consumer.remediation.settings import KubernetesSettings
+from k8s_event_sim.natsserver import free_port
 from tests.alertmanager import Alertmanager, Webhook
 from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment

@@ -1,4 +1,4 @@
-"""Writes the workload's Events (bridge/sim/workload.py, the Events every tier writes) through a
+"""Writes the workload's Events (k8s_event_sim.workload, the Events every tier writes) through a
 real kube-apiserver the way client-go's recorder does: create, then on a repeat a merge PATCH
 (``repeat_patch``: ``count`` + 1 and ``lastTimestamp``). Only where they are written differs
 from the simulated API server: over HTTPS, into one namespace, so only the namespaced kind
@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from bridge.sim.apiserver import repeat_patch
+from k8s_event_sim.apiserver import repeat_patch
 from tests.support import Workload
 
 

@@ -19,7 +19,7 @@ import msgspec
 import nats
 import yaml
 
-from bridge.sim.apiserver import SimApiServer
+from k8s_event_sim.apiserver import SimApiServer
 from tests.support import NotMet, Workload, eventually, free_port, write_kubeconfig
 
 __all__ = [  # what the tests import from here (some of it from tests/support.py)
@@ -274,7 +274,7 @@ class Bridges:
 
 
 class Writer(Workload):
-    """The workload (bridge/sim/workload.py) as the integration tests write it: to the
+    """The workload (k8s_event_sim.workload) as the integration tests write it: to the
     simulated API server, seed 1 and 500 operations a second unless told otherwise."""
 
     def __init__(self, sim: SimApiServer, seed: int = 1, rate: float | None = 500.0) -> None:

@@ -20,10 +20,10 @@ from referencing import Registry, Resource
 
 from bridge.core.converting import Converter
 from bridge.core.enrichment import Enrichment
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.natsserver import NatsServer
-from bridge.sim.workload import make_event
 from k8s_event_common import cloudevents, subjects
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.workload import make_event
 from tests.integration.harness import eventually, stream_messages
 
 ROOT = Path(__file__).resolve().parents[2]

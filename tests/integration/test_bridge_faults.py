@@ -235,7 +235,7 @@ async def test_jetstream_silent_for_a_while_holds_memory_flat_and_loses_nothing(
     nats-server on the same port, where a subscriber takes the publishes and answers none.
     Every message in the window goes again each ack_timeout, Events keep coming; the bridge's
     memory stays flat, and once JetStream is back the stream is the truth."""
-    from bridge.sim.natsserver import NatsServer
+    from k8s_event_sim.natsserver import NatsServer
 
     w = Writer(sim)
     # a small queue fills within the warm-up, so what is measured after it is the retrying

@@ -181,7 +181,7 @@ async def test_tail_prints_one_readable_line_per_event(sim, nats_server, run_bri
 async def test_event_ttl_expiry_is_published_as_deleted_when_asked(
     tmp_path, nats_server, run_bridge
 ):
-    from bridge.sim.apiserver import SimApiServer
+    from k8s_event_sim.apiserver import SimApiServer
     from tests.integration.harness import bridge_config, write_kubeconfig
 
     sim = SimApiServer(event_ttl=0.5)

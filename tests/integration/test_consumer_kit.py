@@ -447,8 +447,8 @@ async def test_a_subscriber_started_before_nats_connects_once_it_answers(tmp_pat
     while NATS is away, it gives up without a client. (nats-py with unlimited reconnects
     retries a first connect too; connect_until's own loop covers a client that gives up:
     each alone passes this test, neither fails it.)"""
-    from bridge.sim.natsserver import NatsServer, free_port
     from k8s_event_consumer.connecting import NatsOptions, connect_until
+    from k8s_event_sim.natsserver import NatsServer, free_port
 
     port = free_port()
     opts = NatsOptions(servers=[f"nats://127.0.0.1:{port}"], connect_timeout=0.5)

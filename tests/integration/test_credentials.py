@@ -6,8 +6,8 @@ import ssl
 import pytest
 import trustme
 
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.natsserver import NatsServer
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.natsserver import NatsServer
 from tests.integration.harness import Writer, bridge_config, event_ids, eventually, logged
 
 pytestmark = pytest.mark.integration

@@ -1,14 +1,19 @@
+"""The demo (`make demo`: the simulator package's console script, k8s_event_sim.demo)."""
+
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.integration
 
+DEMO = Path(sys.executable).parent / "k8s-event-bridge-demo"  # what `make demo` runs
+
 
 def test_demo_runs_the_real_pipeline_and_checks_the_stream():
     proc = subprocess.run(
-        [sys.executable, "-m", "bridge", "demo", "--events", "80", "--rate", "400"],
+        [DEMO, "--events", "80", "--rate", "400"],
         capture_output=True,
         text=True,
         timeout=90,

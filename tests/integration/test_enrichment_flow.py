@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from bridge.sim.workload import make_event
 from k8s_event_common.subjects import subject_filter
+from k8s_event_sim.workload import make_event
 from tests.integration.harness import (
     count_at_least,
     event_ids,

@@ -18,8 +18,8 @@ import nats
 import pytest
 from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.natsserver import NatsServer, free_port
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.natsserver import NatsServer, free_port
 from tests.integration.harness import (
     BridgeProcess,
     Writer,

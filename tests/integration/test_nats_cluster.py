@@ -21,7 +21,7 @@ import msgspec
 import nats as nats_client
 import pytest
 
-from bridge.sim.natsserver import NatsCluster
+from k8s_event_sim.natsserver import NatsCluster
 from tests.integration.harness import (
     BridgeProcess,
     Bridges,

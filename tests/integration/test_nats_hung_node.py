@@ -32,7 +32,7 @@ import nats.js.errors
 import pytest
 import yaml
 
-from bridge.sim.natsserver import NatsCluster
+from k8s_event_sim.natsserver import NatsCluster
 from tests.integration.harness import ChildProcess, eventually
 from tests.integration.test_nats_cluster import (
     RATE,

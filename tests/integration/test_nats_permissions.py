@@ -30,9 +30,9 @@ from bridge.core.converting import Converter
 from bridge.jetstream.checkpoints import KvCheckpointStore
 from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
-from bridge.sim.natsserver import NatsServer, binary, free_port
-from bridge.sim.workload import make_event
 from k8s_event_consumer.consuming import Consumer, ConsumerOptions, Handlers, KVSeen, Start
+from k8s_event_sim.natsserver import NatsServer, binary, free_port
+from k8s_event_sim.workload import make_event
 from tests.integration.harness import Bridges, ConsumerProcess, Writer, bridge_config, eventually
 from tools import natsperms
 

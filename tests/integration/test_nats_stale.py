@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from bridge.sim.natsserver import NatsServer
 from k8s_event_common.connecting import Connection
 from k8s_event_common.options import NatsOptions
+from k8s_event_sim.natsserver import NatsServer
 from tests.integration.harness import eventually
 
 pytestmark = pytest.mark.integration

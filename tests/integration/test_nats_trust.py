@@ -19,9 +19,9 @@ import pytest
 import trustme
 import yaml
 
-from bridge.sim.natsserver import NatsServer, free_port
 from k8s_event_common.connecting import Connection
 from k8s_event_common.options import NatsOptions
+from k8s_event_sim.natsserver import NatsServer, free_port
 from tests.creds import write_creds, write_seed
 from tests.integration.harness import (
     SUBSCRIBERS,

@@ -15,7 +15,7 @@ from typing import Any
 import nats
 import pytest
 
-from bridge.sim.natsserver import NatsServer
+from k8s_event_sim.natsserver import NatsServer
 from tests import gotools
 from tests.integration.harness import (
     BridgeProcess,

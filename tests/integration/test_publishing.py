@@ -180,7 +180,7 @@ async def test_stream_created_with_the_configured_duplicate_window(nats_server, 
 
 
 async def test_message_over_max_payload_with_headers_is_skipped_without_a_disconnect(tmp_path):
-    from bridge.sim.natsserver import NatsServer
+    from k8s_event_sim.natsserver import NatsServer
 
     conf = tmp_path / "small.conf"
     conf.write_text("max_payload: 2048\n")
@@ -216,7 +216,7 @@ async def test_a_message_no_server_can_take_is_replaced_by_a_durable_dropped_eve
     reason) takes the message's place in the ledger, so the checkpoint passes the message only
     once the notice is stored."""
     from bridge.core.converting import Converter
-    from bridge.sim.natsserver import NatsServer
+    from k8s_event_sim.natsserver import NatsServer
 
     conf = tmp_path / "small.conf"
     conf.write_text("max_payload: 2048\n")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge.sim.natsserver import NatsServer
+from k8s_event_sim.natsserver import NatsServer
 from tests.creds import seed
 from tests.integration.harness import (
     SUBSCRIBERS,

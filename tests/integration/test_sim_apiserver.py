@@ -12,7 +12,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from bridge.sim import SimApiServer, make_event
+from k8s_event_sim import SimApiServer, make_event
 
 Obj = dict[str, Any]
 

@@ -27,9 +27,14 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the three packages and their contracts, to break (on PYTHONPATH, they come
+    """A copy of the four packages and their contracts, to break (on PYTHONPATH, they come
     before the editable installs)."""
-    for package in ("bridge", "consumer/k8s_event_consumer", "common/k8s_event_common"):
+    for package in (
+        "bridge",
+        "consumer/k8s_event_consumer",
+        "common/k8s_event_common",
+        "sim/k8s_event_sim",
+    ):
         shutil.copytree(
             ROOT / package,
             tmp_path / Path(package).name,
@@ -57,7 +62,8 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("kube/client.py", "from bridge.jetstream import streams", "Layers:"),
         ("core/progress.py", "from bridge.runtime import health", "Layers:"),
         ("core/filtering.py", "from bridge import logs", "bridge.core is pure"),
-        ("app.py", "from bridge.sim import natsserver", "bridge.sim (stand-ins"),
+        ("app.py", "from k8s_event_sim import natsserver", "never import k8s_event_sim"),
+        ("cli.py", "import k8s_event_sim.demo", "never import k8s_event_sim"),
     ],
 )
 def test_an_import_across_a_boundary_breaks_a_contract(
@@ -94,6 +100,16 @@ def test_an_import_across_a_boundary_breaks_a_contract(
             "k8s_event_common/logformat.py",
             "from k8s_event_consumer import logs",
             "What both share (k8s_event_common) imports neither",
+        ),
+        (
+            "k8s_event_consumer/events.py",
+            "from k8s_event_sim import workload",
+            "never import k8s_event_sim",
+        ),
+        (
+            "k8s_event_common/connecting.py",
+            "from k8s_event_sim.natsserver import NatsServer",
+            "never import k8s_event_sim",
         ),
         (
             "k8s_event_consumer/events.py",

@@ -108,7 +108,7 @@ def test_a_number_beyond_a_double_reads_as_python_reads_it() -> None:
 def test_the_kits_names_are_the_shared_decoders() -> None:
     assert events.BadMessage is cloudevents.BadMessage
     assert events.parse_time is cloudevents.parse_time
-    assert issubclass(cloudevents.BadMessage, ValueError)  # bridge.demo catches ValueError
+    assert issubclass(cloudevents.BadMessage, ValueError)  # k8s_event_sim.demo catches ValueError
 
 
 # -- extensions: the bridge's enrichment, in both modes ----------------------------------------

@@ -1,11 +1,12 @@
-"""The lock files in requirements/ (`make lock`) against both pyprojects, offline: every
+"""The lock files in requirements/ (`make lock`) against the pyprojects, offline: every
 requirement, with its extras, locked at a version its specifier allows, on the machines the
 locks serve (CI: Linux x86_64, CPython 3.11; the image: python:3.11-slim on amd64 and arm64);
 what the image runs locked in the test set at the same versions and hashes; every entry pinned
 with ``==`` and hashed, so pip checks every file it installs.
 
 Which lock holds what: runtime.txt the image's (the bridge's dependencies and consumer[all]);
-test.txt CI's (those plus the bridge's test and demo extras); build.txt what builds the wheels
+test.txt CI's (those plus the bridge's test extra and the simulator's, sim/, dependencies);
+build.txt what builds the wheels
 ([build-system] requires). The bench extra is not locked: `make bench` installs it on top.
 """
 
@@ -126,8 +127,13 @@ def requirements(path: str, extras: set[str]) -> list[tuple[str, Requirement]]:
     return out
 
 
-# The three packages of this repository: built from the checkout (--no-deps), never locked.
-LOCAL = {"k8s-event-bridge", "k8s-event-bridge-consumer", "k8s-event-bridge-common"}
+# The packages of this repository: built from the checkout (--no-deps), never locked.
+LOCAL = {
+    "k8s-event-bridge",
+    "k8s-event-bridge-consumer",
+    "k8s-event-bridge-common",
+    "k8s-event-bridge-sim",
+}
 RUNTIME = [
     (where, req)
     for where, req in (
@@ -141,13 +147,21 @@ TEST = [
     *RUNTIME,
     *(
         (where, req)
-        for where, req in requirements("pyproject.toml", {"test", "demo"})
+        for where, req in (
+            *requirements("pyproject.toml", {"test"}),
+            *requirements("sim/pyproject.toml", set()),
+        )
         if canonicalize_name(req.name) not in LOCAL
     ),
 ]
 BUILD = [
     (f"{path} [build-system]", Requirement(r))
-    for path in ("pyproject.toml", "consumer/pyproject.toml", "common/pyproject.toml")
+    for path in (
+        "pyproject.toml",
+        "consumer/pyproject.toml",
+        "common/pyproject.toml",
+        "sim/pyproject.toml",
+    )
     for r in project(path)["build-system"]["requires"]
 ]
 
@@ -257,16 +271,21 @@ def test_a_lock_line_that_is_not_pinned_and_hashed_is_refused(text: str) -> None
 
 def test_the_unlocked_extras_are_only_those_named() -> None:
     extras = set(project("pyproject.toml")["project"]["optional-dependencies"])
-    assert extras - {"test", "demo"} == UNLOCKED_EXTRAS
+    assert extras - {"test"} == UNLOCKED_EXTRAS
 
 
 def test_the_local_packages_depend_on_each_other_by_exact_version_and_are_not_locked() -> None:
     """The bridge and the subscribers take the shared package (common/) at its own version,
-    from the checkout: neither lock file names it."""
+    the simulator (sim/) the bridge at its own, from the checkout: neither lock file names
+    them."""
     common = project("common/pyproject.toml")["project"]
     for path in ("pyproject.toml", "consumer/pyproject.toml"):
         deps = [Requirement(r) for r in project(path)["project"]["dependencies"]]
         (req,) = [r for r in deps if canonicalize_name(r.name) == "k8s-event-bridge-common"]
         assert str(req.specifier) == f"=={common['version']}", path
+    bridge = project("pyproject.toml")["project"]
+    deps = [Requirement(r) for r in project("sim/pyproject.toml")["project"]["dependencies"]]
+    (req,) = [r for r in deps if canonicalize_name(r.name) == "k8s-event-bridge"]
+    assert str(req.specifier) == f"=={bridge['version']}"
     for name in ("runtime.txt", "test.txt"):
         assert not LOCAL & {p.name for p in lock(name)}, name

@@ -1,4 +1,4 @@
-"""The one wait helper (bridge/sim/waiting.py, re-exported by tests/support.py): it returns
+"""The one wait helper (k8s_event_sim.waiting, re-exported by tests/support.py): it returns
 the first truthy answer, and a timeout names what it waited for and how far it got."""
 
 from __future__ import annotations

