@@ -79,16 +79,17 @@ def read_dockerignore(text: str) -> list[tuple[bool, re.Pattern[str]]]:
     return out
 
 
-def build_context(dest: Path) -> Path:
+def build_context(dest: Path, dockerignore: bool = True) -> Path:
     """What ``docker build .`` sends from this work tree: its files (tracked or not, less
-    what .gitignore leaves out) that .dockerignore does not exclude."""
+    what .gitignore leaves out) that .dockerignore does not exclude (all of them with
+    ``dockerignore=False``)."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         capture_output=True,
         check=True,
     ).stdout.decode()
-    patterns = read_dockerignore((ROOT / ".dockerignore").read_text())
+    patterns = read_dockerignore((ROOT / ".dockerignore").read_text()) if dockerignore else []
     for rel in filter(None, listed.split("\0")):
         src = ROOT / rel
         if src.is_file() and not ignored(rel, patterns):
@@ -112,6 +113,8 @@ def build_context(dest: Path) -> Path:
         ("LICENSE", False),
         ("consumer/LICENSE", False),
         ("README.md", False),
+        ("sim/k8s_event_sim/apiserver.py", True),  # the simulator (k8s-event-bridge-sim)
+        ("sim/pyproject.toml", True),
     ],
 )
 def test_dockerignore_is_read_as_docker_reads_it(path: str, left_out: bool) -> None:
@@ -192,6 +195,26 @@ def test_the_local_wheels_build_without_a_warning(installed: Installed) -> None:
     assert "Created wheel for k8s-event-bridge-common:" in installed.build_log
     warnings = [line for line in installed.build_log.splitlines() if "warn" in line.lower()]
     assert not warnings, "\n".join(warnings)
+
+
+def test_the_bridge_wheel_holds_the_bridge_alone(tmp_path: Path) -> None:
+    """Built from the whole work tree (the simulator's sim/ beside it, no .dockerignore):
+    the bridge's package and its metadata, no simulator, no demo."""
+    src = build_context(tmp_path / "src", dockerignore=False)
+    assert (src / "sim" / "k8s_event_sim" / "apiserver.py").is_file()
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", tmp_path / "wheels", src, cwd=src)  # fmt: skip
+    (wheel,) = (tmp_path / "wheels").glob("k8s_event_bridge-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert {n.split("/")[0] for n in names} == {"bridge", f"k8s_event_bridge-{VERSION}.dist-info"}
+    assert "bridge/cli.py" in names
+    simulated = [
+        n
+        for n in names
+        if {"sim", "k8s_event_sim"} & set(n.split("/")) or n.endswith(("/demo.py", "/apiserver.py"))
+    ]
+    assert not simulated, simulated
 
 
 @pytest.mark.parametrize(

@@ -396,6 +396,24 @@ def test_the_build_stage_wheels_the_runtime_lock_and_the_three_local_packages(
     assert [p.options.get("-r") for p in installed] == [["requirements/build.txt"]]
 
 
+def test_the_image_never_takes_the_simulator(dockerfile: list[Stage]) -> None:
+    """The simulator and the demo (sim/, the k8s-event-bridge-sim distribution) are not the
+    product: .dockerignore leaves sim/ out of the context ``COPY . .`` takes, no COPY or ADD
+    names it, and no pip builds or installs it."""
+    from tests.integration.test_install import ignored, read_dockerignore
+
+    patterns = read_dockerignore((ROOT / ".dockerignore").read_text())
+    for path in ("sim/pyproject.toml", "sim/k8s_event_sim/apiserver.py"):
+        assert ignored(path, patterns), f"{path} reaches the build context"
+    for stage in dockerfile:
+        for i in stage.all("COPY") + stage.all("ADD"):
+            named = [w for w in shlex.split(i.args) if "sim" in Path(w).parts]
+            assert not named, f"line {i.line}: {i.keyword} {i.args}"
+        for p in pips(stage):
+            named = [a for a in p.positional if "sim" in Path(a).parts or "-sim" in a]
+            assert not named, f"pip {p.subcommand} {named}"
+
+
 def test_the_final_stage_installs_the_wheels_alone_with_no_build_tools(final: Stage) -> None:
     assert not final.all("COPY") and not final.all("ADD"), "only the wheels come in"
     mounts = [i.args for i in final.all("RUN") if "--mount=" in i.args]
