@@ -59,9 +59,7 @@ def watch_line(kind, rv=None, **obj):
 
 def decode(batch):
     skipped = []
-    got = lines.decode_lines(
-        batch, EVENTS, lambda reason, sample: skipped.append((reason, sample))
-    )
+    got = lines.decode_lines(batch, EVENTS, lambda reason, sample: skipped.append((reason, sample)))
     return [(kind, rv) for kind, _, rv in got], skipped
 
 

@@ -39,7 +39,9 @@ def page(rv, items, cont=None):
 async def collect(pages, **kw):
     skipped = []
     kw = {"limit": 2, "field_selector": "type=Warning", **kw}
-    got = [p async for p in list_pages(pages, EVENTS, "ns", skipped=lambda *a: skipped.append(a), **kw)]
+    got = [
+        p async for p in list_pages(pages, EVENTS, "ns", skipped=lambda *a: skipped.append(a), **kw)
+    ]
     return got, skipped
 
 
