@@ -4,6 +4,8 @@
   with every version's id in ``ids``; ``Workload(sim)`` writes to the simulated API server
   (the ``sim`` fixture of tests/conftest.py), tests/e2e/writer.py draws the same Events and
   writes them to a real kube-apiserver. Do not write another Event generator.
+- Port fakes: ``FakeSource`` (the watch port, ``bridge.runtime.ports.ListerWatcher``) answers
+  lists and watches of any resource from scripts, through the real pager and line reader.
 - Waiting: ``await eventually(check, timeout, what=...)`` until ``check()`` (sync or async)
   is truthy, ``eventually_sync`` without an event loop; never a fixed sleep, never a
   hand-written ``while time.monotonic() < deadline`` loop. A timeout names what it waited for.
@@ -19,12 +21,19 @@ The helpers the demo, the benchmark or the soak also need live in ``k8s_event_si
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from bench.procs import memory_kb
+from bridge.core.resources import EVENTS, Resource
+from bridge.kube import lines as watch_lines
+from bridge.kube import paging
 from k8s_event_sim.apiserver import SimApiServer, status_response
 from k8s_event_sim.kubeconfig import write_kubeconfig
 from k8s_event_sim.natsserver import free_port
@@ -32,8 +41,12 @@ from k8s_event_sim.waiting import NotMet, eventually, eventually_sync
 from k8s_event_sim.workload import Workload, make_event
 
 __all__ = [
+    "OPEN",
+    "Ever",
+    "FakeSource",
     "LeasingSim",
     "NotMet",
+    "Stop",
     "Workload",
     "eventually",
     "eventually_sync",
@@ -86,3 +99,139 @@ class LeasingSim(SimApiServer):
         body["metadata"].update(namespace=namespace, resourceVersion=str(self.lease_rv))
         self.leases[key] = body
         return web.json_response(body, status=201 if request.method == "POST" else 200)
+
+
+# --- fakes of the watch port
+
+
+class Stop(Exception):
+    """A ``FakeSource`` script is used up: ends a watcher's run in a test."""
+
+
+class _Open:
+    def __repr__(self) -> str:
+        return "OPEN"
+
+
+OPEN = _Open()  # a watch's last line: it stays open, and quiet, until cancelled
+
+
+@dataclass(frozen=True)
+class Ever:
+    """A script entry that every call from then on gets: never used up."""
+
+    answer: Any
+
+
+def _next(script: list[Any]) -> Any:
+    if not script:
+        raise Stop
+    if isinstance(script[0], Ever):
+        return script[0].answer
+    return script.pop(0)
+
+
+async def _reads(script: list[Any]) -> AsyncIterator[list[bytes]]:
+    """A watch's lines: consecutive ones arrive together, as in one read of the socket; an
+    exception is raised where it stands, ``OPEN`` keeps the watch open."""
+    chunk: list[bytes] = []
+    for item in script:
+        if isinstance(item, bytes):
+            chunk.append(item)
+            continue
+        if chunk:
+            yield chunk
+        chunk = []
+        if item is OPEN:
+            await asyncio.Event().wait()
+        raise item
+    if chunk:
+        yield chunk
+
+
+class FakeSource:
+    """The watch port (``bridge.runtime.ports.ListerWatcher``) in memory, the one fake of it.
+    Pages and lines go through the real pager and line reader, as ``KubeClient``'s do.
+
+    It answers for ``resource`` from ``lists`` and ``watches``; for another resource from the
+    fake ``serve`` gave it (else ``Stop``). Each script entry is used by one call, in order, an
+    ``Ever`` entry by every call from then on; a call with none left raises ``Stop``.
+
+    - a list entry: a page (``{"metadata": ..., "items": [...]}``), an exception to raise, or
+      a callable that returns either (read at the call: live data);
+    - a watch entry: an exception to raise as it opens; the watch's lines (bytes, an
+      exception raised after the lines before it, ``OPEN``); an async iterator of reads (lists
+      of lines); or a callable of the resourceVersion watched from that returns one of these.
+    """
+
+    def __init__(self, lists: Any = (), watches: Any = (), *, resource: Resource = EVENTS):
+        self.resource = resource
+        self.lists = list(lists)
+        self.watches = list(watches)
+        self.list_calls: list[dict[str, Any]] = []
+        self.watch_calls: list[dict[str, Any]] = []
+        self.probe_selectors: list[str] = []  # the field selectors of lists of one (probes)
+        self.reloads = 0
+        self.on_watch: Callable[[], None] = lambda: None  # e.g. move the clock: the watch lasts
+        self._others: dict[str, FakeSource] = {}
+
+    def serve(self, resource: Resource, lists: Any = (), watches: Any = ()) -> FakeSource:
+        """Answer for ``resource`` too, from its own scripts: the fake that does."""
+        fake = self._others[resource.name] = FakeSource(lists, watches, resource=resource)
+        return fake
+
+    def _for(self, resource: Resource) -> FakeSource:
+        if resource.name == self.resource.name:
+            return self
+        if resource.name not in self._others:
+            raise Stop
+        return self._others[resource.name]
+
+    async def list_page(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        limit: int,
+        cont: str | None = None,
+        resource_version: str | None = None,
+        field_selector: str = "",
+    ) -> dict[str, Any]:
+        fake = self._for(resource)
+        fake.list_calls.append({"limit": limit, "cont": cont})
+        if limit == 1:
+            fake.probe_selectors.append(field_selector)
+        answer = _next(fake.lists)
+        if callable(answer):
+            answer = answer()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    def list_pages(self, resource: Resource, namespace: str | None, **kw: Any) -> Any:
+        return paging.list_pages(self.list_page, resource, namespace, **kw)
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        field_selector: str = "",
+        skipped: Callable[[str, Any], None],
+    ) -> AsyncIterator[Any]:
+        fake = self._for(resource)
+        fake.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
+        fake.on_watch()
+        answer = _next(fake.watches)
+        if callable(answer):
+            answer = answer(resource_version)
+        if isinstance(answer, Exception):
+            raise answer
+        reads = _reads(answer) if isinstance(answer, list) else answer
+        yield watch_lines.read_lines(reads, resource, skipped)
+
+    async def reload_credentials(self) -> None:
+        self.reloads += 1

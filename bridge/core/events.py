@@ -293,8 +293,18 @@ def _slow_line(line: bytes) -> tuple[str, Event]:
 
 def from_item(item: bytes | msgspec.Raw | dict[str, Any]) -> Event:
     """A list item (bytes as listed, or an already decoded dict) → Event. Raises ``BadLine``."""
+    return _from_item(item, True)
+
+
+def from_object(item: bytes | msgspec.Raw | dict[str, Any]) -> Event:
+    """A list item of another resource than Events (``bridge.core.resources``): its metadata
+    in the view, its bytes as listed (no Event's kind/apiVersion added). Raises ``BadLine``."""
+    return _from_item(item, False)
+
+
+def _from_item(item: bytes | msgspec.Raw | dict[str, Any], list_item: bool) -> Event:
     if isinstance(item, dict):
-        return _slow_event(item, list_item=True)
+        return _slow_event(item, list_item)
     if not isinstance(item, bytes | msgspec.Raw):
         raise BadLine("list item is not a JSON object")
     buf = item if isinstance(item, bytes) else bytes(item)
@@ -308,15 +318,16 @@ def from_item(item: bytes | msgspec.Raw | dict[str, Any]) -> Event:
             raise BadLine(f"not JSON: {exc}") from exc
         if not isinstance(obj, dict):
             raise BadLine("list item is not a JSON object") from None
-        return _slow_event(obj, list_item=True)
+        return _slow_event(obj, list_item)
     except msgspec.DecodeError as exc:
         raise BadLine(f"not JSON: {exc}") from exc
-    if not buf.startswith(b"{"):  # whitespace first: the head can not be spliced in
+    if list_item and not buf.startswith(b"{"):
+        # whitespace first: the head can not be spliced in
         try:
-            return _slow_event(_decode_any(buf), list_item=True)
+            return _slow_event(_decode_any(buf), list_item)
         except msgspec.DecodeError as exc:
             raise BadLine(f"not JSON a decoder holds: {exc}") from None
-    return Event(view, buf, 0, len(buf), list_item=True)
+    return Event(view, buf, 0, len(buf), list_item=list_item)
 
 
 def from_obj(obj: dict[str, Any]) -> Event:

@@ -7,7 +7,9 @@ state), so the question left is the one ``ResumePoint`` answers:
 
 - ``rv``: the resourceVersion to watch from, the last one passed on (None: list first);
 - ``expired``: set by a 410 (the history after ``rv`` is compacted away) until a list
-  succeeds; the next list is a relist, and ``bridge.core.gaps`` judges what may be missing;
+  succeeds; the next list is a relist, and ``bridge.core.gaps`` judges what may be missing.
+  It is the one owner of "a relist is due": ``can_watch`` is what the next state
+  (``bridge.core.watchstate.next_state``) reads;
 - ``seen_at``, ``covered``: what that judgement needs (how old ``rv`` is; whether this
   process saw every change after it).
 
@@ -45,6 +47,12 @@ class ResumePoint:
         self.covered = False
         self.expired: Expiry | None = None
 
+    @property
+    def can_watch(self) -> bool:
+        """A watch can resume: there is a resourceVersion, and no 410 made it useless (then
+        only a list helps, until one succeeds)."""
+        return self.rv is not None and self.expired is None
+
     def moved_on(self, now: float) -> None:
         """A read of the watch moved ``rv`` on (set as each item was taken): seen ``now``."""
         self.seen_at = now
@@ -60,8 +68,9 @@ class ResumePoint:
             self.expired.covered = False
 
     def expire(self) -> None:
-        """A 410: the history after ``rv`` is gone. The first one counts, until a list
-        succeeds (a 410 on the relist's continue token keeps the older start)."""
+        """A 410: the history after ``rv`` is gone (with no ``rv``, a list was due anyway).
+        The first one counts, until a list succeeds (a 410 on the relist's continue token
+        keeps the older start)."""
         if self.expired is None and self.rv is not None:
             self.expired = Expiry(self.rv, self.seen_at, self.covered)
 

@@ -32,17 +32,15 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True)
 class Transition:
     state: WatchState
-    must_list: bool = False  # the next attempt is a fresh list (the resourceVersion expired)
     reload_credentials: bool = False
 
 
-def next_state(
-    state: WatchState, outcome: Outcome, *, have_rv: bool, must_list: bool = False
-) -> Transition:
+def next_state(state: WatchState, outcome: Outcome, *, can_watch: bool) -> Transition:
     """What to do next.
 
-    ``have_rv``: a resourceVersion to watch from is known. ``must_list``: it expired (410)
-    and only a fresh consistent list helps; that holds through back-off until a list succeeds.
+    ``can_watch``: a resourceVersion to watch from is known and no 410 made it useless
+    (``bridge.core.resume.ResumePoint.can_watch``, the one owner of "a relist is due": it holds
+    through back-off until a list succeeds).
     """
     if outcome is Outcome.STOP or state is WatchState.STOPPED:
         return Transition(WatchState.STOPPED)
@@ -50,18 +48,15 @@ def next_state(
         return Transition(WatchState.WATCHING)
     if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
         # A Bookmark or the last event means the watch has synced there: go on from it.
-        return Transition(WatchState.WATCHING if have_rv else WatchState.LISTING)
-    if outcome is Outcome.EXPIRED:
-        # The history we would resume from is gone. Relist, but after a back-off like any
-        # failure: a list slower than the compaction interval would otherwise relist forever.
-        return Transition(WatchState.BACKING_OFF, must_list=True)
-    if outcome is Outcome.RETRIABLE:
-        return Transition(WatchState.BACKING_OFF, must_list=must_list)
+        return Transition(WatchState.WATCHING if can_watch else WatchState.LISTING)
+    if outcome is Outcome.EXPIRED or outcome is Outcome.RETRIABLE:
+        # After a 410 the history we would resume from is gone: relist, but after a back-off
+        # like any failure (a list slower than the compaction interval would otherwise relist
+        # for ever).
+        return Transition(WatchState.BACKING_OFF)
     if outcome is Outcome.AUTH:
-        return Transition(WatchState.BACKING_OFF, must_list=must_list, reload_credentials=True)
+        return Transition(WatchState.BACKING_OFF, reload_credentials=True)
     if outcome is Outcome.RETRY:
         # Keep the resourceVersion: a server that was away still has the history.
-        if must_list or not have_rv:
-            return Transition(WatchState.LISTING, must_list=must_list)
-        return Transition(WatchState.WATCHING)
+        return Transition(WatchState.WATCHING if can_watch else WatchState.LISTING)
     raise ValueError(f"unknown outcome {outcome!r}")  # pragma: no cover

@@ -1,11 +1,13 @@
-"""The client for core/v1 Events: lists, watches, the cluster's id, credentials that rotate.
+"""The client of the API server: lists and watches of a resource, objects, Leases, the cluster's
+id, credentials that rotate.
 
 kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
 token refresh, and the request itself (``ApiClient.call_api`` with ``_preload_content=False``).
-Its generated API classes, ``Watch`` helper and model objects are not used (the six paths the
-bridge calls are written here, which keeps ~3 MB of generated code out of memory): the raw
-response's status is checked here, lists are paged by ``bridge.kube.paging``, watch lines are
-split and decoded by ``bridge.kube.lines`` (with ``bridge.core.events``, msgspec). Every
+Its generated API classes, ``Watch`` helper and model objects are not used (the paths the
+bridge calls are written here and in ``bridge.core.resources``, which keeps ~3 MB of generated
+code out of memory): the raw response's status is checked here, one list and one watch serve
+any resource (its path and decoder are data), lists are paged by ``bridge.kube.paging``, watch
+lines are split and decoded by ``bridge.kube.lines`` (with the resource's decoder, msgspec). Every
 foreign exception is mapped here, once, to the ``errors.KubeError`` tree.
 """
 
@@ -24,6 +26,7 @@ import aiohttp
 import msgspec
 
 from bridge import errors
+from bridge.core.resources import Resource
 from bridge.kube import paging
 from bridge.kube.lean import client as k8s_client
 from bridge.kube.lean import config as k8s_config
@@ -31,11 +34,9 @@ from bridge.kube.lean import incluster_config
 from bridge.kube.lines import Skipped, WatchEntry, read_lines, split_lines
 from bridge.settings import KubernetesSettings
 
-# the paths the bridge calls (path parameters are quoted by ApiClient.call_api)
-EVENTS = "/api/v1/events"
-NAMESPACED_EVENTS = "/api/v1/namespaces/{namespace}/events"
+# the paths the bridge calls besides its resources' (path parameters are quoted by
+# ApiClient.call_api)
 NAMESPACE = "/api/v1/namespaces/{name}"
-NAMESPACES = "/api/v1/namespaces"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
@@ -64,12 +65,12 @@ def error_for_status(status: int, headers: Any, body: bytes) -> errors.KubeError
     return errors.from_status(status, message, reason, retry_after)
 
 
-class _EventList(msgspec.Struct):
+class _List(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     items: list[msgspec.Raw] | None = None
 
 
-_decode_list = msgspec.json.Decoder(_EventList).decode
+_decode_list = msgspec.json.Decoder(_List).decode
 _decode_any = msgspec.json.Decoder().decode
 
 
@@ -139,7 +140,8 @@ def pod_namespace() -> str | None:
 
 
 class KubeClient:
-    """Lists and watches core/v1 Events; ``reload_credentials()`` after a 401/403."""
+    """Lists and watches a resource (the ``ListerWatcher`` port), reads objects and Leases;
+    ``reload_credentials()`` after a 401/403."""
 
     def __init__(self, settings: KubernetesSettings, extra_connections: int = 0) -> None:
         self.settings = settings
@@ -280,37 +282,6 @@ class KubeClient:
         ``Plan.target``); raises ``NotFound``, ``Forbidden``, ``KubeUnavailable``..."""
         return await self._json("GET", path, {})
 
-    async def list_namespaces(self, *, limit: int, cont: str | None = None) -> dict[str, Any]:
-        """One page of Namespaces: ``{"metadata": {...}, "items": [object, ...]}``."""
-        query: list[tuple[str, Any]] = [("limit", limit)]
-        if cont:
-            query.append(("continue", cont))
-        doc = await self._json("GET", NAMESPACES, {}, query)
-        items = doc.get("items")
-        meta = doc.get("metadata")
-        if not isinstance(items, list) or not isinstance(meta, dict):
-            raise errors.KubeUnavailable("namespace list answer has an unexpected shape")
-        return {"metadata": meta, "items": items}
-
-    @asynccontextmanager
-    async def watch_namespaces(
-        self, *, resource_version: str, timeout_seconds: int
-    ) -> AsyncIterator[AsyncIterator[list[tuple[str, dict[str, Any]]]]]:
-        """An open watch of Namespaces: per read, its ``(type, object)`` pairs; a line that is
-        no JSON object is left out (``type`` ``ERROR`` ends the watch, as for Events)."""
-        query: list[tuple[str, Any]] = [
-            ("watch", True),
-            ("allowWatchBookmarks", True),
-            ("resourceVersion", resource_version),
-            ("timeoutSeconds", timeout_seconds),
-        ]
-        resp = await self._call("GET", NAMESPACES, {}, query)
-        try:
-            keep_alive(resp, self.settings.read_timeout)
-            yield _namespace_entries(split_lines(_chunks(resp)))
-        finally:
-            resp.close()
-
     async def cluster_uid(self) -> str:
         """The kube-system namespace's uid: a stable id for a cluster without a name."""
         doc = await self._json("GET", NAMESPACE, {"name": "kube-system"})
@@ -319,8 +290,9 @@ class KubeClient:
             raise errors.KubeUnavailable("kube-system namespace has no uid")
         return str(uid)
 
-    async def list_events(
+    async def list_page(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         limit: int,
@@ -336,11 +308,12 @@ class KubeClient:
             query.append(("resourceVersion", resource_version))
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        body = await self._body("GET", *_events_path(namespace), query)
+        body = await self._body("GET", *resource.at(namespace), query)
         return decode_list_page(body)
 
     def list_pages(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         limit: int,
@@ -350,7 +323,8 @@ class KubeClient:
     ) -> AsyncIterator[paging.Page]:
         """A list, page by page (``bridge.kube.paging``)."""
         return paging.list_pages(
-            self.list_events,
+            self.list_page,
+            resource,
             namespace,
             limit=limit,
             field_selector=field_selector,
@@ -359,8 +333,9 @@ class KubeClient:
         )
 
     @asynccontextmanager
-    async def watch_events(
+    async def watch(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         resource_version: str,
@@ -378,34 +353,12 @@ class KubeClient:
         ]
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        resp = await self._call("GET", *_events_path(namespace), query)
+        resp = await self._call("GET", *resource.at(namespace), query)
         try:
             keep_alive(resp, self.settings.read_timeout)
-            yield read_lines(split_lines(_chunks(resp)), skipped)
+            yield read_lines(split_lines(_chunks(resp)), resource, skipped)
         finally:
             resp.close()
-
-
-async def _namespace_entries(
-    batches: AsyncIterator[list[bytes]],
-) -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
-    async for lines in batches:
-        out: list[tuple[str, dict[str, Any]]] = []
-        for line in lines:
-            try:
-                doc = _decode_any(line)
-            except msgspec.DecodeError:
-                continue
-            if isinstance(doc, dict) and isinstance(doc.get("object"), dict):
-                out.append((str(doc.get("type")), doc["object"]))
-        yield out
-
-
-def _events_path(namespace: str | None) -> tuple[str, dict[str, str]]:
-    """The Events of one namespace, or of all."""
-    if namespace is None:
-        return EVENTS, {}
-    return NAMESPACED_EVENTS, {"namespace": namespace}
 
 
 def keep_alive(resp: aiohttp.ClientResponse, read_timeout: float) -> None:

@@ -5,10 +5,11 @@ What client-go's StreamWatcher and its decoder do, in two steps, neither with I/
 - ``split_lines``: the API server writes one JSON object per line; the socket hands over
   chunks that cut lines anywhere. Per chunk read, the complete lines in it, so a whole read is
   handed on as one batch.
-- ``read_lines``: each line decoded (``bridge.core.events.from_line``) into a ``WatchEntry``,
-  ``(type, Event, resourceVersion)``. A line that is no usable watch event (not JSON, an
-  unknown type, a change or BOOKMARK without a resourceVersion) is handed to ``skipped`` with
-  its reason, in order, and left out. An ERROR ends the batch: nothing after it is read.
+- ``read_lines``: each line decoded by the resource's decoder (``bridge.core.resources``,
+  e.g. ``bridge.core.events.from_line``) into a ``WatchEntry``, ``(type, object,
+  resourceVersion)``. A line that is no usable watch event (not JSON, an unknown type, a
+  change or BOOKMARK without a resourceVersion) is handed to ``skipped`` with its reason, in
+  order, and left out. An ERROR ends the batch: nothing after it is read.
 
 What the entries mean for where to resume (RV order, bookmarks, the ERROR's Status) is the
 watcher's business (``bridge.runtime.watching``), as it is the reflector's in client-go.
@@ -21,8 +22,9 @@ from typing import Any
 
 from bridge.core import events
 from bridge.core.events import Event, rv_of
+from bridge.core.resources import Resource
 
-# (watch event type, the Event, its resourceVersion; None for an ERROR)
+# (watch event type, the object, its resourceVersion; None for an ERROR)
 WatchEntry = tuple[str, Event, int | None]
 # told of each input left out: (reason, the line or item as it came)
 Skipped = Callable[[str, Any], None]
@@ -71,10 +73,10 @@ async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]
         yield [last]  # a last line without newline: the parser judges it
 
 
-def decode_lines(lines: list[bytes], skipped: Skipped) -> list[WatchEntry]:
+def decode_lines(lines: list[bytes], resource: Resource, skipped: Skipped) -> list[WatchEntry]:
     """The lines of one read → their watch events, up to and including an ERROR."""
     out: list[WatchEntry] = []
-    from_line = events.from_line
+    from_line = resource.from_line
     for line in lines:
         try:
             kind, ev = from_line(line)
@@ -96,9 +98,9 @@ def decode_lines(lines: list[bytes], skipped: Skipped) -> list[WatchEntry]:
 
 
 async def read_lines(
-    batches: AsyncIterator[list[bytes]], skipped: Skipped
+    batches: AsyncIterator[list[bytes]], resource: Resource, skipped: Skipped
 ) -> AsyncIterator[list[WatchEntry]]:
     """Per read of the watch, its watch events (``decode_lines``); a read of nothing usable
     still yields (an empty list): the watcher learns the watch is alive."""
     async for lines in batches:
-        yield decode_lines(lines, skipped)
+        yield decode_lines(lines, resource, skipped)

@@ -7,8 +7,8 @@ what came and puts it on the publisher's queue. A lookup that fails, times out o
 does not hold the Event: it goes out without that value, ``k8senriched: partial`` and
 ``k8senrichmissing`` (``object:timeout``...) saying what is missing.
 
-- Namespaces come from a list and a watch (``run_namespaces``): always current, and still
-  there while the API server is away.
+- Namespaces come from a list and a watch (``bridge.runtime.namespaces``, on the one watch
+  loop): always current, and still there while the API server is away.
 - Objects are read with ``get`` (``bridge.core.enrichment.Plan.target`` decides which), then
   their controllers up to the top (Pod → ReplicaSet → Deployment). Each object is read once
   however many Events wait on it (one future per object), at most ``enrich.max_inflight``
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bridge import errors, logs
-from bridge.core.backoff import Backoff
 from bridge.core.clock import SYSTEM, Clock
 from bridge.core.converting import Converter
 from bridge.core.enrichment import (
@@ -60,8 +59,6 @@ log = logs.get("enriching")
 
 DOWN_MIN: Final = 1.0  # the first pause of reads after the API server was found unreachable
 DOWN_MAX: Final = 30.0
-MIN_HEALTHY_WATCH: Final = 1.0  # a namespace watch or list shorter than this, without news, failed
-NAMESPACE_PAGE: Final = 500
 
 
 def stage_bytes(settings: Settings) -> int:
@@ -131,7 +128,6 @@ class Enricher:
             self._synced.set()
         # the namespace list failed before it ever succeeded: Events no longer wait for it
         self._list_failed = False
-        self._listed_at = -MIN_HEALTHY_WATCH
         self._in_hand = 0  # taken from the stage, not yet on the queue
         # read tasks: at most one per Event that may wait (in the stage, and the one in hand)
         self._max_chains = s.max_pending + 1
@@ -461,92 +457,14 @@ class Enricher:
 
     # -- namespaces ----------------------------------------------------------------------------
 
-    async def run_namespaces(self) -> None:
-        """List, then watch, the Namespaces, until cancelled (the pipeline starts it only
-        when ``enrich.namespace`` names something); relist after a 410. Never a tight loop: a
-        watch that ends at once without news, or a 410 right after a list, waits a back-off
-        step first."""
-        k = self.settings.kubernetes
-        backoff = Backoff.from_settings(k.backoff, self.clock)
-        while True:
-            try:
-                rv = await self._list_namespaces()
-                while True:
-                    began = self.clock.monotonic()
-                    new_rv = await self._watch_namespaces(rv)
-                    if new_rv == rv and self.clock.monotonic() - began < MIN_HEALTHY_WATCH:
-                        raise errors.KubeUnavailable("the namespace watch ended at once")
-                    rv = new_rv
-            except errors.ResourceExpired:
-                if self.clock.monotonic() - self._listed_at < MIN_HEALTHY_WATCH:
-                    await self.clock.sleep(backoff.next_delay())  # 410 again and again
-                continue  # relist
-            except errors.KubeError as exc:
-                if not self._synced.is_set():
-                    self._list_failed = True  # Events stop waiting for the first list
-                if isinstance(exc, errors.Unauthorized):
-                    await self.reader.reload_credentials()
-                delay = backoff.next_delay(getattr(exc, "retry_after", None))
-                log.warn_sampled(
-                    "namespace_watch",
-                    "namespace_watch_failed",
-                    error=str(exc),
-                    retry_in=round(delay, 2),
-                    known=len(self.namespaces),
-                )
-                await self.clock.sleep(delay)
-
-    async def _list_namespaces(self) -> str:
-        values: dict[str, dict[str, str]] = {}
-        cont: str | None = None
-        rv = ""
-        while True:
-            page = await self.reader.list_namespaces(limit=NAMESPACE_PAGE, cont=cont)
-            for obj in page["items"]:
-                name = _name(obj)
-                if name:
-                    values[name] = self.plan.namespace_values(obj)
-            meta = page["metadata"]
-            rv = str(meta.get("resourceVersion") or rv)
-            cont = meta.get("continue") or None
-            if not cont:
-                break
-        self.namespaces.replace(values)
-        self._listed_at = self.clock.monotonic()
-        if not self._synced.is_set():
-            log.info("namespaces_listed", namespaces=len(values), resource_version=rv)
-        self._synced.set()
-        return rv
-
-    async def _watch_namespaces(self, rv: str) -> str:
-        k = self.settings.kubernetes
-        span = k.watch_timeout_max - k.watch_timeout_min
-        timeout = int(k.watch_timeout_min + self.clock.random() * span)
-        try:
-            async with self.reader.watch_namespaces(
-                resource_version=rv, timeout_seconds=max(1, timeout)
-            ) as batches:
-                async for batch in batches:
-                    for kind, obj in batch:
-                        if kind == "ERROR":
-                            code = obj.get("code")
-                            if code == 410:
-                                raise errors.ResourceExpired("namespace watch: 410")
-                            raise errors.KubeUnavailable(f"namespace watch: {obj.get('message')}")
-                        meta = obj.get("metadata")
-                        new_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-                        if isinstance(new_rv, str) and new_rv:
-                            rv = new_rv
-                        name = _name(obj)
-                        if not name or kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            self.namespaces.delete(name)
-                        elif kind in ("ADDED", "MODIFIED"):
-                            self.namespaces.put(name, self.plan.namespace_values(obj))
-        except errors.QuietWatch:
-            pass  # nothing for read_timeout: watch again from where it was
-        return rv
+    def namespaces_synced(self, synced: bool) -> None:
+        """Told by the namespace watch (``bridge.runtime.namespaces``, which keeps
+        ``self.namespaces``): a list is done (``synced``), or a request failed; before the first
+        list is done, Events then stop waiting for it."""
+        if synced:
+            self._synced.set()
+        elif not self._synced.is_set():
+            self._list_failed = True
 
     async def close(self) -> None:
         for t in list(self._tasks):
@@ -575,9 +493,3 @@ class Enricher:
             "enrich_chains": len(self._chains),
             "enrich_namespaces": len(self.namespaces),
         }
-
-
-def _name(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) else ""

@@ -23,11 +23,12 @@ from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError
 from bridge.metrics import Metrics
+from bridge.runtime import namespaces
 from bridge.runtime.checkpointing import Checkpointer, Scope
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake, enqueue_status, now_rfc3339, process_status
-from bridge.runtime.ports import CheckpointStore, EventSource, ObjectReader, Publisher
+from bridge.runtime.ports import CheckpointStore, ListerWatcher, ObjectReader, Publisher
 from bridge.runtime.starting import jetstream_step
 from bridge.runtime.watching import Watcher
 from bridge.settings import Settings
@@ -48,7 +49,7 @@ class Pipeline:
         settings: Settings,
         *,
         cluster: str,
-        source: EventSource,
+        source: ListerWatcher,
         publisher: Publisher,
         store: CheckpointStore,
         metrics: Metrics,
@@ -248,9 +249,10 @@ class Pipeline:
         if self.enricher is not None:
             workers.append(asyncio.create_task(self.enricher.run(), name="enrich"))
             if self.enricher.plan.watches_namespaces:
-                workers.append(
-                    asyncio.create_task(self.enricher.run_namespaces(), name="enrich:namespaces")
+                ns_watch = namespaces.watcher(
+                    self.source, self.enricher, self.settings.kubernetes, self.metrics, self.clock
                 )
+                workers.append(asyncio.create_task(ns_watch.run(), name="enrich:namespaces"))
         stopping = asyncio.create_task(stop.wait(), name="stop")
         waits: list[asyncio.Future[Any]] = [stopping, *watchers, *workers]
         if fence is not None:

@@ -15,25 +15,28 @@ from bridge.core.checkpoints import Checkpoint
 from bridge.core.events import Event
 from bridge.core.messages import Message, Outgoing
 from bridge.core.queueing import BoundedQueue
+from bridge.core.resources import Resource
 
-# (watch event type, the Event, its resourceVersion or None for a list item)
+# (watch event type, the object, its resourceVersion or None for a list item)
 Item = tuple[str, Event, int | None]
-# What a watch hands over per read (``bridge.kube.lines``): (watch event type, the Event, its
+# What a watch hands over per read (``bridge.kube.lines``): (watch event type, the object, its
 # resourceVersion; None for an ERROR).
 WatchEntry = tuple[str, Event, int | None]
 # One page of a list (``bridge.kube.paging``): (the list's resourceVersion, None when it has
-# none; [(a listed Event, its resourceVersion), ...]).
+# none; [(a listed object, its resourceVersion), ...]).
 ListPage = tuple[int | None, list[tuple[Event, int]]]
 # Told of each line or list item left out: (reason, the input as it came).
 Skipped = Callable[[str, Any], None]
 
 
-class EventSource(Protocol):
-    """The API server's core/v1 Events (client-go's ListerWatcher). Raises
-    ``errors.KubeError``."""
+class ListerWatcher(Protocol):
+    """The API server's lists and watches of any resource (client-go's ListerWatcher): what
+    to list and watch, and how its lines and items decode, is the ``Resource``
+    (``bridge.core.resources``). Raises ``errors.KubeError``."""
 
-    async def list_events(
+    async def list_page(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         limit: int,
@@ -46,6 +49,7 @@ class EventSource(Protocol):
 
     def list_pages(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         limit: int,
@@ -56,8 +60,9 @@ class EventSource(Protocol):
         """A list, page by page, its items decoded (the pager)."""
         ...
 
-    def watch_events(
+    def watch(
         self,
+        resource: Resource,
         namespace: str | None,
         *,
         resource_version: str,
@@ -78,16 +83,6 @@ class ObjectReader(Protocol):
         """One object by its API path (segments already checked)."""
         ...
 
-    async def list_namespaces(self, *, limit: int, cont: str | None = None) -> dict[str, Any]:
-        """One page of Namespaces: ``{"metadata": {...}, "items": [object, ...]}``."""
-        ...
-
-    def watch_namespaces(
-        self, *, resource_version: str, timeout_seconds: int
-    ) -> AbstractAsyncContextManager[AsyncIterator[list[tuple[str, dict[str, Any]]]]]:
-        """An open watch of Namespaces: per read, its (type, object) pairs."""
-        ...
-
     async def reload_credentials(self) -> None: ...
 
 
@@ -100,10 +95,15 @@ class ClusterIdentity(Protocol):
 
 
 class Sink(Protocol):
-    """What a watcher hands on, in stream order (``bridge.runtime.intake.Intake``)."""
+    """What a watcher hands on, in stream order: what its items mean to the caller
+    (``bridge.runtime.intake.Intake`` for Events, ``bridge.runtime.namespaces`` for the
+    Namespaces of the enrichment)."""
 
     async def items(self, batch: list[Item]) -> None:
-        """Items in stream order; may wait (the queue is full)."""
+        """Items in stream order; may wait (the queue is full). A list's items come without
+        a resourceVersion of their own. Of a state (``Resource.history`` false) a list comes
+        whole, as one batch, an empty list as an empty batch: the sink replaces what it held
+        (client-go's ``Store.Replace``)."""
         ...
 
     def mark(self, rv: int) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from bridge import errors, logs
 from bridge.core.breaker import GAUGE, Breaker, Change
 from bridge.core.gaps import Gap
+from bridge.core.resources import EVENTS, Resource
 from bridge.core.watchstate import WatchState
 from bridge.metrics import Metrics
 from bridge.runtime.health import ScopeHealth
@@ -40,6 +41,7 @@ class WatchReport:
         *,
         scope: str,
         namespace: str | None,
+        resource: Resource = EVENTS,
         metrics: Metrics,
         health: ScopeHealth,
         breaker: Breaker,
@@ -47,6 +49,7 @@ class WatchReport:
         self.sink = sink
         self.scope = scope
         self.namespace = namespace
+        self.resource = resource
         self.m = metrics
         self.health = health
         self.breaker = breaker  # read for its state, never moved from here
@@ -90,8 +93,9 @@ class WatchReport:
         status = "403" if isinstance(exc, errors.Forbidden) else "401"
         self.m.auth_failures.labels(status).inc()
         where = "cluster-wide" if self.namespace is None else f"in namespace {self.namespace}"
+        r = self.resource
         need = (
-            ("list and watch on events (core/v1) " + where)
+            (f"list and watch on {r.name} ({r.api}) " + where)
             if status == "403"
             else ("valid credentials (token expired or rotated, or the kubeconfig is wrong)")
         )

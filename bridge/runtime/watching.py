@@ -1,15 +1,21 @@
-"""The list+watch loop over core/v1 Events, modelled on client-go's Reflector.
+"""The one list+watch loop, for any resource, modelled on client-go's Reflector and kopf's
+``infinite_watch(resource=...)``: the core/v1 Events of each watch scope, and the Namespaces of
+the enrichment, run on it with the same 410, back-off, breaker and health rules.
 
 ``Watcher.run`` drives the state machine of ``bridge.core.watchstate``: it lists when it has
 no resourceVersion to resume from or after a 410, watches from the last resourceVersion it
-passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order. The watcher
-decides; its parts, each readable alone, answer or tell:
+passed on, and backs off on failures. Each item goes to a ``Sink`` in stream order: what the
+items mean is the caller's. What differs per resource is data (``bridge.core.resources``): its
+path, its decoder, and whether it is a history (Events: a relist hands on only what is newer,
+a 410 is judged for a gap, the first start follows ``kubernetes.initial``) or a state
+(Namespaces: a list is handed on whole, the sink replaces what it held). The watcher decides;
+its parts, each readable alone, answer or tell:
 
 - the list pager (``bridge.kube.paging``) and the watch-line reader (``bridge.kube.lines``),
-  behind the ``EventSource`` port: pages and watch events, already decoded;
+  behind the ``ListerWatcher`` port: pages and watch events, already decoded;
 - where to resume (``bridge.core.resume.ResumePoint``): what client-go's
-  ``relistResourceVersion`` answers from;
-- the gap decision after a 410 relist (``bridge.core.gaps``, pure);
+  ``relistResourceVersion`` answers from, and the one owner of "a relist is due";
+- the gap decision after a 410 relist of a history (``bridge.core.gaps``, pure);
 - the breaker in front of the API server (``bridge.core.breaker``), on the back-off steps
   (``bridge.core.backoff``), all on one injected ``Clock``;
 - what it tells operators and subscribers (``bridge.runtime.reporting.WatchReport``): the log
@@ -33,11 +39,12 @@ from bridge.core.breaker import Breaker
 from bridge.core.checkpoints import scope_name
 from bridge.core.clock import SYSTEM, Clock
 from bridge.core.initial import FirstList
+from bridge.core.resources import EVENTS, Resource
 from bridge.core.resume import ResumePoint
 from bridge.core.watchstate import Outcome, WatchState, next_state
 from bridge.metrics import Metrics
 from bridge.runtime.health import ScopeHealth
-from bridge.runtime.ports import EventSource, Item, Sink, WatchEntry
+from bridge.runtime.ports import Item, ListerWatcher, Sink, WatchEntry
 from bridge.runtime.reporting import WatchReport
 from bridge.settings import KubernetesSettings
 
@@ -63,10 +70,11 @@ def classify(exc: BaseException) -> Outcome:
 class Watcher:
     def __init__(
         self,
-        source: EventSource,
+        source: ListerWatcher,
         sink: Sink,
         settings: KubernetesSettings,
         *,
+        resource: Resource = EVENTS,
         namespace: str | None,
         checkpoint: int | None,
         field_selector: str,
@@ -75,8 +83,11 @@ class Watcher:
         metrics: Metrics,
         health: ScopeHealth,
         clock: Clock = SYSTEM,
+        scope: str | None = None,
     ) -> None:
+        """``scope``: the name in logs and metrics (default: the namespace, ``*`` for all)."""
         self.source = source
+        self.resource = resource
         self.sink = sink
         self.settings = settings
         self.namespace = namespace
@@ -89,8 +100,9 @@ class Watcher:
         self.breaker = Breaker(settings.breaker, self.backoff, clock=clock)
         self.report = WatchReport(
             sink,
-            scope=scope_name(namespace),
+            scope=scope or scope_name(namespace),
             namespace=namespace,
+            resource=resource,
             metrics=metrics,
             health=health,
             breaker=self.breaker,
@@ -100,9 +112,9 @@ class Watcher:
         self._lines_read = 0  # lines of the current watch, the skipped ones too
         self.lists = 0
         self.m = metrics
-        # kubernetes.initial as a maximum age, in seconds: only for a scope without a
+        # kubernetes.initial as a maximum age, in seconds: only for a history without a
         # checkpoint (a checkpoint always wins), and only until its first list is done
-        self.max_age = settings.initial_max_age if checkpoint is None else None
+        self.max_age = settings.initial_max_age if checkpoint is None and resource.history else None
         self._initial: asyncio.Future[dict[str, Any] | None] | None = None
         try:
             asyncio.get_running_loop()
@@ -149,7 +161,6 @@ class Watcher:
                 initial.cancel()  # ended (failed, cancelled) before the first list was done
 
     async def _run(self) -> None:
-        must_list = False
         reload_credentials = False
         probe = False
         while self.state is not WatchState.STOPPED:
@@ -182,10 +193,9 @@ class Watcher:
                 outcome = Outcome.RETRY
             if outcome in (Outcome.CLOSED, Outcome.QUIET, Outcome.LISTED):
                 self.resume.synced()
-            t = next_state(self.state, outcome, have_rv=self.rv is not None, must_list=must_list)
+            t = next_state(self.state, outcome, can_watch=self.resume.can_watch)
             if outcome is Outcome.CLOSED or outcome is Outcome.QUIET:
                 self.report.restarted(outcome.value)
-            must_list = t.must_list
             reload_credentials = t.reload_credentials
             self.state = t.state
 
@@ -223,13 +233,15 @@ class Watcher:
         await self.report.failed(exc, self.state, change)
 
     async def _list(self) -> Outcome:
-        """A consistent, paged list; publishes what is newer than what was passed on."""
+        """A consistent, paged list. Of a history, hands on what is newer than what was passed
+        on, page by page; of a state, all of it, in one batch once the list is done."""
+        history = self.resource.history
         relist = self.resume.expired is not None
         self.lists += 1
         if self.lists > 1:
             self.report.relisting(relist)
         rv = self.rv
-        only_rv = rv is None and self.settings.initial == "new"
+        only_rv = rv is None and history and self.settings.initial == "new"
         # The first start by age: only while nothing was passed on, i.e. the scope's first list
         # (tried again after a failure) with no checkpoint; never a relist after a 410.
         first = (
@@ -240,7 +252,9 @@ class Watcher:
         list_rv: int | None = None
         passed = skipped = 0
         bad: list[tuple[str, Any]] = []  # a page's bad items, told once its answer is
+        whole: list[Item] = []  # a state's list, handed on once it is all there
         pages = self.source.list_pages(
+            self.resource,
             self.namespace,
             limit=1 if only_rv else self.settings.page_size,
             field_selector=self.field_selector,
@@ -259,9 +273,9 @@ class Watcher:
             list_rv, listed = page
             if list_rv is None:
                 raise errors.KubeUnavailable("list answer has no resourceVersion")
-            batch: list[Item] = []
+            batch: list[Item] = [] if history else whole
             for item, item_rv in listed:
-                if rv is not None and item_rv <= rv:
+                if history and rv is not None and item_rv <= rv:
                     skipped += 1  # passed on before the relist: the stream has it
                     continue
                 if first is not None and not first.take(item):
@@ -273,11 +287,13 @@ class Watcher:
                 # List items come without kind/apiVersion; watch objects carry them: the
                 # Event adds them to its data, so subscribers see one shape either way.
                 batch.append(("ADDED", item, None))
-            if batch:
+            if batch and history:
                 await self.sink.items(batch)
         assert list_rv is not None
+        if not history:
+            await self.sink.items(whole)  # the whole state, an empty one too: it replaces
         expired = self.resume.expired
-        if expired is not None:
+        if expired is not None and history:
             gap = gaps.after_relist(
                 expired.rv,
                 list_rv,
@@ -315,10 +331,10 @@ class Watcher:
 
     async def _probe(self) -> Outcome:
         """One cheap request instead of a relist while the breaker is not healthy: a list of
-        one Event, without the field selector (which the API server would apply by reading
+        one object, without the field selector (which the API server would apply by reading
         on until it found a match)."""
         asked = self.clock.monotonic()
-        doc = await self.source.list_events(self.namespace, limit=1, field_selector="")
+        doc = await self.source.list_page(self.resource, self.namespace, limit=1, field_selector="")
         if not isinstance(doc.get("metadata"), dict):
             raise errors.KubeUnavailable("probe answer has no metadata")
         await self._answered(self.clock.monotonic() - asked, reached=False)
@@ -333,7 +349,8 @@ class Watcher:
         start_rv = self.rv
         self._lines_read = 0
         asked = self.clock.monotonic()
-        async with self.source.watch_events(
+        async with self.source.watch(
+            self.resource,
             self.namespace,
             resource_version=str(self.rv),
             timeout_seconds=max(1, timeout),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -24,11 +23,14 @@ from bridge.core.enrichment import (
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
+from bridge.core.resources import NAMESPACES
 from bridge.metrics import Metrics
+from bridge.runtime import namespaces
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.intake import Intake
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents
+from tests.support import Ever, FakeSource
 
 TEMPLATE = "{cluster}.{team}.{namespace}.{kind}.{reason}"
 
@@ -80,6 +82,12 @@ class Reader:
         self.watch_lines: asyncio.Queue[list[tuple[str, dict[str, Any]]] | None] = asyncio.Queue()
         self.lists = 0
         self.reloads = 0
+        self.rv = 10
+        self.source = FakeSource(
+            lists=[Ever(self.list_namespaces)],
+            watches=[Ever(self.watch_namespaces)],
+            resource=NAMESPACES,
+        )
 
     async def reload_credentials(self) -> None:
         self.reloads += 1
@@ -105,20 +113,31 @@ class Reader:
         finally:
             self.in_flight -= 1
 
-    async def list_namespaces(self, *, limit: int, cont: str | None = None) -> dict[str, Any]:
+    # -- the Namespaces, through the one fake of the watch port (tests/support.py): what each
+    # list and each watch of NAMESPACES answers (a subclass changes these two)
+
+    def list_namespaces(self) -> dict[str, Any]:
         self.lists += 1
         return {"metadata": {"resourceVersion": "10"}, "items": list(self.namespaces)}
 
-    @asynccontextmanager
-    async def watch_namespaces(self, *, resource_version: str, timeout_seconds: int):
-        async def lines():
+    def watch_namespaces(self, resource_version: str) -> Any:
+        """Per batch put on ``watch_lines``, one read; None ends the watch. Each change gets
+        the next resourceVersion (they come in order)."""
+
+        async def reads():
             while True:
                 batch = await self.watch_lines.get()
                 if batch is None:
                     return
-                yield batch
+                out = []
+                for kind, o in batch:
+                    if "metadata" in o:
+                        self.rv += 1
+                        o = {**o, "metadata": {**o["metadata"], "resourceVersion": str(self.rv)}}
+                    out.append(json.dumps({"type": kind, "object": o}).encode())
+                yield out
 
-        yield lines()
+        return reads()
 
 
 def ns(name: str, **labels: str) -> dict[str, Any]:
@@ -176,11 +195,14 @@ class Rig:
             enricher=self.enricher,
         )
         self.tasks: list[asyncio.Task[Any]] = []
+        self.namespace_watch = namespaces.watcher(
+            reader.source, self.enricher, s.kubernetes, self.metrics
+        )
 
     async def __aenter__(self) -> Rig:
         self.tasks = [
             asyncio.create_task(self.enricher.run()),
-            asyncio.create_task(self.enricher.run_namespaces()),
+            asyncio.create_task(self.namespace_watch.run()),
         ]
         return self
 

@@ -3,11 +3,13 @@
 import asyncio
 import socket
 
+import msgspec
 import pytest
 import yaml
 from aiohttp import web
 
 from bridge import errors
+from bridge.core.resources import EVENTS, NAMESPACES
 from bridge.kube import client
 from bridge.kube.client import READ_BUFSIZE, KubeClient, keep_alive
 from bridge.settings import KubernetesSettings
@@ -100,8 +102,12 @@ async def test_a_fast_watch_is_handed_over_in_bounded_chunks(tmp_path):
     await kube.connect()
     sizes, skipped = [], []
     try:
-        async with kube.watch_events(
-            None, resource_version="0", timeout_seconds=5, skipped=lambda *a: skipped.append(a)
+        async with kube.watch(
+            EVENTS,
+            None,
+            resource_version="0",
+            timeout_seconds=5,
+            skipped=lambda *a: skipped.append(a),
         ) as stream:
             await asyncio.sleep(0.5)  # a busy bridge: the server has sent all it could
             async for entries in stream:  # each Event's bytes are its line's
@@ -144,8 +150,8 @@ async def test_a_quiet_watch_ends_as_quiet_on_a_socket_with_keepalive(tmp_path, 
 
     monkeypatch.setattr(client, "keep_alive", keep_alive_and_read_back)
     try:
-        async with kube.watch_events(
-            None, resource_version="5", timeout_seconds=300, skipped=lambda *a: None
+        async with kube.watch(
+            EVENTS, None, resource_version="5", timeout_seconds=300, skipped=lambda *a: None
         ) as stream:
             with pytest.raises(errors.QuietWatch):
                 async for _ in stream:
@@ -210,29 +216,43 @@ def test_a_retry_after_header_is_a_finite_number_of_seconds_or_nothing(header, s
 
 
 async def test_objects_and_namespaces_as_the_enrichment_reads_them(tmp_path, sim):
-    """get_object, list_namespaces and watch_namespaces against the simulated API server:
-    an object by its path, a missing one as NotFound, the Namespaces' list and their
-    changes; and the pool has room for the enrichment's reads."""
+    """get_object, and the one list and watch for any resource with NAMESPACES, against the
+    simulated API server: an object by its path, a missing one as NotFound, the Namespaces'
+    list and their changes, each decoded by the resource's decoder; and the pool has room for
+    the enrichment's reads."""
     sim.set_namespace("shop", {"team": "payments"})
     sim.put_object("/api/v1/namespaces/shop/pods/web", {"metadata": {"name": "web", "uid": "u"}})
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path, sim.url)), 9)
     await kube.connect()
+    skipped = []
     try:
         assert kube._client.configuration.connection_pool_maxsize == 8 + 9
         pod = await kube.get_object("/api/v1/namespaces/shop/pods/web")
         assert pod["metadata"]["uid"] == "u"
         with pytest.raises(errors.NotFound):
             await kube.get_object("/api/v1/namespaces/shop/pods/gone")
-        page = await kube.list_namespaces(limit=10)
-        [shop] = page["items"]
-        assert shop["metadata"]["labels"]["team"] == "payments"
-        rv = page["metadata"]["resourceVersion"]
-        async with kube.watch_namespaces(resource_version=rv, timeout_seconds=5) as batches:
+        pages = kube.list_pages(
+            NAMESPACES, None, limit=10, field_selector="", skipped=lambda *a: skipped.append(a)
+        )
+        [(rv, [(shop, shop_rv)])] = [p async for p in pages]
+        assert msgspec.json.decode(shop.buf)["metadata"]["labels"]["team"] == "payments"
+        assert not shop.list_item  # a Namespace gets no Event's kind
+        assert shop_rv <= rv
+        async with kube.watch(
+            NAMESPACES,
+            None,
+            resource_version=str(rv),
+            timeout_seconds=5,
+            skipped=lambda *a: skipped.append(a),
+        ) as batches:
             sim.set_namespace("blog", {"team": "content"})
             async for batch in batches:
-                if batch:
-                    [(kind, obj)] = batch
+                changes = [(kind, ev) for kind, ev, _ in batch if kind != "BOOKMARK"]
+                if changes:
+                    [(kind, ev)] = changes
+                    obj = msgspec.json.decode(ev.buf[ev.start : ev.end])
                     assert (kind, obj["metadata"]["labels"]["team"]) == ("ADDED", "content")
                     break
     finally:
         await kube.close()
+    assert skipped == []

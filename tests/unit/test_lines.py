@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from bridge.core.resources import EVENTS
 from bridge.kube import lines
 from bridge.kube.lines import OVERSIZE, split_lines
 
@@ -58,7 +59,7 @@ def watch_line(kind, rv=None, **obj):
 
 def decode(batch):
     skipped = []
-    got = lines.decode_lines(batch, lambda reason, sample: skipped.append((reason, sample)))
+    got = lines.decode_lines(batch, EVENTS, lambda reason, sample: skipped.append((reason, sample)))
     return [(kind, rv) for kind, _, rv in got], skipped
 
 
@@ -96,6 +97,6 @@ async def test_every_read_is_handed_on_even_when_nothing_in_it_is_usable():
     skipped = []
     got = [
         [rv for _, _, rv in entries]
-        async for entries in lines.read_lines(reads(), lambda *a: skipped.append(a))
+        async for entries in lines.read_lines(reads(), EVENTS, lambda *a: skipped.append(a))
     ]
     assert got == [[], [11]] and len(skipped) == 1

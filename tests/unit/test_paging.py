@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from bridge import errors
+from bridge.core.resources import EVENTS
 from bridge.kube.paging import list_pages
 
 
@@ -19,7 +20,8 @@ class Pages:
         self.answers = list(answers)
         self.calls = []
 
-    async def __call__(self, namespace, *, limit, cont=None, field_selector=""):
+    async def __call__(self, resource, namespace, *, limit, cont=None, field_selector=""):
+        assert resource is EVENTS
         self.calls.append((namespace, limit, cont, field_selector))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -37,7 +39,9 @@ def page(rv, items, cont=None):
 async def collect(pages, **kw):
     skipped = []
     kw = {"limit": 2, "field_selector": "type=Warning", **kw}
-    got = [p async for p in list_pages(pages, "ns", skipped=lambda *a: skipped.append(a), **kw)]
+    got = [
+        p async for p in list_pages(pages, EVENTS, "ns", skipped=lambda *a: skipped.append(a), **kw)
+    ]
     return got, skipped
 
 
@@ -91,6 +95,6 @@ async def test_an_expired_continue_token_ends_the_list_with_the_410():
     pages = Pages(page("100", [item("a", 1)], "t"), errors.ResourceExpired("410"))
     got = []
     with pytest.raises(errors.ResourceExpired):
-        async for p in list_pages(pages, None, limit=2, field_selector="", skipped=print):
+        async for p in list_pages(pages, EVENTS, None, limit=2, field_selector="", skipped=print):
             got.append(p)
     assert len(got) == 1  # the first page was handed on before the 410

@@ -5,7 +5,7 @@ what was acked, a stop drains (bounded) and then saves, a failed task ends the r
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 
 import msgspec
 
@@ -14,15 +14,14 @@ from bridge.core.checkpoints import Checkpoint, checkpoint_key
 from bridge.core.clock import Clock
 from bridge.core.messages import Outgoing
 from bridge.core.queueing import BoundedQueue
+from bridge.core.resources import NAMESPACES
 from bridge.errors import EXIT_FAILED, EXIT_OK
-from bridge.kube import lines as watch_lines
-from bridge.kube import paging
 from bridge.metrics import Metrics
 from bridge.runtime import ports
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
-from tests.support import NotMet, eventually
+from tests.support import OPEN, Ever, FakeSource, NotMet, eventually
 
 KEY = checkpoint_key("c", None)
 
@@ -41,46 +40,28 @@ def event(name: str, rv: int) -> dict:
     }
 
 
-class MemorySource:
-    """One list page, then one watch that sends its lines and stays open (a quiet watch)."""
+def MemorySource(
+    listed: list[dict], list_rv: int, watched: list[dict], expired_below: int = 0
+) -> FakeSource:
+    """The watch port's fake (tests/support.py) as an API server: every list of Events answers
+    one page, every watch sends its lines and stays open (a quiet watch); a watch from a
+    resourceVersion below ``expired_below`` gets 410. No Namespace (for a pipeline with
+    enrich: its namespace watch lists none and stays open)."""
+    page = {
+        "metadata": {"resourceVersion": str(list_rv)},
+        "items": [msgspec.json.encode(e) for e in listed],
+    }
+    lines = [msgspec.json.encode({"type": "ADDED", "object": e}) for e in watched]
 
-    def __init__(
-        self, listed: list[dict], list_rv: int, watched: list[dict], expired_below: int = 0
-    ) -> None:
-        self.expired_below = expired_below  # a watch from an older resourceVersion gets 410
-        self.page = {
-            "metadata": {"resourceVersion": str(list_rv)},
-            "items": [msgspec.json.encode(e) for e in listed],
-        }
-        self.lines = [msgspec.json.encode({"type": "ADDED", "object": e}) for e in watched]
-        self.lists = 0
-        self.watched_from: list[str] = []
+    def watch(rv: str):
+        if int(rv) < expired_below:
+            return errors.ResourceExpired("410 Expired: too old resource version")
+        return [*lines, OPEN]
 
-    async def list_events(
-        self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
-    ):
-        self.lists += 1
-        return self.page
-
-    def list_pages(self, namespace, **kw):
-        return paging.list_pages(self.list_events, namespace, **kw)
-
-    @asynccontextmanager
-    async def watch_events(
-        self, namespace, *, resource_version, timeout_seconds, field_selector="", skipped
-    ):
-        self.watched_from.append(resource_version)
-        if int(resource_version) < self.expired_below:
-            raise errors.ResourceExpired("410 Expired: too old resource version")
-
-        async def chunks():
-            yield list(self.lines)
-            await asyncio.Event().wait()  # open and quiet until the pipeline stops reading
-
-        yield watch_lines.read_lines(chunks(), skipped)
-
-    async def reload_credentials(self) -> None:
-        pass
+    source = FakeSource(lists=[Ever(page)], watches=[Ever(watch)])
+    no_namespaces = {"metadata": {"resourceVersion": str(list_rv)}, "items": []}
+    source.serve(NAMESPACES, lists=[Ever(no_namespaces)], watches=[Ever([OPEN])])
+    return source
 
 
 class MemoryPublisher:
@@ -143,7 +124,7 @@ def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
         shutdown={"drain_timeout": drain_timeout},
     )
     # the fakes satisfy the runtime's ports as the real clients do
-    src: ports.EventSource = source
+    src: ports.ListerWatcher = source
     pub: ports.Publisher = publisher
     st: ports.CheckpointStore = store
     return Pipeline(
@@ -172,7 +153,7 @@ async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
     p = pipeline(source, publisher, store)
     code = await run_until(p, lambda: len(publisher.sent) >= 5, asyncio.Event())
     assert code == EXIT_OK
-    assert source.lists == 1 and source.watched_from[0] == "10"
+    assert len(source.list_calls) == 1 and source.watch_calls[0]["rv"] == "10"
     assert publisher.sent[0].startswith("started ")
     assert [s for s in publisher.sent if "uid-" in s] == [
         "BackOff uid-a/5",
@@ -202,7 +183,7 @@ async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
     p = pipeline(source, publisher, store)
     code = await run_until(p, lambda: "BackOff uid-e/21" in publisher.sent, asyncio.Event())
     assert code == EXIT_OK
-    assert source.lists == 0 and source.watched_from == ["20"]
+    assert source.list_calls == [] and [c["rv"] for c in source.watch_calls] == ["20"]
     assert store.saved == {KEY: 21}
 
 
@@ -226,7 +207,7 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
     p = pipeline(source, first, store, drain_timeout=0.2)
     code = await run_until(p, lambda: "gap c/gap/*/10-30" in first.sent, asyncio.Event())
     assert code == EXIT_OK
-    assert source.watched_from[0] == "10" and source.lists == 1
+    assert source.watch_calls[0]["rv"] == "10" and len(source.list_calls) == 1
     assert "BackOff uid-c/25" in first.sent  # stored
     assert store.saved == {KEY: 10}  # not past the gap that was not
     again = MemoryPublisher()
@@ -234,7 +215,7 @@ async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_
     code = await run_until(p, lambda: store.saved == {KEY: 30}, asyncio.Event())
     assert code == EXIT_OK
     assert "gap c/gap/*/10-30" in again.sent and store.saved == {KEY: 30}
-    assert source.watched_from[-1] == "30"
+    assert source.watch_calls[-1]["rv"] == "30"
 
 
 def test_readiness_is_per_scope():

@@ -40,8 +40,9 @@ def test_from_nothing_there_is_nothing_to_watch_from():
     r = ResumePoint(None, None, now=1000.0)
     assert r.rv is None and r.expired is None and not r.covered
     assert r.seen_at == 1000.0
+    assert not r.can_watch  # a list first
     r.expire()  # a 410 on the first list's continue token: no history was passed on
-    assert r.expired is None
+    assert r.expired is None and not r.can_watch
 
 
 def test_from_a_checkpoint_the_bridge_was_away():
@@ -54,13 +55,17 @@ def test_from_a_checkpoint_the_bridge_was_away():
 def test_a_410_keeps_what_was_known_until_a_list_succeeds():
     r = ResumePoint(10, saved_at=500.0, now=1000.0)
     r.synced()  # a watch ended normally
+    assert r.can_watch
     r.expire()
     assert r.expired == Expiry(10, 499.0, True)
+    assert not r.can_watch  # the one owner of "a relist is due": until a list succeeds
     r.rv, r.seen_at = 20, 1900.0  # whatever moved since,
     r.expire()  # a second 410 (the relist's continue token) keeps the first start
     assert r.expired == Expiry(10, 499.0, True)
+    r.broken()  # the relist failed: still due
+    assert not r.can_watch
     r.listed(300, now=2000.0)
-    assert r.rv == 300 and r.seen_at == 2000.0 and r.expired is None
+    assert r.rv == 300 and r.seen_at == 2000.0 and r.expired is None and r.can_watch
 
 
 def test_a_failure_breaks_the_coverage_also_of_a_pending_expiry():

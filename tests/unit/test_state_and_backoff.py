@@ -8,27 +8,26 @@ L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, Wa
 
 
 @pytest.mark.parametrize(
-    ("state", "outcome", "have_rv", "must_list", "expected"),
+    ("state", "outcome", "can_watch", "expected"),
     [
-        (L, Outcome.LISTED, True, False, Transition(W)),
-        (W, Outcome.CLOSED, True, False, Transition(W)),
-        (W, Outcome.QUIET, True, False, Transition(W)),  # no bookmarks: quiet is not down
+        (L, Outcome.LISTED, True, Transition(W)),
+        (W, Outcome.CLOSED, True, Transition(W)),
+        (W, Outcome.QUIET, True, Transition(W)),  # no bookmarks: quiet is not down
         # a 410 backs off, then lists: never a relist loop faster than the back-off
-        (W, Outcome.EXPIRED, True, False, Transition(B, must_list=True)),
-        (L, Outcome.EXPIRED, False, False, Transition(B, must_list=True)),  # continue token
-        (B, Outcome.RETRY, True, True, Transition(L, must_list=True)),
-        (L, Outcome.RETRIABLE, True, True, Transition(B, must_list=True)),  # list failed
-        (L, Outcome.AUTH, True, True, Transition(B, must_list=True, reload_credentials=True)),
-        (W, Outcome.RETRIABLE, True, False, Transition(B)),
-        (W, Outcome.AUTH, True, False, Transition(B, reload_credentials=True)),
-        (B, Outcome.RETRY, True, False, Transition(W)),  # keep the resourceVersion
-        (B, Outcome.RETRY, False, False, Transition(L)),
-        (W, Outcome.STOP, True, False, Transition(S)),
-        (B, Outcome.STOP, True, True, Transition(S)),
+        (W, Outcome.EXPIRED, False, Transition(B)),
+        (L, Outcome.EXPIRED, False, Transition(B)),  # continue token
+        (B, Outcome.RETRY, False, Transition(L)),  # the relist is due (ResumePoint.expired)
+        (L, Outcome.RETRIABLE, False, Transition(B)),  # list failed
+        (L, Outcome.AUTH, False, Transition(B, reload_credentials=True)),
+        (W, Outcome.RETRIABLE, True, Transition(B)),
+        (W, Outcome.AUTH, True, Transition(B, reload_credentials=True)),
+        (B, Outcome.RETRY, True, Transition(W)),  # keep the resourceVersion
+        (W, Outcome.STOP, True, Transition(S)),
+        (B, Outcome.STOP, False, Transition(S)),
     ],
 )
-def test_next_state(state, outcome, have_rv, must_list, expected):
-    assert next_state(state, outcome, have_rv=have_rv, must_list=must_list) == expected
+def test_next_state(state, outcome, can_watch, expected):
+    assert next_state(state, outcome, can_watch=can_watch) == expected
 
 
 def test_backoff_follows_reflector_numbers_without_jitter():

@@ -1,18 +1,15 @@
-"""The watcher against a scripted in-memory source: no I/O, no sleeping."""
-
-from contextlib import asynccontextmanager
+"""The watcher against the scripted in-memory source (tests/support.py): no I/O, no sleeping."""
 
 import msgspec
 import pytest
 
 from bridge import errors
 from bridge.core.clock import ManualClock
-from bridge.kube import lines as watch_lines
-from bridge.kube import paging
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
+from tests.support import FakeSource, Stop
 
 
 def ev(name, rv, reason="BackOff"):
@@ -44,70 +41,6 @@ def expired():
         "ERROR",
         {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"},
     )
-
-
-class Stop(Exception):
-    pass
-
-
-class FakeSource:
-    """Answers list/watch calls from scripts; each script entry is consumed once. Pages and
-    lines go through the real pager and line reader, as KubeClient's do."""
-
-    def __init__(self, lists=(), watches=()):
-        self.lists = list(lists)  # each: dict page, or an exception
-        self.watches = list(watches)  # each: list of lines, or an exception
-        self.list_calls = []
-        self.watch_calls = []
-        self.reloads = 0
-        self.on_watch = lambda: None  # e.g. move the clock: the watch lasts
-        self.probe_selectors = []
-
-    async def list_events(
-        self, namespace, *, limit, cont=None, resource_version=None, field_selector=""
-    ):
-        self.list_calls.append({"limit": limit, "cont": cont})
-        if limit == 1:
-            self.probe_selectors.append(field_selector)
-        if not self.lists:
-            raise Stop
-        page = self.lists.pop(0)
-        if isinstance(page, Exception):
-            raise page
-        return page
-
-    def list_pages(self, namespace, **kw):
-        return paging.list_pages(self.list_events, namespace, **kw)
-
-    @asynccontextmanager
-    async def watch_events(
-        self, namespace, *, resource_version, timeout_seconds, field_selector="", skipped
-    ):
-        self.watch_calls.append({"rv": resource_version, "timeout": timeout_seconds})
-        self.on_watch()
-        if not self.watches:
-            raise Stop
-        script = self.watches.pop(0)
-        if isinstance(script, Exception):
-            raise script
-
-        async def lines():
-            # consecutive lines arrive together, as in one read of the socket
-            chunk = []
-            for item in script:
-                if isinstance(item, Exception):
-                    if chunk:
-                        yield chunk
-                    chunk = []
-                    raise item
-                chunk.append(item)
-            if chunk:
-                yield chunk
-
-        yield watch_lines.read_lines(lines(), skipped)
-
-    async def reload_credentials(self):
-        self.reloads += 1
 
 
 class RecordingSink:

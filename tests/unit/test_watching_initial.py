@@ -1,5 +1,5 @@
 """The first start by age (kubernetes.initial a duration) in the watcher, against the scripted
-in-memory source of test_watching: only a scope's first list without a checkpoint leaves out
+in-memory source of tests/support.py: only a scope's first list without a checkpoint leaves out
 what is too old; a checkpoint, a relist after a 410 and every watch event publish as before."""
 
 import asyncio
@@ -19,10 +19,9 @@ from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
+from tests.support import FakeSource, Stop
 from tests.unit.test_watching import (
-    FakeSource,
     RecordingSink,
-    Stop,
     expired,
     line,
     page,
@@ -243,7 +242,7 @@ async def test_the_future_is_cancelled_when_the_watcher_task_is_cancelled():
     gate = asyncio.Event()
 
     class Hanging(FakeSource):
-        async def list_events(self, namespace, **kw):
+        async def list_page(self, resource, namespace, **kw):
             await gate.wait()
             raise AssertionError("not reached")
 
