@@ -11,6 +11,7 @@ import pytest
 
 from bridge import errors
 from bridge.core import events
+from bridge.core.clock import SYSTEM, Clock
 from bridge.core.converting import Converter
 from bridge.core.enrichment import (
     INVALID,
@@ -27,6 +28,7 @@ from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.intake import Intake
+from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents
 
@@ -160,20 +162,21 @@ def cluster(reader: Reader) -> None:
 
 
 class Rig:
-    def __init__(self, s: Settings, reader: Reader) -> None:
+    def __init__(self, s: Settings, reader: Reader, clock: Clock = SYSTEM) -> None:
         self.metrics = Metrics()
         self.queue: BoundedQueue[Any] = BoundedQueue(100, 1 << 20)
         self.converter = Converter("prod", "k8s.events", "structured", s.nats.subject_template)
-        self.enricher = Enricher(s, reader, self.converter, self.queue, self.metrics)
+        out = Converting(self.converter, self.queue, self.metrics)
+        self.enricher = Enricher(s, reader, out, self.metrics, clock)
         self.progress = Progress(0)
         self.intake = Intake(
             "*",
             self.progress,
             Filter(FilterSettings()),
             self.converter,
-            self.queue,
+            self.enricher,
             self.metrics,
-            enricher=self.enricher,
+            clock,
         )
         self.tasks: list[asyncio.Task[Any]] = []
 
@@ -194,7 +197,7 @@ class Rig:
         got = []
         for _ in range(n):
             o = await asyncio.wait_for(self.queue.get(), 30)
-            self.progress.ack(o.entry)
+            o.entry.settle()
             got.append((o.msg.subject, json.loads(o.msg.payload)))
         return got
 

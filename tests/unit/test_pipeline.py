@@ -101,7 +101,7 @@ class MemoryPublisher:
             if out.msg.msg_id in self.hold:
                 self.held.append(out)
             elif out.entry is not None:
-                out.entry.progress.ack(out.entry)
+                out.entry.settle()
 
     async def reap(self) -> None:
         await asyncio.Event().wait()
@@ -291,12 +291,12 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     e = progress.pending(11)
     assert lag() == 0.0  # just now
     now[0] += 0.5
-    progress.ack(e)
+    e.settle()
     await cp.save_all()
     assert lag() == 0.0 and store.saved == {KEY: 11}
     store.failing = True  # read and acked, but the checkpoint can not be written
     watcher.rv = 12
-    progress.ack(progress.pending(12))
+    progress.pending(12).settle()
     lag()
     for _ in range(5):
         now[0] += 1
