@@ -23,6 +23,7 @@ from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
 from tests.support import NotMet, eventually
+from tests.virtualtime import LOOP, virtual_time
 
 KEY = checkpoint_key("c", None)
 
@@ -153,7 +154,8 @@ def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
         publisher=pub,
         store=st,
         metrics=Metrics(),
-        health=Health(60.0),
+        health=Health(60.0, clock=LOOP),
+        clock=LOOP,
     )
 
 
@@ -166,6 +168,7 @@ async def run_until(p: Pipeline, done, stop: asyncio.Event) -> int:
     return await asyncio.wait_for(task, 10)
 
 
+@virtual_time
 async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
     source = MemorySource([event("a", 5), event("b", 8)], 10, [event("c", 11), event("d", 12)])
     publisher, store = MemoryPublisher(), MemoryStore()
@@ -185,6 +188,7 @@ async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
     assert p.scopes[0].saved == 12
 
 
+@virtual_time
 async def test_an_unacked_event_holds_the_checkpoint_through_the_drain_timeout():
     source = MemorySource([event("a", 5)], 10, [event("c", 11), event("d", 12)])
     publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore()
@@ -196,6 +200,7 @@ async def test_an_unacked_event_holds_the_checkpoint_through_the_drain_timeout()
     assert all(rv <= 10 for _, rv in store.writes)
 
 
+@virtual_time
 async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
     source = MemorySource([event("a", 5)], 10, [event("e", 21)])
     publisher, store = MemoryPublisher(), MemoryStore({KEY: 20})
@@ -206,6 +211,7 @@ async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
     assert store.saved == {KEY: 21}
 
 
+@virtual_time
 async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_acked():
     source = MemorySource([event("a", 5)], 10, [])
     publisher, store = MemoryPublisher(fail=RuntimeError("broken")), MemoryStore({KEY: 3})
@@ -215,6 +221,7 @@ async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_ac
     assert store.saved == {KEY: 3}  # nothing was acked: the checkpoint did not move
 
 
+@virtual_time
 async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_a_restart():
     """History compacted while away: the watch from the checkpoint gets 410, the relist
     publishes what is newer and a gap. While the gap is not stored, the checkpoint stays
@@ -260,6 +267,7 @@ def test_readiness_is_per_scope():
     ]
 
 
+@virtual_time
 async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fail():
     from bridge.core.progress import Progress
     from bridge.runtime.checkpointing import Checkpointer, Scope
@@ -307,6 +315,7 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     assert lag() == 0.0 and store.saved == {KEY: 12}
 
 
+@virtual_time
 async def test_a_lost_lease_stops_everything_at_once_and_writes_no_checkpoint():
     """The leader election's hold ends (renew deadline passed): the pipeline stops without a
     drain, publishes nothing more (no `stopped`), and does not write the checkpoint again."""
@@ -336,6 +345,7 @@ def test_a_standby_is_ready_with_no_scope_while_nats_is():
     assert health.problems() == ["NATS has been unreachable for 61s"]
 
 
+@virtual_time
 async def test_a_lease_lost_while_draining_writes_no_final_checkpoint():
     source = MemorySource([event("a", 5)], 10, [event("c", 11)])
     publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore({KEY: 3})
