@@ -34,6 +34,8 @@ class Converting:
         self.converter = converter
         self.queue = queue
         self.m = metrics
+        self._convert = converter.convert  # bound once: on the hot path
+        self._queue_nowait = queue.put_nowait
         # converted, and the queue was full: what ``put`` queues for the same entry
         self._full: Outgoing | None = None
 
@@ -41,13 +43,13 @@ class Converting:
         self, ev: Event, entry: Entry, size: int, enrichment: Enrichment | None = None
     ) -> bool:
         try:
-            msg = self.converter.convert(ev, enrichment)
+            msg = self._convert(ev, enrichment)
         except Exception as exc:
             skip_input(self.m, exc, ev)
             entry.settle()
             return True
         out = Outgoing(msg, entry)
-        if self.queue.put_nowait(out, len(msg.payload)):
+        if self._queue_nowait(out, len(msg.payload)):
             return True
         self._full = out
         return False
