@@ -26,7 +26,6 @@ from bridge.runtime import starting
 from bridge.runtime.checkpointing import Scope
 from bridge.runtime.health import Health
 from bridge.runtime.http import HttpServer
-from bridge.runtime.intake import now_rfc3339
 from bridge.runtime.leading import Elector
 from bridge.runtime.pipeline import Pipeline
 from bridge.runtime.starting import Stopped, jetstream_step, until_stopped
@@ -43,7 +42,9 @@ class Bridge:
         self.clock = clock
         self.metrics = Metrics(__version__)
         self.health = Health(settings.http.unready_after, clock=clock)
-        self.http = HttpServer(settings.http.host, settings.http.port, self.health, self.metrics)
+        self.http = HttpServer(
+            settings.http.host, settings.http.port, self.health, self.metrics, clock
+        )
         self.stop_requested = asyncio.Event()
         self.pipeline: Pipeline | None = None
         self._publisher: Publisher | None = None
@@ -141,7 +142,7 @@ class Bridge:
                     "previousHolder": e.previous_holder,
                     "lease": e.lease,
                     "transitions": e.transitions,
-                    "at": now_rfc3339(),
+                    "at": self.clock.timestamp(),
                 }
             # it reads and publishes from here on (it holds the Lease, or runs alone)
             self.metrics.leader.set(1)

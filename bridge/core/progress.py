@@ -1,10 +1,12 @@
 """How far the checkpoint may move: the newest resourceVersion with nothing older in flight.
 
-The watcher records every item in stream order: done at once (filtered out, a bookmark, the
-end of a list) or pending until JetStream acks it. The safe resourceVersion is the last one
-of the longest done prefix. Consecutive done entries are folded into one, also behind a
-message that waits long for its ack, so the record holds about two entries per event in
-flight, whatever the event rate or how long one publish is retried.
+The watcher records every item in stream order: done at once (``done``: filtered out, a
+bookmark, the end of a list) or pending (``pending``) until its entry is settled
+(``Entry.settle``: JetStream acked it, or the stage found it can not be converted). The
+safe resourceVersion is the last one of the longest done prefix. Consecutive done entries
+are folded into one, also behind a message that waits long for its ack, so the record holds
+about two entries per event in flight, whatever the event rate or how long one publish is
+retried.
 
 List items carry no resourceVersion of their own here: a list arrives in no RV order, so
 only the list's own resourceVersion (its end marker) may move the checkpoint.
@@ -23,6 +25,10 @@ class Entry:
         self.rv = rv
         self.done = done
 
+    def settle(self) -> None:
+        """This item needs nothing more: the one verb that settles an entry (once)."""
+        self.progress._settle(self)
+
 
 class Progress:
     def __init__(self, checkpoint: int | None = None) -> None:
@@ -32,7 +38,7 @@ class Progress:
         self._fold_at = 64
 
     def pending(self, rv: int | None) -> Entry:
-        """An item handed to the publisher; ``ack(entry)`` once JetStream has stored it."""
+        """An item handed on to be published; ``entry.settle()`` once JetStream has stored it."""
         entry = Entry(self, rv, False)
         self._entries.append(entry)
         self._in_flight += 1
@@ -51,7 +57,7 @@ class Progress:
             return
         self._entries.append(Entry(self, rv, True))
 
-    def ack(self, entry: Entry) -> None:
+    def _settle(self, entry: Entry) -> None:
         if entry.done:
             return
         entry.done = True

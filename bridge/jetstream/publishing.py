@@ -291,7 +291,7 @@ class Publisher:
             self._room.set()
         entry = p.entry
         if entry is not None:
-            entry.progress.ack(entry)
+            entry.settle()
 
     async def _on_reply(self, msg: Msg) -> None:
         """An ack through nats-py's subscription (the public path, when the tap is not in)."""

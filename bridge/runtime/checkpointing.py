@@ -88,7 +88,7 @@ class Checkpointer:
         if not due:
             return
         results = await asyncio.gather(
-            *(asyncio.wait_for(self.store.save(sc.key, rv), SAVE_TIMEOUT) for sc, rv in due),
+            *(self._clock.wait_for(self.store.save(sc.key, rv), SAVE_TIMEOUT) for sc, rv in due),
             return_exceptions=True,
         )
         for (sc, rv), result in zip(due, results, strict=True):

@@ -1,9 +1,11 @@
 """Enrichment, running: values of the Event's namespace and object, never at delivery's cost.
 
-The intake hands every accepted Event to ``Enricher.put`` (its ledger entry already taken, in
-stream order). ``Enricher.run`` takes them out in the same order, each once its lookups are
-done or its time is up (``enrich.lookup_timeout`` from when it was read), converts it with
-what came and puts it on the publisher's queue. A lookup that fails, times out or is refused
+The enricher is a ``Stage`` (``bridge.runtime.ports``): the intake hands it every accepted
+Event (its ledger entry already taken, in stream order). ``Enricher.run`` takes them out in
+the same order, each once its lookups are done or its time is up (``enrich.lookup_timeout``
+from when it entered the stage), and hands it with what came to the plain stage
+(``bridge.runtime.staging.Converting``), which converts it and puts it on the publisher's
+queue. A lookup that fails, times out or is refused
 does not hold the Event: it goes out without that value, ``k8senriched: partial`` and
 ``k8senrichmissing`` (``object:timeout``...) saying what is missing.
 
@@ -14,20 +16,23 @@ does not hold the Event: it goes out without that value, ``k8senriched: partial`
   however many Events wait on it (one future per object), at most ``enrich.max_inflight``
   reads at a time, each bounded by ``enrich.lookup_timeout``, and kept in a ``LookupCache``.
 - Once a read finds the API server unreachable (or slow past the timeout), reads stop for a
-  back-off (1 s doubling to 30 s): meanwhile an Event whose object is not fresh in the cache
-  goes out at once with the last values known (stale), or marked ``unreachable``.
+  back-off (``core.backoff``: 1 s doubling to 30 s, from 1 s again after a read succeeds):
+  meanwhile an Event whose object is not fresh in the cache goes out at once with the last
+  values known (stale), or marked ``unreachable``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bridge import errors, logs
+from bridge.core.backoff import Backoff
 from bridge.core.clock import SYSTEM, Clock
-from bridge.core.converting import Converter
 from bridge.core.enrichment import (
     ERROR,
     FORBIDDEN,
@@ -47,18 +52,19 @@ from bridge.core.enrichment import (
     object_path,
 )
 from bridge.core.events import Event
-from bridge.core.messages import Message, Outgoing
+from bridge.core.messages import Message
 from bridge.core.progress import Entry
 from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
-from bridge.runtime.intake import skip_input
 from bridge.runtime.ports import ObjectReader
+from bridge.runtime.staging import Converting
 from bridge.settings import Settings
 
 log = logs.get("enriching")
 
-DOWN_MIN: Final = 1.0  # the first pause of reads after the API server was found unreachable
-DOWN_MAX: Final = 30.0
+# the pauses of reads after the API server was found unreachable: 1 s, doubling to 30 s
+PAUSE_FIRST: Final = 1.0
+PAUSE_MAX: Final = 30.0
 
 
 def stage_bytes(settings: Settings) -> int:
@@ -99,8 +105,7 @@ class Enricher:
         self,
         settings: Settings,
         reader: ObjectReader,
-        converter: Converter,
-        queue: BoundedQueue[Outgoing],
+        out: Converting,
         metrics: Metrics,
         clock: Clock = SYSTEM,
     ) -> None:
@@ -108,8 +113,7 @@ class Enricher:
         self.settings = settings
         self.plan = Plan(s)
         self.reader = reader
-        self.converter = converter
-        self.queue = queue
+        self.out = out  # converts and queues what leaves the stage
         self.m = metrics
         self.clock = clock
         self.timeout = s.lookup_timeout
@@ -121,8 +125,8 @@ class Enricher:
         self._chains: dict[tuple[Key, str], asyncio.Future[Chain]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._slots = asyncio.Semaphore(s.max_inflight)
-        self._down_until = 0.0
-        self._down_for = 0.0
+        self._down_until = 0.0  # reads pause until then
+        self._pauses: Backoff | None = None  # since the last read that succeeded
         self._synced = asyncio.Event()
         if not self.plan.watches_namespaces:
             self._synced.set()
@@ -142,11 +146,22 @@ class Enricher:
 
     # -- the stage -----------------------------------------------------------------------------
 
+    def put_nowait(self, ev: Event, entry: Entry, size: int) -> bool:
+        """An accepted Event, in stream order, if ``enrich.max_pending`` do not wait already."""
+        w = _Waiting(ev.detached(), entry, 0.0, None)
+        if not self.stage.put_nowait(w, size):
+            return False
+        self._entered(w, ev)
+        return True
+
     async def put(self, ev: Event, entry: Entry, size: int) -> None:
         """An accepted Event, in stream order; waits while ``enrich.max_pending`` wait."""
         w = _Waiting(ev.detached(), entry, 0.0, None)
         if not self.stage.put_nowait(w, size):
             await self.stage.put(w, size)
+        self._entered(w, ev)
+
+    def _entered(self, w: _Waiting, ev: Event) -> None:
         # in the stage now (nothing ran in between: the stage task has not seen it yet): its
         # time and its lookups start, so reads are started for no more Events than may wait
         w.deadline = self.clock.monotonic() + self.timeout
@@ -158,16 +173,18 @@ class Enricher:
         after a first start by age follows the Events of the first lists)."""
         await self.stage.put(_Waiting(None, None, 0.0, None, ready=msg), len(msg.payload))
 
+    async def put_status(self, msg: Message, entry: Entry | None = None) -> None:
+        await self.out.put_status(msg, entry)
+
     def __len__(self) -> int:
         """Events held: waiting in the stage, or taken out and not yet queued."""
         return len(self.stage) + self._in_hand
 
     async def run(self) -> None:
-        """Take each Event out in order once its lookups are in (or its time is up), convert,
-        queue. Until cancelled."""
+        """Take each Event out in order once its lookups are in (or its time is up) and hand
+        it on to be converted and queued. Until cancelled."""
         stage = self.stage
-        queue = self.queue
-        convert = self.converter.convert
+        out = self.out
         while True:
             w = await stage.get()
             self._in_hand = 1
@@ -175,18 +192,10 @@ class Enricher:
                 ev, entry = w.ev, w.entry
                 if ev is None or entry is None:
                     if w.ready is not None:
-                        await queue.put(Outgoing(w.ready, None), len(w.ready.payload))
+                        await out.put_message(w.ready)
                     continue
                 enrichment = await self._enrichment(w, ev)
-                try:
-                    msg = convert(ev, enrichment)
-                except Exception as exc:
-                    skip_input(self.m, exc, ev)
-                    entry.progress.ack(entry)
-                    continue
-                out = Outgoing(msg, entry)
-                if not queue.put_nowait(out, len(msg.payload)):
-                    await queue.put(out, len(msg.payload))
+                await out.put(ev, entry, ev.end - ev.start, enrichment)
             finally:
                 self._in_hand = 0
 
@@ -215,7 +224,8 @@ class Enricher:
                 remaining = w.deadline - self.clock.monotonic()
                 if remaining > 0:
                     # asyncio.wait: never raises the future's outcome, never cancels it
-                    await asyncio.wait({chain}, timeout=remaining)
+                    with contextlib.suppress(TimeoutError):
+                        await self.clock.wait_for(asyncio.wait({chain}), remaining)
             if chain.done() and not chain.cancelled() and chain.exception() is None:
                 chain = chain.result()
             else:
@@ -253,10 +263,8 @@ class Enricher:
             if asyncio.iscoroutine(aw):
                 aw.close()
             return
-        try:
-            await asyncio.wait_for(aw, remaining)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            await self.clock.wait_for(aw, remaining)
 
     # -- objects -------------------------------------------------------------------------------
 
@@ -408,7 +416,9 @@ class Enricher:
             if self.clock.monotonic() < self._down_until:
                 return self.cache.stale(key) or UNREACHABLE
             try:
-                obj = await asyncio.wait_for(self.reader.get_object(object_path(key)), self.timeout)
+                obj = await self.clock.wait_for(
+                    self.reader.get_object(object_path(key)), self.timeout
+                )
             except errors.NotFound:
                 self.m.enrich_reads.labels("notfound").inc()
                 self.cache.put(key, None, self.clock.monotonic())
@@ -437,7 +447,7 @@ class Enricher:
                 return self.cache.stale(key) or ERROR
             info = self.plan.object_info(obj)
             self.m.enrich_reads.labels("ok").inc()
-            self._down_for = 0.0
+            self._pauses = None  # reachable: the next pause is the first again
             self.cache.put(key, info, self.clock.monotonic())
             return info
 
@@ -445,12 +455,16 @@ class Enricher:
         now = self.clock.monotonic()
         if now < self._down_until:
             return  # a read that was out already when the pause began: one failure, not two
-        self._down_for = min(DOWN_MAX, max(DOWN_MIN, self._down_for * 2))
-        self._down_until = now + self._down_for
+        if self._pauses is None:
+            self._pauses = Backoff(
+                PAUSE_FIRST, 2.0, PAUSE_MAX, reset_after=math.inf, jitter=0.0, clock=self.clock
+            )
+        pause = self._pauses.next_delay()
+        self._down_until = now + pause
         log.warn_sampled(
             "enrich_unreachable",
             "enrich_paused",
-            seconds=self._down_for,
+            seconds=pause,
             error=repr(exc),
             note="Events go out with the values last known, or marked unreachable",
         )

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from bridge import logs
+from bridge.core.clock import SYSTEM, Clock
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 
@@ -39,8 +40,11 @@ _Answer = tuple[int, str, bytes]  # status, content type, body
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, health: Health, metrics: Metrics) -> None:
+    def __init__(
+        self, host: str, port: int, health: Health, metrics: Metrics, clock: Clock = SYSTEM
+    ) -> None:
         self.host = host
+        self.clock = clock
         self.port = port
         self.health = health
         self.metrics = metrics
@@ -100,7 +104,7 @@ class HttpServer:
             answer = await self._answer(reader)
             self._waiting.pop(task, None)
             if answer is not None:
-                await asyncio.wait_for(self._send(writer, answer), WRITE_TIMEOUT)
+                await self.clock.wait_for(self._send(writer, answer), WRITE_TIMEOUT)
             writer.close()
         except (OSError, TimeoutError, asyncio.CancelledError):
             # the peer went away or would not read, or it was evicted, or the server stops
@@ -114,7 +118,7 @@ class HttpServer:
         """What to send for the request on ``reader``; None when there is no request to answer
         (the peer closed)."""
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+            head = await self.clock.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         except asyncio.LimitOverrunError:
             return _refusal(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
         except asyncio.IncompleteReadError as exc:
@@ -141,11 +145,10 @@ class HttpServer:
             return _refusal(HTTPStatus.INTERNAL_SERVER_ERROR, head_only)
         return _Reply(status, content_type, body, send_body=not head_only)
 
-    @staticmethod
-    async def _send(writer: asyncio.StreamWriter, reply: _Reply) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, reply: _Reply) -> None:
         head = [
             f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}",
-            f"Date: {formatdate(usegmt=True)}",
+            f"Date: {formatdate(self.clock.wall(), usegmt=True)}",
             f"Content-Type: {reply.content_type}",
             f"Content-Length: {len(reply.body)}",
             "Connection: close",

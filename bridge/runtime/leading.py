@@ -23,7 +23,6 @@ injected clock (tests/unit/test_leading.py) and against the real API server (tes
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Protocol
 
 from bridge import errors, logs
@@ -130,7 +129,7 @@ class Elector:
         self.leading = False
         deadline = self.settings.renew_deadline
         try:
-            async with asyncio.timeout(deadline):
+            async with self._clock.timeout(deadline):
                 while True:
                     raw = await self.store.get_lease(self.namespace, self.name)
                     if raw is None or LeaseRecord.of(raw).holder != self.identity:
@@ -155,7 +154,7 @@ class Elector:
     async def _try(self, *, timeout: float) -> bool:
         """One tryAcquireOrRenew, cut off after ``timeout`` seconds."""
         try:
-            async with asyncio.timeout(timeout):
+            async with self._clock.timeout(timeout):
                 return await self._try_acquire_or_renew()
         except TimeoutError:
             log.warning("lease_request_timed_out", identity=self.identity, seconds=timeout)

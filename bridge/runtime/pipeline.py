@@ -1,4 +1,5 @@
-"""The data flow, running: one watcher per scope → intake → queue → publisher → checkpoint.
+"""The data flow, running: one watcher per scope → intake → stage → queue → publisher →
+checkpoint (the stage: ``staging.Converting``, or the ``Enricher`` in front of it).
 
 ``Pipeline.open`` loads each scope's checkpoint; ``Pipeline.run`` starts the tasks and, when a
 stop is asked for (or a task fails), stops in the order that loses nothing: stop reading the
@@ -27,8 +28,9 @@ from bridge.runtime import namespaces
 from bridge.runtime.checkpointing import Checkpointer, Scope
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.health import Health
-from bridge.runtime.intake import Intake, enqueue_status, now_rfc3339, process_status
-from bridge.runtime.ports import CheckpointStore, ListerWatcher, ObjectReader, Publisher
+from bridge.runtime.intake import Intake, process_status
+from bridge.runtime.ports import CheckpointStore, ListerWatcher, ObjectReader, Publisher, Stage
+from bridge.runtime.staging import Converting
 from bridge.runtime.starting import jetstream_step
 from bridge.runtime.watching import Watcher
 from bridge.settings import Settings
@@ -74,13 +76,14 @@ class Pipeline:
         self.queue: BoundedQueue[Outgoing] = BoundedQueue(
             settings.queue.max_events, settings.queue.max_bytes
         )
-        # with enrich: between the intake and the queue, in order (bridge.runtime.enriching)
+        # where the intake hands each Event: converted and queued, or enriched first
+        self.stage: Stage = Converting(self.converter, self.queue, metrics)
         self.enricher: Enricher | None = None
         if settings.enrich.enabled:
             if reader is None:
                 raise ConfigError("enrich is configured but nothing reads the API server's objects")
-            self.enricher = Enricher(
-                settings, reader, self.converter, self.queue, metrics, clock=clock
+            self.stage = self.enricher = Enricher(
+                settings, reader, Converting(self.converter, self.queue, metrics), metrics, clock
             )
         self.scopes: list[Scope] = []
         # "single" without leader election; "leader" with it, and the status event to publish
@@ -115,13 +118,7 @@ class Pipeline:
             rv = cp.resource_version if cp else None
             progress = Progress(rv)
             intake = Intake(
-                name,
-                progress,
-                event_filter,
-                self.converter,
-                self.queue,
-                self.metrics,
-                enricher=self.enricher,
+                name, progress, event_filter, self.converter, self.stage, self.metrics, self.clock
             )
             watcher = Watcher(
                 self.source,
@@ -166,7 +163,8 @@ class Pipeline:
             "meaning": "this message is not in the stream and never will be: no server of the "
             "stream takes it (raise max_payload or the stream's max_msg_size to keep such Events)",
         }
-        return self.converter.status("dropped", f"dropped/{msg.msg_id}", data, now_rfc3339())
+        at = self.clock.timestamp()
+        return self.converter.status("dropped", f"dropped/{msg.msg_id}", data, at)
 
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows of the running pipeline: each scope, and NATS."""
@@ -246,8 +244,8 @@ class Pipeline:
             asyncio.create_task(publisher.reap(), name="reap"),
             asyncio.create_task(self.checkpointer.run(), name="checkpoint"),
         ]
+        workers.append(asyncio.create_task(self.stage.run(), name="stage"))
         if self.enricher is not None:
-            workers.append(asyncio.create_task(self.enricher.run(), name="enrich"))
             if self.enricher.plan.watches_namespaces:
                 ns_watch = namespaces.watcher(
                     self.source, self.enricher, self.settings.kubernetes, self.metrics, self.clock
@@ -264,7 +262,7 @@ class Pipeline:
             for w in [*watchers, *workers, stopping]:
                 w.cancel()
             await asyncio.gather(*watchers, *workers, stopping, return_exceptions=True)
-            await self._close_enricher()
+            await self.stage.close()
             log.error(
                 "stopped_fenced",
                 reason=repr(fence.exception()) if not fence.cancelled() else "cancelled",
@@ -297,7 +295,7 @@ class Pipeline:
         for w in [*workers, stopping]:
             w.cancel()
         await asyncio.gather(*workers, stopping, return_exceptions=True)
-        await self._close_enricher()
+        await self.stage.close()
         if fence is not None and fence.done():
             # the Lease was lost while draining: what was acked stays for the next leader
             log.error("stopped_fenced", reason="the Lease was lost while draining")
@@ -317,17 +315,14 @@ class Pipeline:
         then ``leader_changed`` when this process leads."""
         scopes = [sc.name for sc in self.scopes]
         extra = {"initial": initial} if initial else {}
-        messages = [process_status(self.converter, "started", scopes=scopes, **extra)]
+        messages = [process_status(self.converter, self.clock, "started", scopes=scopes, **extra)]
         if self.leadership is not None:
             data = {**self.leadership, "checkpoints": self._resumes_from}
             msg_id = f"leader_changed/{data['identity']}/{data['at']}"
             messages.append(self.converter.status("leader_changed", msg_id, data, data["at"]))
         for msg in messages:
-            if self.enricher is not None:
-                # behind the Events the first lists put in the enricher's stage
-                await self.enricher.put_message(msg)
-            else:
-                await enqueue_status(self.queue, msg)
+            # behind the Events the first lists put in the stage
+            await self.stage.put_message(msg)
 
     async def _announce_after(self, by_age: list[Scope]) -> None:
         initial: dict[str, Any] = {}
@@ -337,22 +332,18 @@ class Pipeline:
                 initial[sc.name] = report
         await self._announce(initial)
 
-    async def _close_enricher(self) -> None:
-        if self.enricher is not None:
-            await self.enricher.close()
-
     def _held(self) -> int:
         """Events read and not yet on the queue (waiting for their lookups)."""
-        return len(self.enricher) if self.enricher is not None else 0
+        return len(self.stage)
 
     async def drain(self, timeout: float) -> bool:
         """Queue the ``stopped`` status event, then wait, at most ``timeout`` in all, until
         what was read is acked."""
         publisher = self.publisher
         deadline = self.clock.monotonic() + timeout
-        stopped = process_status(self.converter, "stopped")
+        stopped = process_status(self.converter, self.clock, "stopped")
         try:  # the queue may be full and NATS away: the deadline holds for this too
-            await asyncio.wait_for(enqueue_status(self.queue, stopped), timeout)
+            await self.clock.wait_for(self.stage.put_status(stopped), timeout)
         except TimeoutError:
             pass
         while len(self.queue) or self._held() or publisher.busy:

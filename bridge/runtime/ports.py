@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from bridge.core.checkpoints import Checkpoint
 from bridge.core.events import Event
 from bridge.core.messages import Message, Outgoing
+from bridge.core.progress import Entry
 from bridge.core.queueing import BoundedQueue
 from bridge.core.resources import Resource
 
@@ -117,6 +118,40 @@ class Sink(Protocol):
     async def degradation(self, degraded: bool, data: dict[str, Any]) -> None:
         """The API server's breaker opened (degraded) or closed (recovered)."""
         ...
+
+
+class Stage(Protocol):
+    """Where the intake hands each accepted Event, in stream order, with its ledger entry: it
+    converts it and puts it on the publisher's queue, in the same order (``bridge.runtime.
+    staging.Converting``; ``bridge.runtime.enriching.Enricher`` looks values up first). An
+    Event it can not convert is skipped, counted and its entry settled."""
+
+    def put_nowait(self, ev: Event, entry: Entry, size: int) -> bool:
+        """Take the Event if there is room now; False (not taken) when full: then ``put``."""
+        ...
+
+    async def put(self, ev: Event, entry: Entry, size: int) -> None:
+        """Take the Event; waits while the stage (or the queue) is full."""
+        ...
+
+    async def put_message(self, msg: Message) -> None:
+        """A status event that keeps its place behind the Events put before it."""
+        ...
+
+    async def put_status(self, msg: Message, entry: Entry | None = None) -> None:
+        """A status event straight to the queue, ahead of Events still in the stage; with an
+        ``entry`` it holds the checkpoint until stored (the gap)."""
+        ...
+
+    async def run(self) -> None:
+        """Move what was put to the queue, until cancelled."""
+        ...
+
+    def __len__(self) -> int:
+        """Events taken and not yet on the queue."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class Publisher(Protocol):

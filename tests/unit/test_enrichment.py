@@ -10,6 +10,7 @@ import pytest
 
 from bridge import errors
 from bridge.core import events
+from bridge.core.clock import Clock
 from bridge.core.converting import Converter
 from bridge.core.enrichment import (
     INVALID,
@@ -28,9 +29,11 @@ from bridge.metrics import Metrics
 from bridge.runtime import namespaces
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.intake import Intake
+from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents
 from tests.support import Ever, FakeSource
+from tests.virtualtime import LOOP, virtual_time
 
 TEMPLATE = "{cluster}.{team}.{namespace}.{kind}.{reason}"
 
@@ -179,20 +182,21 @@ def cluster(reader: Reader) -> None:
 
 
 class Rig:
-    def __init__(self, s: Settings, reader: Reader) -> None:
+    def __init__(self, s: Settings, reader: Reader, clock: Clock = LOOP) -> None:
         self.metrics = Metrics()
         self.queue: BoundedQueue[Any] = BoundedQueue(100, 1 << 20)
         self.converter = Converter("prod", "k8s.events", "structured", s.nats.subject_template)
-        self.enricher = Enricher(s, reader, self.converter, self.queue, self.metrics)
+        out = Converting(self.converter, self.queue, self.metrics)
+        self.enricher = Enricher(s, reader, out, self.metrics, clock)
         self.progress = Progress(0)
         self.intake = Intake(
             "*",
             self.progress,
             Filter(FilterSettings()),
             self.converter,
-            self.queue,
+            self.enricher,
             self.metrics,
-            enricher=self.enricher,
+            clock,
         )
         self.tasks: list[asyncio.Task[Any]] = []
         self.namespace_watch = namespaces.watcher(
@@ -216,7 +220,7 @@ class Rig:
         got = []
         for _ in range(n):
             o = await asyncio.wait_for(self.queue.get(), 30)
-            self.progress.ack(o.entry)
+            o.entry.settle()
             got.append((o.msg.subject, json.loads(o.msg.payload)))
         return got
 
@@ -282,6 +286,7 @@ def test_cache_is_bounded_by_count_and_bytes_and_keeps_stale_values():
 # -- the enricher --------------------------------------------------------------------------------
 
 
+@virtual_time
 async def test_an_event_gets_its_namespace_labels_object_labels_and_top_controller():
     reader = Reader()
     cluster(reader)
@@ -305,6 +310,7 @@ async def test_an_event_gets_its_namespace_labels_object_labels_and_top_controll
     assert env.attributes["team"] == "payments"
 
 
+@virtual_time
 async def test_one_read_per_object_however_many_events_and_cached_after():
     reader = Reader()
     cluster(reader)
@@ -324,6 +330,7 @@ async def test_one_read_per_object_however_many_events_and_cached_after():
         assert hits >= 1
 
 
+@virtual_time
 async def test_a_hung_api_server_holds_no_event_beyond_the_lookup_timeout():
     """Reads that never answer: each Event goes out marked object:timeout, none is lost, the
     order is kept, and the Events behind the first wait no longer than it did."""
@@ -344,6 +351,7 @@ async def test_a_hung_api_server_holds_no_event_beyond_the_lookup_timeout():
     assert reader.most_in_flight <= 2
 
 
+@virtual_time
 async def test_an_unreachable_api_server_pauses_reads_and_events_go_out_at_once():
     reader = Reader()
     cluster(reader)
@@ -380,6 +388,7 @@ async def test_an_unreachable_api_server_pauses_reads_and_events_go_out_at_once(
         (errors.KubeError("internal error", status=500), "error"),
     ],
 )
+@virtual_time
 async def test_a_refused_read_publishes_the_event_marked(fail, why):
     reader = Reader()
     cluster(reader)
@@ -392,6 +401,7 @@ async def test_a_refused_read_publishes_the_event_marked(fail, why):
     assert reader.reloads == (1 if isinstance(fail, errors.Unauthorized) else 0)
 
 
+@virtual_time
 async def test_an_object_of_that_name_but_another_uid_is_not_the_events_object():
     reader = Reader()
     cluster(reader)
@@ -403,6 +413,7 @@ async def test_an_object_of_that_name_but_another_uid_is_not_the_events_object()
     assert all("app" not in ce for _, ce in got)
 
 
+@virtual_time
 async def test_an_owner_that_can_not_be_read_leaves_the_last_known_controller_as_top():
     reader = Reader()
     cluster(reader)
@@ -414,6 +425,7 @@ async def test_an_owner_that_can_not_be_read_leaves_the_last_known_controller_as
     assert ce["k8senrichmissing"] == "owner:notfound" and ce["app"] == "web"
 
 
+@virtual_time
 async def test_a_kind_not_read_and_an_event_naming_another_namespace_are_marked():
     reader = Reader()
     cluster(reader)
@@ -463,6 +475,7 @@ async def test_a_410_on_the_namespace_watch_relists():
             await asyncio.sleep(0.01)
 
 
+@virtual_time
 async def test_a_conversion_failure_after_the_wait_marks_its_entry_done():
     reader = Reader()
     cluster(reader)

@@ -18,6 +18,7 @@ from tests.support import eventually
 from tests.unit.test_enrichment import Reader, Rig, cluster, event, obj, settings
 from tests.unit.test_pipeline import KEY, MemoryPublisher, MemorySource, MemoryStore
 from tests.unit.test_pipeline import event as pipeline_event
+from tests.virtualtime import LOOP, virtual_time
 
 # Review: an Event the enricher has taken out of its stage (waiting for its lookups) is
 # counted nowhere, so a graceful stop's drain ends before it is published.
@@ -33,8 +34,9 @@ def pipeline(s: Settings, source, publisher, store, reader) -> Pipeline:
         publisher=publisher,
         store=store,
         metrics=Metrics(),
-        health=Health(60.0),
+        health=Health(60.0, clock=LOOP),
         reader=reader,
+        clock=LOOP,
     )
 
 
@@ -53,6 +55,7 @@ def enriched_pipeline(source, publisher, store, reader, drain_timeout=5.0) -> Pi
     return pipeline(settings, source, publisher, store, reader)
 
 
+@virtual_time
 async def test_drain_waits_for_the_event_the_enricher_holds():
     reader = Reader()
     reader.hang.clear()  # the object read hangs: the Event waits its lookup_timeout (1 s)
@@ -93,6 +96,7 @@ class SlowReader(Reader):
         raise errors.NotFound("nope")
 
 
+@virtual_time
 async def test_read_tasks_are_bounded():
     reader = SlowReader()
     cluster(reader)
@@ -109,7 +113,7 @@ async def test_read_tasks_are_bounded():
         async def drain():
             for _ in range(n):
                 o = await rig.queue.get()
-                rig.progress.ack(o.entry)
+                o.entry.settle()
 
         async def watch():
             nonlocal most_tasks, most_chains
@@ -202,6 +206,7 @@ class Reader401(Reader):
         raise errors.ConfigError("kubernetes credentials: token file empty")
 
 
+@virtual_time
 async def test_a_failed_read_shared_by_two_chains_does_not_stop_the_stage():
     reader = Reader401()
     reader.namespaces = []
@@ -230,6 +235,7 @@ async def test_a_failed_read_shared_by_two_chains_does_not_stop_the_stage():
         print([ce.get("k8senrichmissing") for _, ce in got])
 
 
+@virtual_time
 async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
     from bridge.settings import Settings
     from tests.unit.test_pipeline import MemoryPublisher, MemorySource, MemoryStore
@@ -288,6 +294,7 @@ async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
 # the same fresh cache entry and never reads the new object.
 
 
+@virtual_time
 async def test_a_recreated_object_is_read_again():
     reader = Reader()
     cluster(reader)
@@ -318,6 +325,7 @@ async def test_a_recreated_object_is_read_again():
 # enricher's stage: it is published before them, not after as README/design say.
 
 
+@virtual_time
 async def test_started_follows_the_first_list_with_enrich():
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     listed = []
@@ -359,6 +367,7 @@ async def test_started_follows_the_first_list_with_enrich():
 # nobody asking.
 
 
+@virtual_time
 async def test_object_only_enrichment_keeps_running():
     reader = Reader()
     source = MemorySource([], 10, [pipeline_event("c", 11)])
@@ -409,6 +418,7 @@ async def test_a_forbidden_namespace_list_does_not_hold_every_event():
 # time (the mismatch is never remembered): one GET per Event, whatever cache_ttl says.
 
 
+@virtual_time
 async def test_a_stale_uid_is_read_once_per_ttl_not_once_per_event():
     reader = Reader()
     cluster(reader)
@@ -422,6 +432,7 @@ async def test_a_stale_uid_is_read_once_per_ttl_not_once_per_event():
     assert n <= 2
 
 
+@virtual_time
 async def test_a_worker_that_ends_by_itself_stops_the_bridge_as_a_failure():
     """Every task of the pipeline runs until the stop: one that returns (as the namespace
     task did with nothing to watch) is a failure, never a clean stop with exit 0."""

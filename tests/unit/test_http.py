@@ -180,7 +180,7 @@ async def test_an_answer_is_sent_whole_before_the_connection_is_let_go(server):
     descriptor after close() (how much that is depends on the kernel's buffers, so the
     setting itself is checked here, the behaviour by the test above)."""
     _, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    await http.HttpServer._send(writer, http._Reply(200, http.TEXT, b"ok\n"))
+    await server._send(writer, http._Reply(200, http.TEXT, b"ok\n"))
     assert writer.transport.get_write_buffer_limits() == (0, 0)
     writer.close()
 

@@ -12,8 +12,11 @@ from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake
+from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
+
+CONVERTER = Converter("c", "k8s.events", "structured")
 
 
 def intake(**filter_settings):
@@ -25,8 +28,8 @@ def intake(**filter_settings):
             "*",
             p,
             Filter(FilterSettings(**filter_settings)),
-            Converter("c", "k8s.events", "structured"),
-            q,
+            CONVERTER,
+            Converting(CONVERTER, q, m),
             m,
         ),
         p,
@@ -51,7 +54,7 @@ async def test_published_item_holds_the_checkpoint_until_acked():
     await it.items([("ADDED", ev(5), 5)])
     assert p.safe_rv == 1 and len(q) == 1
     out = q.get_nowait()
-    p.ack(out.entry)
+    out.entry.settle()
     assert p.safe_rv == 5
 
 
@@ -68,7 +71,7 @@ async def test_item_that_breaks_the_converter_is_skipped_and_counted():
     await it.items([("ADDED", ev(7, involvedObject=["odd"], reason={"x": 1}), 7)])
     assert len(q) == 1  # the second still converts: odd fields become empty tokens
     assert m.skipped.labels("invalid_event")._value.get() == 1
-    p.ack(q.get_nowait().entry)
+    q.get_nowait().entry.settle()
     assert p.safe_rv == 7
 
 
@@ -140,8 +143,8 @@ async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event
         "*",
         progress,
         Filter(FilterSettings()),
-        Converter("c", "k8s.events", "structured"),
-        queue,
+        CONVERTER,
+        Converting(CONVERTER, queue, m),
         m,
     )
     watcher = Watcher(
@@ -166,7 +169,7 @@ async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event
     if outs:  # acks in any order: the checkpoint stops before the one not acked yet
         k = len(outs) // 2
         for o in outs[:k] + outs[k + 1 :]:
-            progress.ack(o.entry)
+            o.entry.settle()
         assert progress.safe_rv == (wanted[k - 1] if k else 10)
-        progress.ack(outs[k].entry)
+        outs[k].entry.settle()
         assert progress.safe_rv == wanted[-1]

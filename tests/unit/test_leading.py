@@ -13,6 +13,7 @@ from bridge.core.clock import Clock, ManualClock
 from bridge.core.leases import LeaseRecord, micro_time
 from bridge.runtime.leading import Elector, LeadershipLost
 from bridge.settings import LeaderElectionSettings
+from tests.virtualtime import LOOP, virtual_time
 
 
 class Leases:
@@ -143,8 +144,10 @@ async def test_two_racing_for_a_missing_lease_one_wins():
     assert store.holder() in ("a", "b") and len(store.writes) == 1
 
 
+@virtual_time
 async def test_a_hung_api_server_does_not_keep_a_leader_past_its_renew_deadline():
-    """Requests that never answer are cut off at the deadline (real time, short durations)."""
+    """Requests that never answer are cut off at the deadline (the clock's timeout, on the
+    loop's virtual time)."""
     store = Leases()
     fast = LeaderElectionSettings(
         enabled=True,
@@ -153,7 +156,7 @@ async def test_a_hung_api_server_does_not_keep_a_leader_past_its_renew_deadline(
         renew_deadline=1.0,
         retry_period=0.2,
     )
-    a = Elector(store, fast, identity="a", namespace="ns")
+    a = Elector(store, fast, identity="a", namespace="ns", clock=LOOP)
     await a.acquire()
 
     async def hang(namespace, name):

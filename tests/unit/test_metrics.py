@@ -94,7 +94,7 @@ def test_every_skip_reason_in_the_code_starts_at_zero():
 
     bridge = Path(__file__).resolve().parents[2] / "bridge"
     found = set()
-    for name in ("runtime/watching.py", "runtime/intake.py", "kube/lines.py", "kube/paging.py"):
+    for name in ("runtime/watching.py", "runtime/staging.py", "kube/lines.py", "kube/paging.py"):
         text = (bridge / name).read_text()
         found |= set(re.findall(r'(?:_bad|skipped)\(\s*"(\w+)"', text))
         found |= set(re.findall(r'skipped\.labels\(\s*"(\w+)"', text))

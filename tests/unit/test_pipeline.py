@@ -22,6 +22,7 @@ from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
 from tests.support import OPEN, Ever, FakeSource, NotMet, eventually
+from tests.virtualtime import LOOP, virtual_time
 
 KEY = checkpoint_key("c", None)
 
@@ -82,7 +83,7 @@ class MemoryPublisher:
             if out.msg.msg_id in self.hold:
                 self.held.append(out)
             elif out.entry is not None:
-                out.entry.progress.ack(out.entry)
+                out.entry.settle()
 
     async def reap(self) -> None:
         await asyncio.Event().wait()
@@ -134,7 +135,8 @@ def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:
         publisher=pub,
         store=st,
         metrics=Metrics(),
-        health=Health(60.0),
+        health=Health(60.0, clock=LOOP),
+        clock=LOOP,
     )
 
 
@@ -147,6 +149,7 @@ async def run_until(p: Pipeline, done, stop: asyncio.Event) -> int:
     return await asyncio.wait_for(task, 10)
 
 
+@virtual_time
 async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
     source = MemorySource([event("a", 5), event("b", 8)], 10, [event("c", 11), event("d", 12)])
     publisher, store = MemoryPublisher(), MemoryStore()
@@ -166,6 +169,7 @@ async def test_a_stop_drains_then_saves_the_last_acked_resource_version():
     assert p.scopes[0].saved == 12
 
 
+@virtual_time
 async def test_an_unacked_event_holds_the_checkpoint_through_the_drain_timeout():
     source = MemorySource([event("a", 5)], 10, [event("c", 11), event("d", 12)])
     publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore()
@@ -177,6 +181,7 @@ async def test_an_unacked_event_holds_the_checkpoint_through_the_drain_timeout()
     assert all(rv <= 10 for _, rv in store.writes)
 
 
+@virtual_time
 async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
     source = MemorySource([event("a", 5)], 10, [event("e", 21)])
     publisher, store = MemoryPublisher(), MemoryStore({KEY: 20})
@@ -187,6 +192,7 @@ async def test_a_scope_with_a_checkpoint_watches_from_it_without_a_list():
     assert store.saved == {KEY: 21}
 
 
+@virtual_time
 async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_acked():
     source = MemorySource([event("a", 5)], 10, [])
     publisher, store = MemoryPublisher(fail=RuntimeError("broken")), MemoryStore({KEY: 3})
@@ -196,6 +202,7 @@ async def test_a_failed_task_ends_the_run_with_exit_code_1_and_saves_what_was_ac
     assert store.saved == {KEY: 3}  # nothing was acked: the checkpoint did not move
 
 
+@virtual_time
 async def test_a_gap_holds_the_checkpoint_until_stored_and_is_found_again_after_a_restart():
     """History compacted while away: the watch from the checkpoint gets 410, the relist
     publishes what is newer and a gap. While the gap is not stored, the checkpoint stays
@@ -241,6 +248,7 @@ def test_readiness_is_per_scope():
     ]
 
 
+@virtual_time
 async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fail():
     from bridge.core.progress import Progress
     from bridge.runtime.checkpointing import Checkpointer, Scope
@@ -272,12 +280,12 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     e = progress.pending(11)
     assert lag() == 0.0  # just now
     now[0] += 0.5
-    progress.ack(e)
+    e.settle()
     await cp.save_all()
     assert lag() == 0.0 and store.saved == {KEY: 11}
     store.failing = True  # read and acked, but the checkpoint can not be written
     watcher.rv = 12
-    progress.ack(progress.pending(12))
+    progress.pending(12).settle()
     lag()
     for _ in range(5):
         now[0] += 1
@@ -288,6 +296,7 @@ async def test_checkpoint_lag_stays_0_on_a_quiet_scope_and_grows_while_saves_fai
     assert lag() == 0.0 and store.saved == {KEY: 12}
 
 
+@virtual_time
 async def test_a_lost_lease_stops_everything_at_once_and_writes_no_checkpoint():
     """The leader election's hold ends (renew deadline passed): the pipeline stops without a
     drain, publishes nothing more (no `stopped`), and does not write the checkpoint again."""
@@ -317,6 +326,7 @@ def test_a_standby_is_ready_with_no_scope_while_nats_is():
     assert health.problems() == ["NATS has been unreachable for 61s"]
 
 
+@virtual_time
 async def test_a_lease_lost_while_draining_writes_no_final_checkpoint():
     source = MemorySource([event("a", 5)], 10, [event("c", 11)])
     publisher, store = MemoryPublisher(hold=frozenset({"uid-c/11"})), MemoryStore({KEY: 3})

@@ -17,6 +17,7 @@ from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.intake import Intake
+from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
 from tests.support import FakeSource, Stop
@@ -31,6 +32,8 @@ from tests.unit.test_watching import (
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CUTOFF = "2025-01-01T11:45:00Z"  # NOW less 15m
 WHY = f"older than kubernetes.initial (15m): last occurrence before {CUTOFF}"
+
+CONVERTER = Converter("c", "k8s.events", "structured")
 
 
 def at(seconds_ago: float) -> str:
@@ -118,8 +121,8 @@ async def test_too_old_events_never_reach_the_queue_and_the_checkpoint_moves_pas
         "*",
         progress,
         Filter(FilterSettings()),
-        Converter("c", "k8s.events", "structured"),
-        queue,
+        CONVERTER,
+        Converting(CONVERTER, queue, metrics),
         metrics,
     )
     src = FakeSource(
@@ -132,7 +135,7 @@ async def test_too_old_events_never_reach_the_queue_and_the_checkpoint_moves_pas
         outs.append(out)
     assert [o.msg.msg_id for o in outs] == ["uid-new/50"]
     assert progress.safe_rv is None  # the one published holds it until its ack
-    progress.ack(outs[0].entry)
+    outs[0].entry.settle()
     assert progress.safe_rv == 100  # past the old ones: the list's end
 
 
@@ -144,8 +147,8 @@ async def test_a_first_list_of_only_old_events_publishes_nothing_and_moves_the_c
         "*",
         progress,
         Filter(FilterSettings()),
-        Converter("c", "k8s.events", "structured"),
-        queue,
+        CONVERTER,
+        Converting(CONVERTER, queue, metrics),
         metrics,
     )
     src = FakeSource(lists=[page(100, [ev("old", 40, ago=OLD), ev("old2", 60, ago=OLD)])])
