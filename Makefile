@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo demo-cluster test lint docs unit integration e2e control-plane bench soak model fuzz clean
+.PHONY: demo demo-cluster test quick lint docs unit integration e2e control-plane bench soak model fuzz clean
 
 # The venv from the lock (requirements/, `make lock`): the locked build tools, the locked test
 # set (every file checked against its hash), then the local packages, editable, with nothing
@@ -51,11 +51,13 @@ K8S ?= newest
 demo-cluster: $(BIN)/.installed
 	$(BIN)/python -m tests.e2e.demo_cluster --version $(K8S)
 
-# build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions,
-# the Alertmanager the alerting subscriber's tests send to, promtool (the alert rules' tests)
-# and helm (the chart's), natsauth and the benchmark's Go reference (bench/goref)
+# build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions (the
+# newest with the living cluster: docs/e2e.md), the Alertmanager the alerting subscriber's tests
+# send to, promtool (the alert rules' tests) and helm (the chart's), natsauth and the benchmark's
+# Go reference (bench/goref)
 control-plane:
-	bash e2e/build-control-plane.sh all
+	bash e2e/build-control-plane.sh --living newest
+	bash e2e/build-control-plane.sh oldest
 	bash e2e/build-alertmanager.sh
 	bash e2e/build-go-tool.sh promtool
 	bash e2e/build-go-tool.sh helm
@@ -81,6 +83,11 @@ docs: $(BIN)/.installed
 	$(BIN)/python -m tools.natsperms
 	$(BIN)/python -m tools.perftable
 
+# the fast loop: the linters and the unit tests that start no process (no Go build, no fuzzing:
+# tests/unit/conftest.py fails an unmarked unit test that starts one), under 2 minutes
+quick: lint
+	$(BIN)/pytest -q tests/unit -m "not processes"
+
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit
 
@@ -90,8 +97,11 @@ integration: $(BIN)/.installed
 e2e: $(BIN)/.installed
 	$(BIN)/pytest tests/e2e
 
-test: lint
-	$(BIN)/pytest
+# every check and every test (CI: .ci/run): lint and the tiers side by side, the Go builds in
+# the background meanwhile, each tier started once what it runs is built (tools/testrun.py);
+# ends with one line: N passed, N failed, N skipped. make test [TEST_ARGS="-x"]
+test: $(BIN)/.installed
+	$(BIN)/python -m tools.testrun
 
 # the end-to-end benchmark (docs/performance.md): make bench [BENCH_ARGS="--quick"]
 bench: $(BIN)/.installed

@@ -2,22 +2,29 @@
 # Build the real parts of the e2e tier from the Go module proxy, cached outside the repo and keyed
 # by version:
 #
-#   e2e/build-control-plane.sh [newest|oldest|all|vX.Y.Z ...]      (default: newest)
+#   e2e/build-control-plane.sh [--living] [newest|oldest|all|vX.Y.Z ...]      (default: newest)
 #
-#   $cache/controlplane/kubernetes-<k8s>/bin   kube-apiserver kubectl kube-scheduler
-#                                              kube-controller-manager, and symlinks to:
+#   $cache/controlplane/kubernetes-<k8s>/bin   kube-apiserver kubectl (the control plane), with
+#                                              --living also kube-scheduler kube-controller-manager
+#                                              (the living cluster), and symlinks to:
 #   $cache/controlplane/etcd-<etcd>/bin/etcd
-#   $cache/controlplane/kwok-<kwok>/bin/kwok
+#   $cache/controlplane/kwok-<kwok>/bin/kwok   (--living only)
 #   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
 #
-# The four Kubernetes commands come from k8s.io/kubernetes through a generated wrapper module that
+# Without --living it builds what a control plane runs (etcd, kube-apiserver, kubectl): the e2e
+# tier on the oldest version needs no more (docs/e2e.md says why); the living cluster of
+# tests/e2e/cluster.py (the newest version's tier, make demo-cluster) needs --living.
+#
+# The Kubernetes commands come from k8s.io/kubernetes through a generated wrapper module that
 # replaces every staging module (k8s.io/api, k8s.io/client-go, ...) listed in kubernetes' own
-# go.mod with the published k8s.io/<name> v0.<minor>.<patch>; one `go build` compiles the four,
+# go.mod with the published k8s.io/<name> v0.<minor>.<patch>; one `go build` compiles them,
 # sharing every package. etcd comes from a five-line wrapper main calling etcdmain.Main; kwok is
 # `go install`ed (its go.mod has no replaces). Versions: e2e/versions.env.
 #
-# What is cached and answers --version is not built again. Any failure exits non-zero with a
-# message. stdout: one bin directory per version asked for, in order (the last line is the last).
+# What is cached and answers --version is not built again (a version built with --living serves
+# a plain call too; a plain build asked again with --living builds the four commands). Any
+# failure exits non-zero with a message. stdout: one bin directory per version asked for, in
+# order (the last line is the last).
 # Needs: go (>= the go directive of kubernetes' go.mod), access to the Go module proxy.
 set -euo pipefail
 
@@ -36,6 +43,11 @@ die() { echo "build-control-plane: ERROR: $*" >&2; exit 1; }
 current="setup"
 trap 'rc=$?; [ $rc -eq 0 ] || echo "build-control-plane: FAILED (exit $rc) building $current" >&2' EXIT
 
+living=""
+if [ "${1:-}" = "--living" ]; then living=1; shift; fi
+cmds=(kube-apiserver kubectl)
+[ -z "$living" ] || cmds+=(kube-scheduler kube-controller-manager)
+
 wanted=()
 [ $# -gt 0 ] || set -- newest
 for a in "$@"; do
@@ -49,18 +61,17 @@ for a in "$@"; do
 done
 
 k8s_ok() {
-  local bin="$1"
-  [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ -x "$bin/kube-scheduler" ] \
-    && [ -x "$bin/kube-controller-manager" ] || return 1
-  "$bin/kube-apiserver" --version >/dev/null 2>&1 || return 1
-  "$bin/kubectl" version --client >/dev/null 2>&1 || return 1
-  "$bin/kube-scheduler" --version >/dev/null 2>&1 || return 1
-  "$bin/kube-controller-manager" --version >/dev/null 2>&1 || return 1
+  local bin="$1" c
+  for c in "${cmds[@]}"; do
+    [ -x "$bin/$c" ] || return 1
+    if [ "$c" = kubectl ]; then "$bin/kubectl" version --client >/dev/null 2>&1 || return 1
+    else "$bin/$c" --version >/dev/null 2>&1 || return 1; fi
+  done
 }
 etcd_bin="$cache_root/etcd-${ETCD_VERSION}/bin"
 kwok_bin="$cache_root/kwok-${KWOK_VERSION}/bin"
 etcd_ok() { [ -x "$etcd_bin/etcd" ] && "$etcd_bin/etcd" --version >/dev/null 2>&1; }
-kwok_ok() { [ -x "$kwok_bin/kwok" ] && "$kwok_bin/kwok" --version >/dev/null 2>&1; }
+kwok_ok() { [ -z "$living" ] || { [ -x "$kwok_bin/kwok" ] && "$kwok_bin/kwok" --version >/dev/null 2>&1; }; }
 
 go_ready=""
 need_go() {
@@ -108,7 +119,7 @@ build_kubernetes() {
     for m in "${staging[@]}"; do echo "	$m => $m ${staging_version}"; done
     echo ")"
   } > "$kw/go.mod"
-  local cmds=(kube-apiserver kubectl kube-scheduler kube-controller-manager) pkgs=() c
+  local pkgs=() c
   for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   log "resolving ${cmds[*]} ${version}"
   (cd "$kw" && go get "${pkgs[@]/%/@${version}}") || die "go get of k8s.io/kubernetes ${version} commands failed"
@@ -167,7 +178,7 @@ for version in "${wanted[@]}"; do
   bin="$cache_root/kubernetes-$version/bin"
   k8s_ok "$bin" || { build_kubernetes "$version"; built+=" kubernetes-$version"; }
   ln -sfn "$etcd_bin/etcd" "$bin/etcd"
-  ln -sfn "$kwok_bin/kwok" "$bin/kwok"
+  [ -z "$living" ] || ln -sfn "$kwok_bin/kwok" "$bin/kwok"
   current="kubernetes ${version}"
   k8s_ok "$bin" && etcd_ok && kwok_ok || die "built binaries do not run --version (see $bin)"
 done

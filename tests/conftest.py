@@ -1,5 +1,6 @@
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,39 @@ def run_bridge(tmp_path, nats_server, kubeconfig):
 
 _background: dict[str, tuple[threading.Thread, float]] = {}
 _failed: dict[str, BaseException] = {}
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--go-tools",
+        choices=("any", "none", "only"),
+        default="any",
+        help="select the tests by whether they run a Go tool besides the control plane "
+        "(tests/gotools.py; Alertmanager): none leaves them out, only keeps just them "
+        "(tools/testrun.py runs the two apart, the second once the tools are built)",
+    )
+
+
+def go_tools(item) -> list[str]:
+    """The Go tools a test runs (its module's ``GO_TOOLS``, and alertmanager when its module
+    uses ``Alertmanager``); none for a unit test not marked ``processes`` (it starts no
+    process: tests/unit/conftest.py)."""
+    if item.path.is_relative_to(UNIT) and item.get_closest_marker("processes") is None:
+        return []
+    module = item.module
+    tools = ["alertmanager"] if getattr(module, "Alertmanager", None) else []
+    return tools + [tool for tool in getattr(module, "GO_TOOLS", ()) if tool not in tools]
+
+
+def pytest_collection_modifyitems(config, items):
+    which = config.getoption("--go-tools")
+    if which == "any":
+        return
+    keep = [item for item in items if bool(go_tools(item)) == (which == "only")]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -70,19 +104,17 @@ def pytest_collection_finish(session):
     """Start building what the selected tests run and is not built yet, right after collection,
     in the background: Alertmanager (e2e/build-alertmanager.sh) for a module that uses
     ``Alertmanager``, and the Go tools a module names in ``GO_TOOLS`` (tests/gotools.py:
-    promtool, helm). They build while tests/e2e/conftest.py builds the control plane (the
-    downloads of one overlap the compiles of another: a cold CI run is minutes shorter), and
-    ``pytest_runtestloop`` waits for them before the first test, so no test runs beside a
-    build. All cached: a built tool only answers --version. A failed build fails those tests
-    with its message (never a skip)."""
+    promtool, helm), as ``go_tools`` reads them (none for a unit test not marked
+    ``processes``: ``make quick`` builds nothing). They build while tests/e2e/conftest.py builds
+    the control plane (the downloads of one overlap the compiles of another: a cold CI run is
+    minutes shorter), and ``pytest_runtestloop`` waits for them before the first test, so no
+    test runs beside a build. All cached: a built tool only answers --version. A failed build
+    fails those tests with its message (never a skip)."""
     if session.config.option.collectonly:
         return
-    modules = {item.module for item in session.items}
     wanted: list[str] = []
-    if any(getattr(m, "Alertmanager", None) for m in modules):
-        wanted.append("alertmanager")
-    for m in modules:
-        for tool in getattr(m, "GO_TOOLS", ()):
+    for item in session.items:
+        for tool in go_tools(item):
             if tool not in wanted:
                 wanted.append(tool)
     from tests import gotools

@@ -156,6 +156,8 @@ class LivingCluster(ControlPlane):
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager + kwok and ``nodes``
     fake nodes, all Ready when :meth:`start` returns."""
 
+    LIVING = True
+
     def __init__(self, *, nodes: int = 3, **kwargs: Any) -> None:
         kwargs.setdefault("service_account_admission", True)
         super().__init__(**kwargs)

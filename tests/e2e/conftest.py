@@ -4,11 +4,16 @@ cluster around them (cluster.py), on each Kubernetes version the tier runs on.
 Every e2e test runs once per version in ``selected_versions()`` (by default the newest and the
 oldest pinned in e2e/versions.env; ``K8S_EVENT_BRIDGE_E2E_VERSIONS=newest`` narrows it): the
 session fixture ``kubernetes_version`` is parametrized, and the control-plane fixtures hang off
-it, so a test id ends in ``[v1.37.2]`` or ``[v1.32.13]``.
+it, so a test id ends in ``[v1.37.2]`` or ``[v1.32.9]``. The tests on a living cluster (the
+``living_cluster`` and ``own_living_cluster`` fixtures) run on ``living_versions()`` only, by
+default the newest (``K8S_EVENT_BRIDGE_E2E_LIVING=newest,oldest`` adds the oldest); on the other
+versions they are deselected, with a line saying so (docs/e2e.md says why).
 
 The binaries are built (once, cached) by e2e/build-control-plane.sh right after collection when
-any e2e test is selected, outside pytest-timeout's per-test limit and with the build's progress
-on the terminal. A failed build makes every e2e test fail with the build's output: never a skip.
+any e2e test is selected: the control plane's (etcd, kube-apiserver, kubectl), and the living
+cluster's (kube-scheduler, kube-controller-manager, kwok) for a version whose selected tests
+start one. Outside pytest-timeout's per-test limit and with the build's progress on the
+terminal. A failed build makes every e2e test fail with the build's output: never a skip.
 """
 
 from __future__ import annotations
@@ -25,23 +30,53 @@ from tests.e2e.controlplane import (
     ControlPlane,
     ControlPlaneError,
     ensure_binaries,
+    living_versions,
     selected_versions,
 )
 
 _build: dict[str, Any] = {}
+LIVING_FIXTURES = ("living_cluster", "own_living_cluster")
 
 
-def _wanted(session: pytest.Session) -> list[str]:
-    """The versions of the e2e tests selected (their ``kubernetes_version`` parameter)."""
-    out: list[str] = []
+def _version(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("kubernetes_version") if callspec else None
+
+
+def _living(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in LIVING_FIXTURES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test on a living cluster runs on ``living_versions()`` only; deselected elsewhere."""
+    living = living_versions()
+    keep, drop = [], []
+    for item in items:
+        version = _version(item)
+        off = item.get_closest_marker("e2e") and _living(item) and version and version not in living
+        (drop if off else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            versions = sorted({str(_version(item)) for item in drop})
+            tr.write_line(
+                f"e2e: {len(drop)} tests on a living cluster deselected on {', '.join(versions)} "
+                f"(they run on {', '.join(living)}; docs/e2e.md)"
+            )
+
+
+def _wanted(session: pytest.Session) -> dict[str, bool]:
+    """The versions of the e2e tests selected (their ``kubernetes_version`` parameter), each
+    with whether one of them starts a living cluster."""
+    out: dict[str, bool] = {}
     for item in session.items:
         if not item.get_closest_marker("e2e"):
             continue
-        callspec = getattr(item, "callspec", None)
-        version = callspec.params.get("kubernetes_version") if callspec else None
+        version = _version(item)
         for v in [version] if version else selected_versions():
-            if v not in out:
-                out.append(v)
+            out[v] = out.get(v, False) or _living(item)
     return out
 
 
@@ -53,19 +88,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     capman = session.config.pluginmanager.get_plugin("capturemanager")
-    for version in wanted:
+    for version, living in wanted.items():
         if tr is not None:
             tr.write_line(
-                f"e2e: e2e/build-control-plane.sh {version} "
+                f"e2e: e2e/build-control-plane.sh {'--living ' if living else ''}{version} "
                 "(a first build takes minutes; cached after)"
             )
         t0 = time.monotonic()
         try:
             if capman is not None:
                 with capman.global_and_fixture_disabled():
-                    _build[version] = ensure_binaries(version, stream=True)
+                    _build[version] = ensure_binaries(version, stream=True, living=living)
             else:
-                _build[version] = ensure_binaries(version)
+                _build[version] = ensure_binaries(version, living=living)
         except ControlPlaneError as e:
             _build[version] = e
             if tr is not None:
@@ -75,10 +110,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             tr.write_line(f"e2e: binaries in {_build[version]} ({time.monotonic() - t0:.1f}s)")
 
 
-def _bin(version: str) -> Path:
+def _bin(version: str, living: bool = False) -> Path:
     if version not in _build:
         try:
-            _build[version] = ensure_binaries(version)
+            _build[version] = ensure_binaries(version, living=living)
         except ControlPlaneError as e:
             _build[version] = e
     found = _build[version]
@@ -131,7 +166,7 @@ def chart_control_plane(control_plane_factory: Callable[..., ControlPlane]) -> C
 def living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
     """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok with three fake
     nodes (cluster.py), one per version for the session."""
-    cluster = LivingCluster(bin_path=_bin(kubernetes_version), version=kubernetes_version)
+    cluster = LivingCluster(bin_path=_bin(kubernetes_version, True), version=kubernetes_version)
     cluster.start()
     yield cluster
     cluster.stop()
@@ -141,7 +176,7 @@ def living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
 def own_living_cluster(kubernetes_version: str) -> Iterator[LivingCluster]:
     """A living cluster of the test's own, stopped at its end: for a test that takes the
     control plane down while the scheduler, the controllers and kwok are running."""
-    cluster = LivingCluster(bin_path=_bin(kubernetes_version), version=kubernetes_version)
+    cluster = LivingCluster(bin_path=_bin(kubernetes_version, True), version=kubernetes_version)
     cluster.start()
     yield cluster
     cluster.stop()

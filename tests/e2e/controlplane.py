@@ -92,15 +92,13 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "build-control-plane.sh"
 VERSIONS_FILE = REPO / "e2e" / "versions.env"
 ADMIN_USER = "e2e-admin"
-BINARIES = (
-    "kube-apiserver",
-    "kubectl",
-    "etcd",
-    "kube-scheduler",
-    "kube-controller-manager",
-    "kwok",
-)
+# what a control plane runs (every e2e test), and what the living cluster adds (cluster.py)
+CONTROL_PLANE_BINARIES = ("kube-apiserver", "kubectl", "etcd")
+LIVING_BINARIES = ("kube-scheduler", "kube-controller-manager", "kwok")
+BINARIES = CONTROL_PLANE_BINARIES + LIVING_BINARIES
 VERSIONS_ENV = "K8S_EVENT_BRIDGE_E2E_VERSIONS"
+# the versions the tier runs the living cluster on (docs/e2e.md: by default the newest only)
+LIVING_ENV = "K8S_EVENT_BRIDGE_E2E_LIVING"
 BRIDGE_NAMESPACE = BRIDGE_SERVICE_ACCOUNT = "k8s-event-bridge"  # as deploy/ names them
 
 
@@ -153,6 +151,16 @@ def selected_versions() -> list[str]:
     return out
 
 
+def living_versions() -> list[str]:
+    """The versions whose e2e tests include the living cluster's (``living_cluster``,
+    ``own_living_cluster``): ``$K8S_EVENT_BRIDGE_E2E_LIVING`` (comma-separated, as
+    ``$K8S_EVENT_BRIDGE_E2E_VERSIONS``), by default the newest only. The oldest version's tier
+    proves the API server's list, watch, 410 and RBAC behaviour; the real scheduler, controllers
+    and kwok's kubelets writing Events are the newest's."""
+    names = os.environ.get(LIVING_ENV, "newest")
+    return [kubernetes_version(name.strip()) for name in names.split(",") if name.strip()]
+
+
 def minor(version: str) -> int:
     """``v1.32.13`` -> 32."""
     return int(version.lstrip("v").split(".")[1])
@@ -168,20 +176,23 @@ def bin_dir(version: str | None = None) -> Path:
     return Path(root) / "controlplane" / f"kubernetes-{version}" / "bin"
 
 
-def binaries_present(version: str | None = None) -> bool:
+def binaries_present(version: str | None = None, living: bool = True) -> bool:
     d = bin_dir(version)
-    return all(os.access(d / name, os.X_OK) for name in BINARIES)
+    names = BINARIES if living else CONTROL_PLANE_BINARIES
+    return all(os.access(d / name, os.X_OK) for name in names)
 
 
-def ensure_binaries(version: str | None = None, stream: bool = False) -> Path:
+def ensure_binaries(version: str | None = None, stream: bool = False, living: bool = False) -> Path:
     """Run e2e/build-control-plane.sh for ``version`` (default: the newest; instant when
-    cached) and return its bin directory.
+    cached) and return its bin directory: the control plane's binaries, with ``living`` the
+    living cluster's too (``--living``).
 
     Raises ControlPlaneError with the end of the build output if the build fails: the e2e tier
     must fail loudly, never skip.
     """
     version = version or kubernetes_version("newest")
-    cmd = ["bash", str(BUILD_SCRIPT), version]
+    names = BINARIES if living else CONTROL_PLANE_BINARIES
+    cmd = ["bash", str(BUILD_SCRIPT), *(["--living"] if living else []), version]
     if stream:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
         err = ""
@@ -193,10 +204,10 @@ def ensure_binaries(version: str | None = None, stream: bool = False) -> Path:
         tail = "\n".join(err.strip().splitlines()[-40:])
         raise ControlPlaneError(
             f"e2e/build-control-plane.sh {version} failed (exit {proc.returncode}); the e2e "
-            f"tier needs {', '.join(BINARIES)}.\n{tail}"
+            f"tier needs {', '.join(names)}.\n{tail}"
         )
     path = Path(lines[-1])
-    for name in BINARIES:
+    for name in names:
         if not os.access(path / name, os.X_OK):
             raise ControlPlaneError(f"build-control-plane.sh reported {path} but {name} is missing")
     return path
@@ -615,6 +626,8 @@ class ControlPlane:
     ``K8S_EVENT_BRIDGE_E2E_KEEP=1`` to keep it, with the etcd and apiserver logs).
     """
 
+    LIVING = False  # the binaries it builds when given none: the living cluster's too?
+
     def __init__(
         self,
         *,
@@ -627,7 +640,7 @@ class ControlPlane:
         service_account_admission: bool = False,
     ) -> None:
         self.version = version or kubernetes_version("newest")
-        self.bin = bin_path or ensure_binaries(self.version)
+        self.bin = bin_path or ensure_binaries(self.version, living=self.LIVING)
         self.dir = Path(tempfile.mkdtemp(prefix="k8s-event-bridge-e2e-"))
         self.certs = Certs(self.dir / "pki")
         self.etcd = Etcd(self.bin / "etcd", self.dir)

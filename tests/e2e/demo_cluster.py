@@ -112,7 +112,7 @@ async def main(version: str, quiet: bool = False) -> int:
             f"kubectl, etcd and kwok for Kubernetes {version}, built once from the Go module "
             f"proxy (the first version about 8 minutes on 2 cores, etcd and kwok included, the "
             f"second about 4 more; cached in {bin_dir(version)}):\n\n"
-            f"    bash {BUILD_SCRIPT.relative_to(REPO)} {version}\n\n"
+            f"    bash {BUILD_SCRIPT.relative_to(REPO)} --living {version}\n\n"
             "(or `make control-plane` for both versions), then run `make demo-cluster` again. "
             "(`make demo` needs none of it.)",
             file=sys.stderr,

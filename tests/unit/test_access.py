@@ -325,6 +325,7 @@ CHART_CASES = [
 
 
 @pytest.mark.parametrize("enrich", CHART_CASES)
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_chart_grants_what_access_computes(tmp_path: Path, enrich: dict[str, Any]) -> None:
     """The chart's ClusterRole <fullname>-enrich holds access.rules of the config it renders
     for the bridge; none at all when that is nothing."""
@@ -334,6 +335,7 @@ def test_the_chart_grants_what_access_computes(tmp_path: Path, enrich: dict[str,
 
 
 @pytest.mark.parametrize("kind", list(LOOKUP_KINDS))
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_charts_kind_table_is_lookup_kinds(tmp_path: Path, kind: str) -> None:
     """Each kind alone: the chart's table (templates/_helpers.tpl) gives the group and
     resource of bridge.settings.LOOKUP_KINDS."""
@@ -353,6 +355,7 @@ def test_the_charts_schema_takes_the_lookup_kinds_and_no_other() -> None:
     assert kinds["items"]["enum"] == list(LOOKUP_KINDS)
 
 
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_chart_refuses_an_unknown_kind_naming_it(tmp_path: Path) -> None:
     done = helm_template(
         tmp_path, {"config": {"enrich": {"object": {"owner_kind": "k", "kinds": ["Ingress"]}}}}
@@ -361,6 +364,7 @@ def test_the_chart_refuses_an_unknown_kind_naming_it(tmp_path: Path) -> None:
     assert "/config/enrich/object/kinds/0" in done.stderr
 
 
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_chart_grants_nothing_without_rbac_create(tmp_path: Path) -> None:
     values = {
         "rbac": {"create": False},
@@ -371,6 +375,7 @@ def test_the_chart_grants_nothing_without_rbac_create(tmp_path: Path) -> None:
     assert not [o for o in objects if o["kind"].startswith("ClusterRole")]
 
 
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_chart_still_refuses_a_plain_secret_next_to_enrichment(tmp_path: Path) -> None:
     values = {
         "config": {
@@ -389,6 +394,7 @@ HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.
                "app.kubernetes.io/version")  # fmt: skip
 
 
+@pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_chart_and_the_component_make_the_same_objects(tmp_path: Path) -> None:
     """The chart given the component's enrich and subject template makes the component's
     ClusterRole and ClusterRoleBinding, field by field, bar Helm's labels."""

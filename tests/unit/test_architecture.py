@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.processes  # lint-imports runs as a child process
+
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 

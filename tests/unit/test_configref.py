@@ -32,6 +32,7 @@ def test_the_generated_files_are_up_to_date() -> None:
     assert not stale, f"{', '.join(stale)} out of date with the settings models: {REGENERATE}"
 
 
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_the_command_finds_the_repository_up_to_date_whatever_the_hash_seed() -> None:
     """``python -m tools.configref --check`` as CI runs it; another hash seed changes nothing
     (the output is deterministic)."""

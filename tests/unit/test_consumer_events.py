@@ -207,6 +207,7 @@ def test_a_message_that_is_not_the_bridges_is_refused_naming_why(
         decode("k8s.events.x", headers, raw)
 
 
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_the_kit_imports_without_the_bridge_or_its_runtime_dependencies() -> None:
     """A subscriber installs k8s-event-bridge-consumer alone: nats-py and cloudevents (nats-py
     itself imports aiohttp when it is installed, for websockets: not checked)."""

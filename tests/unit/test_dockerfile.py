@@ -522,7 +522,7 @@ MANIFESTS = [
         for p in sorted((ROOT / "deploy" / "consumers").glob("*.yaml"))
         if _from_file(p)
     ),
-    pytest.param(_helm_rendered, id="helm-chart"),
+    pytest.param(_helm_rendered, id="helm-chart", marks=pytest.mark.processes),
 ]
 
 
@@ -551,7 +551,7 @@ def test_manifests_run_the_image_read_only_as_its_user_with_a_writable_tmp(
     "load",
     [
         pytest.param(lambda: _from_file(ROOT / "deploy" / "deployment.yaml"), id="kustomize"),
-        pytest.param(_helm_rendered, id="helm-chart"),
+        pytest.param(_helm_rendered, id="helm-chart", marks=pytest.mark.processes),
     ],
 )
 def test_the_bridge_deployment_runs_the_entrypoint_with_the_cmd(load: Any, final: Stage) -> None:

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.processes  # the fuzzer runs as a child process (tests/unit/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 15
 

@@ -6,6 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.processes  # each test imports in a fresh interpreter
+
 
 def _run(code: str) -> str:
     out = subprocess.run(

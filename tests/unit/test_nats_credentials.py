@@ -265,6 +265,7 @@ def test_check_config_refuses_bad_credentials_with_exit_2(
 @pytest.mark.parametrize(
     "program", ["k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation"]
 )
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_run_with_a_creds_file_without_a_jwt_exits_2_at_once(tmp_path: Path, program: str) -> None:
     """nats-py's own reader loops for ever on a seed block without a JWT block (the event loop
     blocked, no probe answered): the file is refused before it is ever handed to nats-py."""

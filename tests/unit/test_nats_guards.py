@@ -77,6 +77,7 @@ def test_options_print_no_secret() -> None:
     assert "pw-Sentinel" not in text and "tok-Sentinel" not in text
 
 
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_nkeys_is_loaded_only_by_those_who_use_nkeys() -> None:
     """PyNaCl, under nkeys, costs 2.3 MB resident: the bridge and the subscribers load it only
     to read an NKey seed or a .creds file."""

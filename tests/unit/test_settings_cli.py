@@ -51,6 +51,7 @@ def run_cli(*args, env=None):
         ("", {"BRIDGE_KUBERNETES__NAMESPACES": "default"}, "lists from the environment are JSON"),
     ],
 )
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_bad_config_exits_2_and_names_the_key(tmp_path, yaml_text, env, names):
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml_text)
@@ -60,6 +61,7 @@ def test_bad_config_exits_2_and_names_the_key(tmp_path, yaml_text, env, names):
         assert names in proc.stderr
 
 
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_missing_config_file_that_was_asked_for_exits_2(tmp_path):
     proc = run_cli("run", "--config", str(tmp_path / "nope.yaml"))
     assert proc.returncode == 2 and "nope.yaml: no such file" in proc.stderr
@@ -167,6 +169,7 @@ def _helm_values_config() -> str:
 
 
 @pytest.mark.parametrize("shipped", [_configmap_config, _helm_values_config])
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_shipped_deploy_config_passes_check_config_with_leader_election(tmp_path, shipped):
     """deploy/ and the chart run two replicas: their config must turn leader election on."""
     path = tmp_path / "bridge.yaml"
