@@ -1,7 +1,7 @@
 """Saving how far each watch scope got: its safe resourceVersion, into the checkpoint store.
 
-The safe resourceVersion (``core.progress``) only moves past what JetStream acked or the
-filter dropped, so saving it never skips an Event. Saved at most every
+The safe resourceVersion (``core.progress``) keeps the checkpoint rule (docs/design.md, "The
+checkpoint rule"), so saving it never skips an Event. Saved at most every
 ``checkpoint.interval``, only when it moved, and once more on stop.
 """
 
