@@ -362,7 +362,8 @@ async def test_started_follows_the_first_list_with_enrich():
 
 
 # Review: with enrich.object only (no namespace label or annotation), the namespace task
-# (then Enricher.run_namespaces) returned at once; Pipeline.run counts that worker's end as
+# (then Enricher.run_namespaces, now the namespace Watcher) returned at once; Pipeline.run
+# counts that worker's end as
 # 'a task finished' and stops the whole bridge with exit 0, seconds after it started, with
 # nobody asking.
 

@@ -17,6 +17,7 @@ from bridge.metrics import Metrics
 from bridge.runtime import namespaces
 from bridge.runtime.enriching import Enricher
 from bridge.runtime.health import Health
+from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings, Settings
 from tests.support import FakeSource
@@ -39,7 +40,8 @@ def watcher(source, **kubernetes):
     s = Settings(enrich={"namespace": {"labels": {"team": "team"}}}, kubernetes=kubernetes)
     metrics = Metrics()
     converter = Converter("c", "k8s.events", "structured", s.nats.subject_template)
-    enricher = Enricher(s, Reader(), converter, BoundedQueue(10, 1 << 20), metrics, clock=clock)
+    out = Converting(converter, BoundedQueue(10, 1 << 20), metrics)
+    enricher = Enricher(s, Reader(), out, metrics, clock=clock)
     w = namespaces.watcher(source, enricher, s.kubernetes, metrics, clock)
     return w, enricher, metrics, clock
 
