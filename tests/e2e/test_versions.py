@@ -1,7 +1,8 @@
 """What the bridge relies on, or could be tempted to, checked on each Kubernetes version of the
 tier, with what differs between the oldest (1.32) and the newest (1.37) named.
 
-Measured on v1.32.9 and v1.37.2 (the whole e2e tier runs on both; these tests pin the points):
+Measured on v1.32.9 and v1.37.2 (the e2e tier runs on both, the living cluster on the newest; these
+tests pin the points):
 
 * **Field selectors on Events**: the same on both. Every form the bridge pushes to the server
   (``server_field_selector``: ``reason=``, ``reason!=``, ``type=``, ``involvedObject.kind=``,
