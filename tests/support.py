@@ -22,15 +22,20 @@ The helpers the demo, the benchmark or the soak also need live in ``k8s_event_si
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from bench.procs import memory_kb
+from bridge.core import events
+from bridge.core.converting import Converter
 from bridge.core.resources import EVENTS, Resource
 from bridge.kube import lines as watch_lines
 from bridge.kube import paging
@@ -48,11 +53,15 @@ __all__ = [
     "NotMet",
     "Stop",
     "Workload",
+    "as_event",
+    "cloudevent",
+    "event",
     "eventually",
     "eventually_sync",
     "free_port",
     "make_event",
     "rss_kib",
+    "watch_line",
     "write_kubeconfig",
 ]
 
@@ -99,6 +108,108 @@ class LeasingSim(SimApiServer):
         body["metadata"].update(namespace=namespace, resourceVersion=str(self.lease_rv))
         self.leases[key] = body
         return web.json_response(body, status=201 if request.method == "POST" else 200)
+
+
+# --- Event builders
+#
+# ``event(...)`` is the one hand-set core/v1 Event of the unit tests: the fields a test names,
+# nothing drawn, nothing it did not ask for. The realistic ones, drawn from a seed, are
+# ``make_event`` and ``Workload`` (k8s_event_sim.workload), as the integration tests write them;
+# both give the same shape (a dict as the API server returns it), and the views below take
+# either.
+
+Time = str | datetime
+
+
+def _time(t: Time) -> str:
+    return t if isinstance(t, str) else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event(
+    name: str = "web-1",
+    rv: int | str = 1,
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    reason: str = "BackOff",
+    type: str = "Warning",
+    kind: str = "Pod",
+    involved: str | None = None,
+    involved_object: dict[str, Any] | None = None,
+    count: int | None = None,
+    series: dict[str, Any] | None = None,
+    first: Time | None = None,
+    last: Time | None = None,
+    event_time: Time | None = None,
+    created: Time | None = None,
+    message: str | None = None,
+    meta: dict[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A core/v1 Event as a watch gives it: ``name`` in ``namespace``, uid ``uid-<name>``
+    unless given, resourceVersion ``rv``, of ``kind``/``involved`` (by default the name before
+    its first dot, as the recorder names Events) with the ``involved_object`` keys added.
+
+    ``count``, ``series``, the times (``first``/``last``: first/lastTimestamp, ``event_time``,
+    ``created``: metadata.creationTimestamp; a datetime is written as Kubernetes writes whole
+    seconds) and ``message`` are there only when given; ``meta`` adds keys to metadata;
+    ``fields`` set top-level keys last, as given (a whole ``metadata``, a hostile shape, None)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}" if uid is None else uid,
+        "resourceVersion": str(rv),
+    }
+    if created is not None:
+        metadata["creationTimestamp"] = _time(created)
+    metadata.update(meta or {})
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": metadata,
+        "involvedObject": {
+            "kind": kind,
+            "name": name.split(".", 1)[0] if involved is None else involved,
+            **(involved_object or {}),
+        },
+        "reason": reason,
+        "type": type,
+    }
+    optional = {
+        "message": message,
+        "count": count,
+        "series": series,
+        "firstTimestamp": None if first is None else _time(first),
+        "lastTimestamp": None if last is None else _time(last),
+        "eventTime": None if event_time is None else _time(event_time),
+    }
+    obj.update({k: v for k, v in optional.items() if v is not None})
+    obj.update(fields)
+    return obj
+
+
+def as_event(obj: dict[str, Any]) -> events.Event:
+    """The bridge's view of an Event dict (``bridge.core.events.Event``), as a watch reads it."""
+    return events.from_obj(obj)
+
+
+def watch_line(obj: dict[str, Any], type_: str = "ADDED") -> bytes:
+    """One line of a watch: ``{"type": type_, "object": obj}``."""
+    return msgspec.json.encode({"type": type_, "object": obj})
+
+
+def cloudevent(
+    obj: dict[str, Any],
+    *,
+    cluster: str = "prod-eu-1",
+    **extensions: Any,
+) -> dict[str, Any]:
+    """The structured CloudEvent the bridge's converter writes for the Event ``obj`` (the
+    documented form), with ``extensions`` set on it as a publisher could."""
+    msg = Converter(cluster, "k8s.events", "structured").convert(obj)
+    doc: dict[str, Any] = json.loads(msg.payload)
+    doc.update(extensions)
+    return doc
 
 
 # --- fakes of the watch port

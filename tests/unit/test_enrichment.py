@@ -32,6 +32,7 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents
+from tests import support
 from tests.support import Ever, FakeSource
 from tests.virtualtime import LOOP, virtual_time
 
@@ -148,25 +149,15 @@ def ns(name: str, **labels: str) -> dict[str, Any]:
 
 
 def event(name: str, pod: str, *, uid: str = "", rv: int = 1, namespace: str = "shop", **inv):
-    return events.from_obj(
-        {
-            "metadata": {
-                "uid": f"e-{name}",
-                "resourceVersion": str(rv),
-                "namespace": namespace,
-                "name": name,
-            },
-            "reason": "BackOff",
-            "type": "Warning",
-            "involvedObject": {
-                "kind": "Pod",
-                "name": pod,
-                "namespace": namespace,
-                "uid": uid,
-                "apiVersion": "v1",
-                **inv,
-            },
-        }
+    return support.as_event(event_obj(name, pod, uid=uid, rv=rv, namespace=namespace, **inv))
+
+
+def event_obj(name: str, pod: str, *, uid: str = "", rv: int = 1, namespace: str = "shop", **inv):
+    """An Event of the Pod ``pod`` (its uid ``uid``), the involved object as the recorder
+    writes it (namespace, uid, apiVersion), ``inv`` added to it."""
+    involved = {"namespace": namespace, "uid": uid, "apiVersion": "v1", **inv}
+    return support.event(
+        name, rv, namespace=namespace, uid=f"e-{name}", involved=pod, involved_object=involved
     )
 
 

@@ -15,7 +15,7 @@ from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
 from tests.support import eventually
-from tests.unit.test_enrichment import Reader, Rig, cluster, event, obj, settings
+from tests.unit.test_enrichment import Reader, Rig, cluster, event, event_obj, obj, settings
 from tests.unit.test_pipeline import KEY, MemoryPublisher, MemorySource, MemoryStore
 from tests.unit.test_pipeline import event as pipeline_event
 from tests.virtualtime import LOOP, virtual_time
@@ -247,23 +247,7 @@ async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
     reader.add("Pod", obj("Pod", "p2", "u2", owner=("ReplicaSet", "rs", "r1")))
 
     def ev(name, pod, uid, rv):
-        return {
-            "metadata": {
-                "name": name,
-                "namespace": "shop",
-                "uid": f"e-{name}",
-                "resourceVersion": str(rv),
-            },
-            "reason": "BackOff",
-            "type": "Warning",
-            "involvedObject": {
-                "kind": "Pod",
-                "name": pod,
-                "namespace": "shop",
-                "uid": uid,
-                "apiVersion": "v1",
-            },
-        }
+        return event_obj(name, pod, uid=uid, rv=rv)
 
     source = MemorySource([], 10, [ev("a", "p1", "u1", 11), ev("b", "p2", "u2", 12)])
     publisher, store = MemoryPublisher(), MemoryStore()

@@ -21,6 +21,7 @@ from bridge.runtime import ports
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
+from tests import support
 from tests.support import OPEN, Ever, FakeSource, NotMet, eventually
 from tests.virtualtime import LOOP, virtual_time
 
@@ -28,17 +29,7 @@ KEY = checkpoint_key("c", None)
 
 
 def event(name: str, rv: int) -> dict:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-        },
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": name},
-    }
+    return support.event(name, rv, namespace="ns")
 
 
 def MemorySource(

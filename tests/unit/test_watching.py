@@ -9,25 +9,16 @@ from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
+from tests import support
 from tests.support import FakeSource, Stop
 
 
 def ev(name, rv, reason="BackOff"):
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-        },
-        "reason": reason,
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": name},
-    }
+    return support.event(name, rv, reason=reason)
 
 
 def line(type_, obj):
-    return msgspec.json.encode({"type": type_, "object": obj})
+    return support.watch_line(obj, type_)
 
 
 def bookmark(rv):
