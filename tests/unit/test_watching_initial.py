@@ -21,9 +21,8 @@ from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
 from tests import support
-from tests.support import FakeSource, Stop
+from tests.support import FakeSource, RecordingSink, Stop
 from tests.unit.test_watching import (
-    RecordingSink,
     expired,
     line,
     page,
