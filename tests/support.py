@@ -3,9 +3,14 @@
 - Events: ``Workload`` (k8s_event_sim.workload) is the one writer of realistic Events, seeded,
   with every version's id in ``ids``; ``Workload(sim)`` writes to the simulated API server
   (the ``sim`` fixture of tests/conftest.py), tests/e2e/writer.py draws the same Events and
-  writes them to a real kube-apiserver. Do not write another Event generator.
-- Port fakes: ``FakeSource`` (the watch port, ``bridge.runtime.ports.ListerWatcher``) answers
-  lists and watches of any resource from scripts, through the real pager and line reader.
+  writes them to a real kube-apiserver. Do not write another Event generator. A unit test's
+  hand-set Event is ``event(name, rv, ...)`` (a core/v1 dict, only the fields asked for);
+  ``as_event`` its bridge view, ``watch_line`` a watch line of it, ``cloudevent`` the
+  structured CloudEvent the converter writes of it. Do not write another Event builder.
+- Port fakes, one per port: ``FakeSource`` (the watch port, ``bridge.runtime.ports.
+  ListerWatcher``) answers lists and watches of any resource from scripts, through the real
+  pager and line reader; ``RecordingSink`` (the sink port), ``MemoryPublisher`` (publish),
+  ``MemoryStore`` (checkpoints), ``Reader`` (the object reader and its Namespaces).
 - Waiting: ``await eventually(check, timeout, what=...)`` until ``check()`` (sync or async)
   is truthy, ``eventually_sync`` without an event loop; never a fixed sleep, never a
   hand-written ``while time.monotonic() < deadline`` loop. A timeout names what it waited for.
@@ -22,16 +27,26 @@ The helpers the demo, the benchmark or the soak also need live in ``k8s_event_si
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from bench.procs import memory_kb
-from bridge.core.resources import EVENTS, Resource
+from bridge import errors
+from bridge.core import events
+from bridge.core.checkpoints import Checkpoint
+from bridge.core.converting import Converter
+from bridge.core.enrichment import object_path
+from bridge.core.messages import Outgoing
+from bridge.core.queueing import BoundedQueue
+from bridge.core.resources import EVENTS, NAMESPACES, Resource
 from bridge.kube import lines as watch_lines
 from bridge.kube import paging
 from k8s_event_sim.apiserver import SimApiServer, status_response
@@ -45,14 +60,22 @@ __all__ = [
     "Ever",
     "FakeSource",
     "LeasingSim",
+    "MemoryPublisher",
+    "MemoryStore",
     "NotMet",
+    "Reader",
+    "RecordingSink",
     "Stop",
     "Workload",
+    "as_event",
+    "cloudevent",
+    "event",
     "eventually",
     "eventually_sync",
     "free_port",
     "make_event",
     "rss_kib",
+    "watch_line",
     "write_kubeconfig",
 ]
 
@@ -99,6 +122,108 @@ class LeasingSim(SimApiServer):
         body["metadata"].update(namespace=namespace, resourceVersion=str(self.lease_rv))
         self.leases[key] = body
         return web.json_response(body, status=201 if request.method == "POST" else 200)
+
+
+# --- Event builders
+#
+# ``event(...)`` is the one hand-set core/v1 Event of the unit tests: the fields a test names,
+# nothing drawn, nothing it did not ask for. The realistic ones, drawn from a seed, are
+# ``make_event`` and ``Workload`` (k8s_event_sim.workload), as the integration tests write them;
+# both give the same shape (a dict as the API server returns it), and the views below take
+# either.
+
+Time = str | datetime
+
+
+def _time(t: Time) -> str:
+    return t if isinstance(t, str) else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event(
+    name: str = "web-1",
+    rv: int | str = 1,
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    reason: str = "BackOff",
+    type: str = "Warning",
+    kind: str = "Pod",
+    involved: str | None = None,
+    involved_object: dict[str, Any] | None = None,
+    count: int | None = None,
+    series: dict[str, Any] | None = None,
+    first: Time | None = None,
+    last: Time | None = None,
+    event_time: Time | None = None,
+    created: Time | None = None,
+    message: str | None = None,
+    meta: dict[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A core/v1 Event as a watch gives it: ``name`` in ``namespace``, uid ``uid-<name>``
+    unless given, resourceVersion ``rv``, of ``kind``/``involved`` (by default the name before
+    its first dot, as the recorder names Events) with the ``involved_object`` keys added.
+
+    ``count``, ``series``, the times (``first``/``last``: first/lastTimestamp, ``event_time``,
+    ``created``: metadata.creationTimestamp; a datetime is written as Kubernetes writes whole
+    seconds) and ``message`` are there only when given; ``meta`` adds keys to metadata;
+    ``fields`` set top-level keys last, as given (a whole ``metadata``, a hostile shape, None)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}" if uid is None else uid,
+        "resourceVersion": str(rv),
+    }
+    if created is not None:
+        metadata["creationTimestamp"] = _time(created)
+    metadata.update(meta or {})
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": metadata,
+        "involvedObject": {
+            "kind": kind,
+            "name": name.split(".", 1)[0] if involved is None else involved,
+            **(involved_object or {}),
+        },
+        "reason": reason,
+        "type": type,
+    }
+    optional = {
+        "message": message,
+        "count": count,
+        "series": series,
+        "firstTimestamp": None if first is None else _time(first),
+        "lastTimestamp": None if last is None else _time(last),
+        "eventTime": None if event_time is None else _time(event_time),
+    }
+    obj.update({k: v for k, v in optional.items() if v is not None})
+    obj.update(fields)
+    return obj
+
+
+def as_event(obj: dict[str, Any]) -> events.Event:
+    """The bridge's view of an Event dict (``bridge.core.events.Event``), as a watch reads it."""
+    return events.from_obj(obj)
+
+
+def watch_line(obj: dict[str, Any], type_: str = "ADDED") -> bytes:
+    """One line of a watch: ``{"type": type_, "object": obj}``."""
+    return msgspec.json.encode({"type": type_, "object": obj})
+
+
+def cloudevent(
+    obj: dict[str, Any],
+    *,
+    cluster: str = "prod-eu-1",
+    **extensions: Any,
+) -> dict[str, Any]:
+    """The structured CloudEvent the bridge's converter writes for the Event ``obj`` (the
+    documented form), with ``extensions`` set on it as a publisher could."""
+    msg = Converter(cluster, "k8s.events", "structured").convert(obj)
+    doc: dict[str, Any] = json.loads(msg.payload)
+    doc.update(extensions)
+    return doc
 
 
 # --- fakes of the watch port
@@ -235,3 +360,174 @@ class FakeSource:
 
     async def reload_credentials(self) -> None:
         self.reloads += 1
+
+
+# --- fakes of the sink port
+
+
+class RecordingSink:
+    """The sink port (``bridge.runtime.ports.Sink``: what a watcher hands on) in memory, the
+    one fake of it: each kind of call in its own list, and ``told``, the status calls (gap,
+    reachability, degradation) in the order they came."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[Any, ...]] = []
+        self.got: list[tuple[str, str, int]] = []  # (watch type, Event name, rv)
+        self.marks: list[int] = []
+        self.gaps: list[tuple[int, int]] = []
+        self.certainty: list[str] = []
+        self.why: list[str] = []
+        self.reach: list[bool] = []
+        self.degraded: list[tuple[bool, Any]] = []
+
+    async def items(self, batch: list[tuple[str, events.Event, int]]) -> None:
+        for watch_type, obj, rv in batch:
+            self.got.append((watch_type, obj.view.metadata.name, rv))
+
+    def mark(self, rv: int) -> None:
+        self.marks.append(rv)
+
+    async def gap(self, from_rv: int, to_rv: int, *, certainty: str, why: str) -> None:
+        self.told.append(("gap", from_rv, to_rv, certainty))
+        self.gaps.append((from_rv, to_rv))
+        self.certainty.append(certainty)
+        self.why.append(why)
+
+    async def reachability(self, reachable: bool, detail: str) -> None:
+        self.told.append(("reachability", reachable, detail))
+        self.reach.append(reachable)
+
+    async def degradation(self, degraded: bool, data: dict[str, Any]) -> None:
+        self.told.append(("degradation", degraded, data))
+        self.degraded.append((degraded, data.get("reason")))
+
+
+# --- fakes of the publish, store and reader ports
+
+
+class MemoryPublisher:
+    """The publish port (``bridge.runtime.ports.Publisher``) in memory, the one fake of it:
+    acks every message at once, except the Events whose ids are held back."""
+
+    def __init__(self, hold: frozenset[str] = frozenset(), fail: Exception | None = None) -> None:
+        self.hold = hold
+        self.fail = fail
+        self.sent: list[str] = []
+        self.held: list[Outgoing] = []
+
+    async def run(self, queue: BoundedQueue[Outgoing]) -> None:
+        while True:
+            out = await queue.get()
+            if self.fail is not None:
+                raise self.fail
+            self.sent.append(out.msg.subject.rsplit(".", 1)[-1] + " " + out.msg.msg_id)
+            if out.msg.msg_id in self.hold:
+                self.held.append(out)
+            elif out.entry is not None:
+                out.entry.settle()
+
+    async def reap(self) -> None:
+        await asyncio.Event().wait()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.held)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.held)
+
+    def oldest_wait(self) -> float:
+        return 0.0
+
+    def sizes(self) -> dict[str, int]:
+        return {"held": len(self.held)}
+
+
+class MemoryStore:
+    """The checkpoint port (``bridge.runtime.ports.CheckpointStore``) in memory, the one fake of
+    it: what is saved, and every write in order."""
+
+    def __init__(self, saved: dict[str, int] | None = None) -> None:
+        self.saved = dict(saved or {})
+        self.writes: list[tuple[str, int]] = []
+
+    async def load(self, key: str) -> Checkpoint | None:
+        rv = self.saved.get(key)
+        return None if rv is None else Checkpoint(rv, None)
+
+    async def save(self, key: str, resource_version: int) -> None:
+        self.writes.append((key, resource_version))
+        self.saved[key] = resource_version
+
+
+class Reader:
+    """The reader port (``bridge.runtime.ports.ObjectReader``) in memory, the one fake of it:
+    the API server's objects and Namespaces; counts reads, can hang or fail."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.namespaces: list[dict[str, Any]] = []
+        self.reads: list[str] = []
+        self.fail: BaseException | None = None
+        self.hang = asyncio.Event()  # set: answers; clear: every read waits
+        self.hang.set()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.watch_lines: asyncio.Queue[list[tuple[str, dict[str, Any]]] | None] = asyncio.Queue()
+        self.lists = 0
+        self.reloads = 0
+        self.rv = 10
+        self.source = FakeSource(
+            lists=[Ever(self.list_namespaces)],
+            watches=[Ever(self.watch_namespaces)],
+            resource=NAMESPACES,
+        )
+
+    async def reload_credentials(self) -> None:
+        self.reloads += 1
+
+    def add(self, kind: str, o: dict[str, Any]) -> None:
+        m = o["metadata"]
+        self.objects[object_path((kind, m.get("namespace", ""), m["name"]))] = o
+
+    async def get_object(self, path: str) -> dict[str, Any]:
+        self.reads.append(path)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.hang.wait()
+            await asyncio.sleep(0)
+            if self.fail is not None:
+                raise self.fail
+            if path not in self.objects:
+                raise errors.NotFound("not found")
+            return self.objects[path]
+        finally:
+            self.in_flight -= 1
+
+    # -- the Namespaces, through the one fake of the watch port (tests/support.py): what each
+    # list and each watch of NAMESPACES answers (a subclass changes these two)
+
+    def list_namespaces(self) -> dict[str, Any]:
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "10"}, "items": list(self.namespaces)}
+
+    def watch_namespaces(self, resource_version: str) -> Any:
+        """Per batch put on ``watch_lines``, one read; None ends the watch. Each change gets
+        the next resourceVersion (they come in order)."""
+
+        async def reads():
+            while True:
+                batch = await self.watch_lines.get()
+                if batch is None:
+                    return
+                out = []
+                for kind, o in batch:
+                    if "metadata" in o:
+                        self.rv += 1
+                        o = {**o, "metadata": {**o["metadata"], "resourceVersion": str(self.rv)}}
+                    out.append(json.dumps({"type": kind, "object": o}).encode())
+                yield out
+
+        return reads()

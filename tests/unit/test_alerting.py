@@ -30,6 +30,7 @@ from k8s_event_consumer.events import (
     decode,
 )
 from k8s_event_consumer.metrics import Metrics
+from tests import support
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 CLUSTER = "prod-eu-1"
@@ -78,30 +79,25 @@ def event_obj(
     message: str = "Back-off restarting failed container",
 ) -> dict[str, Any]:
     """A core/v1 Event as the API returns it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{name}.{uid}",
-            "namespace": namespace,
-            "uid": uid,
-            "resourceVersion": str(rv),
-            "creationTimestamp": _ts(first),
-        },
-        "involvedObject": {
-            "kind": kind,
-            "name": name,
+    return support.event(
+        f"{name}.{uid}",
+        rv,
+        namespace=namespace,
+        uid=uid,
+        reason=reason,
+        type=type_,
+        kind=kind,
+        involved_object={
             "apiVersion": "v1",
             **({"namespace": namespace} if kind != "Node" else {}),
         },
-        "reason": reason,
-        "message": message,
-        "type": type_,
-        "count": count,
-        "firstTimestamp": _ts(first),
-        "lastTimestamp": _ts(last),
-        "source": {"component": "kubelet", "host": "node-1"},
-    }
+        count=count,
+        first=first,
+        last=last,
+        created=first,
+        message=message,
+        source={"component": "kubelet", "host": "node-1"},
+    )
 
 
 def kube_event(mode: str = "structured", **kw: Any) -> KubeEvent:

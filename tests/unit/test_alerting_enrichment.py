@@ -2,8 +2,9 @@
 (``team``, ``ownername``...) copied into the labels of ``KubernetesWarningEvent``, so an
 Alertmanager route can send a team its own alerts. Only the names configured, only values in
 the bridge's shape and of a bounded length; a partial enrichment does not change an alert's
-identity; a changed value resolves the alert under its old labels. The messages are written by
-hand in the documented CloudEvent form, as anyone with publish rights could write them."""
+identity; a changed value resolves the alert under its old labels. The messages are in the
+documented CloudEvent form (tests/support.py's ``cloudevent``) with extensions set on them, as
+anyone with publish rights could write them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from k8s_event_consumer.alerting import settings
 from k8s_event_consumer.alerting.alerts import MAX_LABEL_VALUE, Alert, Rules, State, Stored
 from k8s_event_consumer.events import KubeEvent, decode
+from tests import support
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 GEN = "nats://K8S_EVENTS/k8s-event-alerting"
@@ -31,46 +33,20 @@ class Clock:
         return self.now
 
 
-def _ts(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def event(rv: int, last: datetime = T0, **extensions: Any) -> KubeEvent:
     """A BackOff Event of Pod shop/web-1 as a structured CloudEvent with these extensions."""
-    data = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": "web-1.u",
-            "namespace": "shop",
-            "uid": "u-1",
-            "resourceVersion": str(rv),
-        },
-        "involvedObject": {"kind": "Pod", "name": "web-1", "namespace": "shop"},
-        "reason": "BackOff",
-        "message": "Back-off restarting failed container",
-        "type": "Warning",
-        "count": rv,
-        "firstTimestamp": _ts(T0),
-        "lastTimestamp": _ts(last),
-    }
-    doc = {
-        "specversion": "1.0",
-        "id": f"u-1/{rv}",
-        "source": "k8s://prod-eu-1/namespaces/shop",
-        "type": "io.k8s.event.warning",
-        "subject": "Pod/web-1",
-        "time": _ts(last),
-        "datacontenttype": "application/json",
-        "k8scluster": "prod-eu-1",
-        "k8snamespace": "shop",
-        "k8skind": "Pod",
-        "k8sname": "web-1",
-        "k8sreason": "BackOff",
-        "k8scount": rv,
-        **extensions,
-        "data": data,
-    }
+    obj = support.event(
+        "web-1.u",
+        rv,
+        namespace="shop",
+        uid="u-1",
+        involved_object={"namespace": "shop"},
+        message="Back-off restarting failed container",
+        count=rv,
+        first=T0,
+        last=last,
+    )
+    doc = support.cloudevent(obj, cluster="prod-eu-1", **extensions)
     headers = {"Content-Type": "application/cloudevents+json"}
     ev = decode("k8s.events.x", headers, json.dumps(doc).encode()).event
     assert ev is not None

@@ -20,6 +20,7 @@ from k8s_event_consumer.alerting.running import COUNTERS, METRICS_PREFIX, Alerti
 from k8s_event_consumer.consuming import Delivery
 from k8s_event_consumer.events import Decoded, decode
 from k8s_event_consumer.metrics import Metrics
+from tests import support
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 FORGED = datetime(2099, 1, 1, tzinfo=UTC)
@@ -86,15 +87,11 @@ def dropped(time: datetime, n: int = 0, reason: str = "too_large") -> Any:
 
 
 def event(last: datetime, rv: int = 100) -> Any:
-    obj = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": "web-1.x", "namespace": "shop", "uid": "u-1",
-                     "resourceVersion": str(rv), "creationTimestamp": rfc3339(T0)},
-        "involvedObject": {"kind": "Pod", "name": "web-1", "namespace": "shop"},
-        "reason": "BackOff", "message": "Back-off", "type": "Warning", "count": 2,
-        "firstTimestamp": rfc3339(T0), "lastTimestamp": rfc3339(last),
-    }  # fmt: skip
+    obj = support.event(
+        "web-1.x", rv, namespace="shop", uid="u-1", created=rfc3339(T0),
+        involved_object={"namespace": "shop"}, message="Back-off", count=2,
+        first=rfc3339(T0), last=rfc3339(last),
+    )  # fmt: skip
     msg = Converter(CLUSTER, "k8s.events", "structured").convert(obj)
     return decode(msg.subject, msg.headers, msg.payload).event
 

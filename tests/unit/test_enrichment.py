@@ -24,7 +24,6 @@ from bridge.core.enrichment import (
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
-from bridge.core.resources import NAMESPACES
 from bridge.metrics import Metrics
 from bridge.runtime import namespaces
 from bridge.runtime.enriching import Enricher
@@ -32,7 +31,8 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents
-from tests.support import Ever, FakeSource
+from tests import support
+from tests.support import Reader
 from tests.virtualtime import LOOP, virtual_time
 
 TEMPLATE = "{cluster}.{team}.{namespace}.{kind}.{reason}"
@@ -70,103 +70,20 @@ def obj(kind: str, name: str, uid: str, *, labels=None, owner=None, ns="shop") -
     return {"metadata": meta}
 
 
-class Reader:
-    """The API server's objects and Namespaces, in memory; counts reads, can hang or fail."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.namespaces: list[dict[str, Any]] = []
-        self.reads: list[str] = []
-        self.fail: BaseException | None = None
-        self.hang = asyncio.Event()  # set: answers; clear: every read waits
-        self.hang.set()
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.watch_lines: asyncio.Queue[list[tuple[str, dict[str, Any]]] | None] = asyncio.Queue()
-        self.lists = 0
-        self.reloads = 0
-        self.rv = 10
-        self.source = FakeSource(
-            lists=[Ever(self.list_namespaces)],
-            watches=[Ever(self.watch_namespaces)],
-            resource=NAMESPACES,
-        )
-
-    async def reload_credentials(self) -> None:
-        self.reloads += 1
-
-    def add(self, kind: str, o: dict[str, Any]) -> None:
-        from bridge.core.enrichment import object_path
-
-        m = o["metadata"]
-        self.objects[object_path((kind, m.get("namespace", ""), m["name"]))] = o
-
-    async def get_object(self, path: str) -> dict[str, Any]:
-        self.reads.append(path)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await self.hang.wait()
-            await asyncio.sleep(0)
-            if self.fail is not None:
-                raise self.fail
-            if path not in self.objects:
-                raise errors.NotFound("not found")
-            return self.objects[path]
-        finally:
-            self.in_flight -= 1
-
-    # -- the Namespaces, through the one fake of the watch port (tests/support.py): what each
-    # list and each watch of NAMESPACES answers (a subclass changes these two)
-
-    def list_namespaces(self) -> dict[str, Any]:
-        self.lists += 1
-        return {"metadata": {"resourceVersion": "10"}, "items": list(self.namespaces)}
-
-    def watch_namespaces(self, resource_version: str) -> Any:
-        """Per batch put on ``watch_lines``, one read; None ends the watch. Each change gets
-        the next resourceVersion (they come in order)."""
-
-        async def reads():
-            while True:
-                batch = await self.watch_lines.get()
-                if batch is None:
-                    return
-                out = []
-                for kind, o in batch:
-                    if "metadata" in o:
-                        self.rv += 1
-                        o = {**o, "metadata": {**o["metadata"], "resourceVersion": str(self.rv)}}
-                    out.append(json.dumps({"type": kind, "object": o}).encode())
-                yield out
-
-        return reads()
-
-
 def ns(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": "1", "labels": labels}}
 
 
 def event(name: str, pod: str, *, uid: str = "", rv: int = 1, namespace: str = "shop", **inv):
-    return events.from_obj(
-        {
-            "metadata": {
-                "uid": f"e-{name}",
-                "resourceVersion": str(rv),
-                "namespace": namespace,
-                "name": name,
-            },
-            "reason": "BackOff",
-            "type": "Warning",
-            "involvedObject": {
-                "kind": "Pod",
-                "name": pod,
-                "namespace": namespace,
-                "uid": uid,
-                "apiVersion": "v1",
-                **inv,
-            },
-        }
+    return support.as_event(event_obj(name, pod, uid=uid, rv=rv, namespace=namespace, **inv))
+
+
+def event_obj(name: str, pod: str, *, uid: str = "", rv: int = 1, namespace: str = "shop", **inv):
+    """An Event of the Pod ``pod`` (its uid ``uid``), the involved object as the recorder
+    writes it (namespace, uid, apiVersion), ``inv`` added to it."""
+    involved = {"namespace": namespace, "uid": uid, "apiVersion": "v1", **inv}
+    return support.event(
+        name, rv, namespace=namespace, uid=f"e-{name}", involved=pod, involved_object=involved
     )
 
 

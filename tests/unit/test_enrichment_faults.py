@@ -14,9 +14,9 @@ from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
-from tests.support import eventually
-from tests.unit.test_enrichment import Reader, Rig, cluster, event, obj, settings
-from tests.unit.test_pipeline import KEY, MemoryPublisher, MemorySource, MemoryStore
+from tests.support import MemoryPublisher, MemoryStore, Reader, eventually
+from tests.unit.test_enrichment import Rig, cluster, event, event_obj, obj, settings
+from tests.unit.test_pipeline import KEY, MemorySource
 from tests.unit.test_pipeline import event as pipeline_event
 from tests.virtualtime import LOOP, virtual_time
 
@@ -238,7 +238,7 @@ async def test_a_failed_read_shared_by_two_chains_does_not_stop_the_stage():
 @virtual_time
 async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
     from bridge.settings import Settings
-    from tests.unit.test_pipeline import MemoryPublisher, MemorySource, MemoryStore
+    from tests.unit.test_pipeline import MemorySource
 
     reader = Reader401()
     reader.namespaces = []
@@ -247,23 +247,7 @@ async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
     reader.add("Pod", obj("Pod", "p2", "u2", owner=("ReplicaSet", "rs", "r1")))
 
     def ev(name, pod, uid, rv):
-        return {
-            "metadata": {
-                "name": name,
-                "namespace": "shop",
-                "uid": f"e-{name}",
-                "resourceVersion": str(rv),
-            },
-            "reason": "BackOff",
-            "type": "Warning",
-            "involvedObject": {
-                "kind": "Pod",
-                "name": pod,
-                "namespace": "shop",
-                "uid": uid,
-                "apiVersion": "v1",
-            },
-        }
+        return event_obj(name, pod, uid=uid, rv=rv)
 
     source = MemorySource([], 10, [ev("a", "p1", "u1", 11), ev("b", "p2", "u2", 12)])
     publisher, store = MemoryPublisher(), MemoryStore()

@@ -14,6 +14,7 @@ from bridge.core import events
 from bridge.core.converting import Converter
 from bridge.errors import ConversionError
 from k8s_event_consumer.events import decode
+from tests import support
 
 MANAGED = [
     {
@@ -37,31 +38,23 @@ def data_of(ev: events.Event):
 
 
 def event(**over):
-    obj = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": "web-1.17f0",
-            "namespace": "shop",
-            "uid": "9a1c3d0e-1111-2222-3333-444455556666",
-            "resourceVersion": "123456",
-            "managedFields": MANAGED,
-            "creationTimestamp": "2026-11-29T10:00:00Z",
-        },
-        "involvedObject": {"kind": "Pod", "name": "web-1"},
-        "reason": "BackOff",
-        "message": 'quotes " and "managedFields": inside a string',
-        "type": "Warning",
-        "count": 3,
-    }
-    obj.update(over)
-    return obj
+    return support.event(
+        "web-1.17f0",
+        123456,
+        namespace="shop",
+        uid="9a1c3d0e-1111-2222-3333-444455556666",
+        meta={"managedFields": MANAGED},
+        created="2026-11-29T10:00:00Z",
+        message='quotes " and "managedFields": inside a string',
+        count=3,
+        **over,
+    )
 
 
 def line(obj, kind="ADDED", **dumps):
     if dumps:
         return json.dumps({"type": kind, "object": obj}, **dumps).encode()
-    return msgspec.json.encode({"type": kind, "object": obj})
+    return support.watch_line(obj, kind)
 
 
 def test_fast_path_slices_the_line_and_cuts_managed_fields():

@@ -2,20 +2,13 @@ import pytest
 
 from bridge.core.filtering import Filter, event_count, server_field_selector
 from bridge.settings import FilterSettings
+from tests import support
 
 
 def ev(reason="BackOff", type_="Warning", kind="Pod", ns="default", count=None, series=None):
-    obj = {
-        "metadata": {"namespace": ns, "name": "x", "uid": "u", "resourceVersion": "1"},
-        "reason": reason,
-        "type": type_,
-        "involvedObject": {"kind": kind, "name": "p"},
-    }
-    if count is not None:
-        obj["count"] = count
-    if series is not None:
-        obj["series"] = series
-    return obj
+    return support.event(
+        reason=reason, type=type_, kind=kind, namespace=ns, count=count, series=series
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from bridge.core.initial import (
     rfc3339,
     verdict,
 )
+from tests import support
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CUT = NOW - 900  # 15m: 2025-01-01T11:45:00Z
@@ -33,19 +34,13 @@ def micro(seconds: float) -> str:
 
 
 def ev(*, series=None, last=None, event_time=None, created=None):
-    obj = {
-        "metadata": {"name": "e", "uid": "u", "resourceVersion": "5", "namespace": "ns"},
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": "p"},
-        "lastTimestamp": last,
-        "eventTime": event_time,
-    }
-    if series is not None:
-        obj["series"] = {"count": 3, "lastObservedTime": series}
-    if created is not None:
-        obj["metadata"]["creationTimestamp"] = created
-    return obj
+    return support.event(
+        rv=5,
+        series=None if series is None else {"count": 3, "lastObservedTime": series},
+        created=created,
+        lastTimestamp=last,
+        eventTime=event_time,
+    )
 
 
 def test_the_cutoff_is_now_less_the_maximum_age():

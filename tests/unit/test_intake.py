@@ -3,7 +3,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core import events
 from bridge.core.clock import ManualClock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
@@ -15,6 +14,7 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
+from tests import support
 
 CONVERTER = Converter("c", "k8s.events", "structured")
 
@@ -39,14 +39,7 @@ def intake(**filter_settings):
 
 
 def ev(rv, **over):
-    obj = {
-        "metadata": {"uid": "u", "resourceVersion": str(rv), "namespace": "ns"},
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": "p"},
-    }
-    obj.update(over)
-    return events.from_obj(obj)
+    return support.as_event(support.event(rv=rv, **over))
 
 
 async def test_published_item_holds_the_checkpoint_until_acked():

@@ -10,10 +10,8 @@ from contextlib import suppress
 import msgspec
 
 from bridge import errors
-from bridge.core.checkpoints import Checkpoint, checkpoint_key
+from bridge.core.checkpoints import checkpoint_key
 from bridge.core.clock import Clock
-from bridge.core.messages import Outgoing
-from bridge.core.queueing import BoundedQueue
 from bridge.core.resources import NAMESPACES
 from bridge.errors import EXIT_FAILED, EXIT_OK
 from bridge.metrics import Metrics
@@ -21,24 +19,15 @@ from bridge.runtime import ports
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
-from tests.support import OPEN, Ever, FakeSource, NotMet, eventually
+from tests import support
+from tests.support import OPEN, Ever, FakeSource, MemoryPublisher, MemoryStore, NotMet, eventually
 from tests.virtualtime import LOOP, virtual_time
 
 KEY = checkpoint_key("c", None)
 
 
 def event(name: str, rv: int) -> dict:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-        },
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": name},
-    }
+    return support.event(name, rv, namespace="ns")
 
 
 def MemorySource(
@@ -63,58 +52,6 @@ def MemorySource(
     no_namespaces = {"metadata": {"resourceVersion": str(list_rv)}, "items": []}
     source.serve(NAMESPACES, lists=[Ever(no_namespaces)], watches=[Ever([OPEN])])
     return source
-
-
-class MemoryPublisher:
-    """Acks every message at once, except the Events whose ids are held back."""
-
-    def __init__(self, hold: frozenset[str] = frozenset(), fail: Exception | None = None) -> None:
-        self.hold = hold
-        self.fail = fail
-        self.sent: list[str] = []
-        self.held: list[Outgoing] = []
-
-    async def run(self, queue: BoundedQueue[Outgoing]) -> None:
-        while True:
-            out = await queue.get()
-            if self.fail is not None:
-                raise self.fail
-            self.sent.append(out.msg.subject.rsplit(".", 1)[-1] + " " + out.msg.msg_id)
-            if out.msg.msg_id in self.hold:
-                self.held.append(out)
-            elif out.entry is not None:
-                out.entry.settle()
-
-    async def reap(self) -> None:
-        await asyncio.Event().wait()
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.held)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.held)
-
-    def oldest_wait(self) -> float:
-        return 0.0
-
-    def sizes(self) -> dict[str, int]:
-        return {"held": len(self.held)}
-
-
-class MemoryStore:
-    def __init__(self, saved: dict[str, int] | None = None) -> None:
-        self.saved = dict(saved or {})
-        self.writes: list[tuple[str, int]] = []
-
-    async def load(self, key: str) -> Checkpoint | None:
-        rv = self.saved.get(key)
-        return None if rv is None else Checkpoint(rv, None)
-
-    async def save(self, key: str, resource_version: int) -> None:
-        self.writes.append((key, resource_version))
-        self.saved[key] = resource_version
 
 
 def pipeline(source, publisher, store, drain_timeout=2.0) -> Pipeline:

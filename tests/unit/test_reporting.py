@@ -17,20 +17,7 @@ from bridge.runtime import reporting
 from bridge.runtime.health import Health
 from bridge.runtime.reporting import WatchReport
 from bridge.settings import KubernetesSettings
-
-
-class Sink:
-    def __init__(self):
-        self.told = []
-
-    async def gap(self, from_rv, to_rv, *, certainty, why):
-        self.told.append(("gap", from_rv, to_rv, certainty))
-
-    async def reachability(self, reachable, detail):
-        self.told.append(("reachability", reachable, detail))
-
-    async def degradation(self, degraded, data):
-        self.told.append(("degradation", degraded, data))
+from tests.support import RecordingSink
 
 
 class Lines(logging.Handler):
@@ -68,7 +55,7 @@ def make(namespace=None):
     breaker = Breaker(
         settings.breaker, Backoff.from_settings(settings.backoff, clock=clock), clock=clock
     )
-    sink, metrics = Sink(), Metrics()
+    sink, metrics = RecordingSink(), Metrics()
     health = Health(60, clock=clock).scope(namespace or "*")
     report = WatchReport(
         sink,

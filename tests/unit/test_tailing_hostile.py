@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.jetstream.tailing import json_printable, line, printable
+from tests import support
 
 # what must never reach a terminal raw
 CONTROLS = {
@@ -48,15 +49,13 @@ def raw_controls(text: str) -> set[str]:
 
 def event_ce(value: str) -> dict[str, Any]:
     """A CloudEvent of a Kubernetes Event with ``value`` in every field tail prints."""
-    return {
-        "type": "io.k8s.event.warning",
-        "time": f"2026-11-30T12:00:00Z{value}",
-        "k8snamespace": f"shop{value}",
-        "subject": f"Pod/web-1{value}",
-        "k8sreason": f"BackOff{value}",
-        "k8scount": f"3{value}",
-        "data": {"message": f"Back-off{value}"},
-    }
+    ce = support.cloudevent(
+        support.event(namespace="shop", message="Back-off", count=3, last="2026-11-30T12:00:00Z")
+    )
+    for key in ("time", "k8snamespace", "subject", "k8sreason", "k8scount"):
+        ce[key] = f"{ce[key]}{value}"
+    ce["data"]["message"] += value
+    return ce
 
 
 def status_ce(value: str) -> dict[str, Any]:

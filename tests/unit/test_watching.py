@@ -9,25 +9,16 @@ from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
-from tests.support import FakeSource, Stop
+from tests import support
+from tests.support import FakeSource, RecordingSink, Stop
 
 
 def ev(name, rv, reason="BackOff"):
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-        },
-        "reason": reason,
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": name},
-    }
+    return support.event(name, rv, reason=reason)
 
 
 def line(type_, obj):
-    return msgspec.json.encode({"type": type_, "object": obj})
+    return support.watch_line(obj, type_)
 
 
 def bookmark(rv):
@@ -41,35 +32,6 @@ def expired():
         "ERROR",
         {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"},
     )
-
-
-class RecordingSink:
-    def __init__(self):
-        self.got = []
-        self.marks = []
-        self.gaps = []
-        self.certainty = []
-        self.why = []
-        self.reach = []
-        self.degraded = []
-
-    async def items(self, batch):
-        for watch_type, obj, rv in batch:
-            self.got.append((watch_type, obj.view.metadata.name, rv))
-
-    def mark(self, rv):
-        self.marks.append(rv)
-
-    async def gap(self, from_rv, to_rv, *, certainty, why):
-        self.gaps.append((from_rv, to_rv))
-        self.certainty.append(certainty)
-        self.why.append(why)
-
-    async def reachability(self, reachable, detail):
-        self.reach.append(reachable)
-
-    async def degradation(self, degraded, data):
-        self.degraded.append((degraded, data.get("reason")))
 
 
 def make(source, checkpoint=None, checkpoint_at=None, include_deleted=False, **settings):

@@ -20,9 +20,9 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
-from tests.support import FakeSource, Stop
+from tests import support
+from tests.support import FakeSource, RecordingSink, Stop
 from tests.unit.test_watching import (
-    RecordingSink,
     expired,
     line,
     page,
@@ -42,21 +42,9 @@ def at(seconds_ago: float) -> str:
 
 def ev(name, rv, *, ago=None):
     """An Event last seen ``ago`` seconds before NOW (None: no time at all)."""
-    obj = {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-        },
-        "reason": "BackOff",
-        "type": "Warning",
-        "involvedObject": {"kind": "Pod", "name": name},
-    }
-    if ago is not None:
-        obj["metadata"]["creationTimestamp"] = at(ago + 60)
-        obj["lastTimestamp"] = at(ago)
-    return obj
+    if ago is None:
+        return support.event(name, rv)
+    return support.event(name, rv, created=at(ago + 60), last=at(ago))
 
 
 OLD, NEW = 3600, 60  # an hour ago, a minute ago

@@ -20,9 +20,8 @@ from bridge.runtime.health import Health
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings, Settings
-from tests.support import FakeSource
-from tests.unit.test_enrichment import Reader
-from tests.unit.test_watching import RecordingSink, bookmark, expired, line, run_until_stop
+from tests.support import FakeSource, Reader, RecordingSink
+from tests.unit.test_watching import bookmark, expired, line, run_until_stop
 
 
 def ns(name, rv, team="a"):
