@@ -113,7 +113,7 @@ async def test_any_shapes_through_the_whole_intake_never_pass_an_unhandled_event
     """Events with any odd fields among lines that are not Events at all, through the watcher
     and the intake: nothing raises out of the loop, every Event is queued (the default filter
     keeps all), and the checkpoint stays before the first one not acked."""
-    from tests.unit.test_watching import FakeSource, Stop
+    from tests.support import FakeSource, Stop
 
     lines, wanted, rv = [], [], 10
     for kind, a, b in script:
