@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -56,7 +56,7 @@ from bridge.core.messages import Message
 from bridge.core.progress import Entry
 from bridge.core.queueing import BoundedQueue
 from bridge.metrics import Metrics
-from bridge.runtime.ports import ObjectReader
+from bridge.runtime.ports import ObjectReader, Staged
 from bridge.runtime.staging import Converting
 from bridge.settings import Settings
 
@@ -146,17 +146,20 @@ class Enricher:
 
     # -- the stage -----------------------------------------------------------------------------
 
-    def put_nowait(self, ev: Event, entry: Entry, size: int) -> bool:
-        """An accepted Event, in stream order, if ``enrich.max_pending`` do not wait already."""
-        w = _Waiting(ev.detached(), entry, 0.0, None)
-        if not self.stage.put_nowait(w, size):
-            return False
-        self._entered(w, ev)
-        return True
+    def put_nowait(self, staged: Iterator[Staged]) -> Staged | None:
+        """The accepted Events of a batch, in stream order, one by one while fewer than
+        ``enrich.max_pending`` wait; the first that finds it full is handed back."""
+        for ev, entry, taken in staged:
+            w = _Waiting(ev.detached(), entry, 0.0, None)
+            if not self.stage.put_nowait(w, ev.end - ev.start):
+                return ev, entry, taken
+            self._entered(w, ev)
+        return None
 
-    async def put(self, ev: Event, entry: Entry, size: int) -> None:
+    async def put(self, ev: Event, entry: Entry) -> None:
         """An accepted Event, in stream order; waits while ``enrich.max_pending`` wait."""
         w = _Waiting(ev.detached(), entry, 0.0, None)
+        size = ev.end - ev.start
         if not self.stage.put_nowait(w, size):
             await self.stage.put(w, size)
         self._entered(w, ev)
@@ -195,7 +198,7 @@ class Enricher:
                         await out.put_message(w.ready)
                     continue
                 enrichment = await self._enrichment(w, ev)
-                await out.put(ev, entry, ev.end - ev.start, enrichment)
+                await out.put(ev, entry, enrichment)
             finally:
                 self._in_hand = 0
 

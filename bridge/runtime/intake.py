@@ -2,10 +2,10 @@
 
 ``Intake`` is the watcher's ``Sink`` for one watch scope. It records every item in that
 scope's ``Progress`` in stream order: filtered and bad items are done at once, accepted ones
-are handed to the ``Stage`` (``bridge.runtime.staging``, or the enricher) with a pending
-entry, settled when JetStream acks them, so the checkpoint never passes an event that is not
-stored. Status events (gap, apiserver reachable or not, degraded or recovered) go the same
-way; only the gap holds the checkpoint.
+get a pending entry and go to the ``Stage`` (``bridge.runtime.staging``, or the enricher),
+one call per batch, settled when JetStream acks them, so the checkpoint never passes an event
+that is not stored. Status events (gap, apiserver reachable or not, degraded or recovered) go
+the same way; only the gap holds the checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from bridge.core.filtering import Filter
 from bridge.core.messages import Message
 from bridge.core.progress import Progress
 from bridge.metrics import Metrics
-from bridge.runtime.ports import Item, Stage
+from bridge.runtime.ports import Item, Stage, Staged
 from bridge.runtime.staging import skip_input
 
 
@@ -47,8 +47,10 @@ class Intake:
         m = self.m
         accepts = self.filter.accepts
         progress = self.progress
-        stage = self.stage
-        put_nowait = stage.put_nowait
+        pending = progress.pending
+        done = progress.done
+        staged: list[Staged] = []
+        stage_one = staged.append
         filtered = taken = 0
         for watch_type, ev, rv in batch:
             taken += 1
@@ -56,20 +58,24 @@ class Intake:
                 accepted = accepts(watch_type, ev)
             except Exception as exc:
                 skip_input(m, exc, ev)
-                progress.done(rv)
+                done(rv)
                 continue
             if not accepted:
                 filtered += 1
-                progress.done(rv)
+                done(rv)
                 continue
-            entry = progress.pending(rv)
-            size = ev.end - ev.start
-            if not put_nowait(ev, entry, size):
-                # counted as received: what is in hand, not the rest of the batch
-                m.received.inc(taken)
-                taken = 0
-                await stage.put(ev, entry, size)
-        m.received.inc(taken)
+            stage_one((ev, pending(rv), taken))
+        # one call for the batch; a full stage (queue) hands back the Event it did not take
+        stage = self.stage
+        rest = iter(staged)
+        counted = 0
+        while (full := stage.put_nowait(rest)) is not None:
+            ev, entry, upto = full
+            # counted as received: what is in hand, not the rest of the batch
+            m.received.inc(upto - counted)
+            counted = upto
+            await stage.put(ev, entry)
+        m.received.inc(taken - counted)
         if filtered:
             m.filtered.inc(filtered)
 

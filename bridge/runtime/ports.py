@@ -7,7 +7,7 @@ Failures cross a port as the bridge's own errors (``bridge.errors``), never a li
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -26,6 +26,9 @@ WatchEntry = tuple[str, Event, int | None]
 # One page of a list (``bridge.kube.paging``): (the list's resourceVersion, None when it has
 # none; [(a listed object, its resourceVersion), ...]).
 ListPage = tuple[int | None, list[tuple[Event, int]]]
+# An accepted Event on its way into the stage: (the Event, its ledger entry, how many items of
+# the intake's batch were taken up to and including it: what counts as received while it waits).
+Staged = tuple[Event, Entry, int]
 # Told of each line or list item left out: (reason, the input as it came).
 Skipped = Callable[[str, Any], None]
 
@@ -121,17 +124,19 @@ class Sink(Protocol):
 
 
 class Stage(Protocol):
-    """Where the intake hands each accepted Event, in stream order, with its ledger entry: it
-    converts it and puts it on the publisher's queue, in the same order (``bridge.runtime.
-    staging.Converting``; ``bridge.runtime.enriching.Enricher`` looks values up first). An
-    Event it can not convert is skipped, counted and its entry settled."""
+    """Where the intake hands the accepted Events of each batch, in stream order, with their
+    ledger entries: it converts them and puts them on the publisher's queue, in the same order
+    (``bridge.runtime.staging.Converting``; ``bridge.runtime.enriching.Enricher`` looks values
+    up first). An Event it can not convert is skipped, counted and its entry settled."""
 
-    def put_nowait(self, ev: Event, entry: Entry, size: int) -> bool:
-        """Take the Event if there is room now; False (not taken) when full: then ``put``."""
+    def put_nowait(self, staged: Iterator[Staged]) -> Staged | None:
+        """Take the Events of ``staged`` in order while there is room: None once all are
+        taken, else the first one not taken (the stage or the queue is full), the rest left in
+        ``staged``: ``put`` that one, then ``put_nowait`` the rest."""
         ...
 
-    async def put(self, ev: Event, entry: Entry, size: int) -> None:
-        """Take the Event; waits while the stage (or the queue) is full."""
+    async def put(self, ev: Event, entry: Entry) -> None:
+        """Take one Event; waits while the stage (or the queue) is full."""
         ...
 
     async def put_message(self, msg: Message) -> None:

@@ -1,3 +1,5 @@
+import asyncio
+
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,10 +21,10 @@ from tests import support
 CONVERTER = Converter("c", "k8s.events", "structured")
 
 
-def intake(**filter_settings):
+def intake(max_items=10, **filter_settings):
     m = Metrics()
     p = Progress(1)
-    q = BoundedQueue(10, 1 << 20)
+    q = BoundedQueue(max_items, 1 << 20)
     return (
         Intake(
             "*",
@@ -66,6 +68,64 @@ async def test_item_that_breaks_the_converter_is_skipped_and_counted():
     assert m.skipped.labels("invalid_event")._value.get() == 1
     q.get_nowait().entry.settle()
     assert p.safe_rv == 7
+
+
+async def test_full_queue_waits_mid_batch_with_what_is_in_hand_counted_and_keeps_the_order():
+    it, p, q, m = intake(max_items=2, reasons=["BackOff"])
+    batch = [
+        ("ADDED", ev(2), 2),
+        ("ADDED", ev(3, reason="Pulled"), 3),  # filtered
+        ("ADDED", ev(4, metadata={"uid": "u"}), 4),  # does not convert: skipped
+        ("ADDED", ev(5), 5),
+        ("ADDED", ev(6), 6),  # the queue is full: the intake waits here
+        ("ADDED", ev(7, reason="Pulled"), 7),  # filtered
+        ("ADDED", ev(8), 8),
+    ]
+    task = asyncio.create_task(it.items(batch))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done() and len(q) == 2
+    assert m.received.value == 5  # taken up to the one in hand, not the rest of the batch
+    assert m.skipped.labels("invalid_event")._value.get() == 1
+    ids = []
+    while not task.done() or len(q):
+        out = q.get_nowait()
+        if out is None:
+            await asyncio.sleep(0)
+            continue
+        ids.append(out.msg.msg_id)
+        out.entry.settle()
+    await task
+    assert ids == ["u/2", "u/5", "u/6", "u/8"]
+    assert m.received.value == 7 and m.filtered.value == 2
+    assert p.safe_rv == 8
+
+
+async def test_the_enricher_takes_a_batch_one_event_at_a_time_and_waits_when_full():
+    """The same intake in front of the enricher: each Event enters its stage in order, the
+    one that finds it full waits there, counted as received with what came before it."""
+    from bridge.runtime.enriching import Enricher
+    from bridge.settings import EnrichSettings, Settings
+
+    m = Metrics()
+    p = Progress(1)
+    q = BoundedQueue(10, 1 << 20)
+    settings = Settings(enrich=EnrichSettings(max_pending=2))
+    enricher = Enricher(settings, None, Converting(CONVERTER, q, m), m, ManualClock())
+    it = Intake("*", p, Filter(FilterSettings()), CONVERTER, enricher, m)
+    task = asyncio.create_task(it.items([("ADDED", ev(rv), rv) for rv in (2, 3, 4, 5)]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done() and len(enricher) == 2 and m.received.value == 3
+    running = asyncio.create_task(enricher.run())
+    try:
+        await task
+        while len(q) < 4:
+            await asyncio.sleep(0)
+    finally:
+        running.cancel()
+    assert [q.get_nowait().msg.msg_id for _ in range(4)] == ["u/2", "u/3", "u/4", "u/5"]
+    assert m.received.value == 4
 
 
 # Any JSON value, for the fields of Events and for whole lines that are not Events.
