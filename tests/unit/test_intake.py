@@ -96,7 +96,7 @@ async def test_full_queue_waits_mid_batch_with_what_is_in_hand_counted_and_keeps
         ids.append(out.msg.msg_id)
         out.entry.settle()
     await task
-    assert ids == ["u/2", "u/5", "u/6", "u/8"]
+    assert ids == ["uid-web-1/2", "uid-web-1/5", "uid-web-1/6", "uid-web-1/8"]
     assert m.received.value == 7 and m.filtered.value == 2
     assert p.safe_rv == 8
 
@@ -124,7 +124,12 @@ async def test_the_enricher_takes_a_batch_one_event_at_a_time_and_waits_when_ful
             await asyncio.sleep(0)
     finally:
         running.cancel()
-    assert [q.get_nowait().msg.msg_id for _ in range(4)] == ["u/2", "u/3", "u/4", "u/5"]
+    assert [q.get_nowait().msg.msg_id for _ in range(4)] == [
+        "uid-web-1/2",
+        "uid-web-1/3",
+        "uid-web-1/4",
+        "uid-web-1/5",
+    ]
     assert m.received.value == 4
 
 
