@@ -2,19 +2,20 @@
 with the tests that need none, two pytest processes side by side.
 
 One thread builds, one step after another and at low priority (``nice``), what the tests run
-besides Python: the small Go tools (natsauth, goref, Alertmanager, promtool, helm), then the
-newest Kubernetes with the living cluster (``--living``), then the oldest's control plane
-(docs/e2e.md). Meanwhile the tiers start as soon as what they need is there:
+besides Python: what the e2e tiers, the longest, need first (helm, Alertmanager, the newest
+Kubernetes with the living cluster, ``--living``, then the oldest's control plane: docs/e2e.md),
+then the tools only the go-tools tier runs (natsauth, goref, promtool). Meanwhile the tiers
+start as soon as what they need is there:
 
-=============  ====================================================  =======================
+=============  ====================================================  ==============================
 tier           what                                                  waits for
-=============  ====================================================  =======================
+=============  ====================================================  ==============================
 lint           ``make lint``                                         nothing
 unit+integ     tests/unit and tests/integration, without Go tools    nothing
-e2e-newest     tests/e2e on the newest Kubernetes                    its build (and helm)
+e2e-newest     tests/e2e on the newest Kubernetes                    its build, helm, Alertmanager
 go-tools       the tests of unit and integration that run a Go tool  the small tools
-e2e-oldest     tests/e2e on the oldest Kubernetes                    its build (and helm)
-=============  ====================================================  =======================
+e2e-oldest     tests/e2e on the oldest Kubernetes                    its build, helm, Alertmanager
+=============  ====================================================  ==============================
 
 At most ``--jobs`` (2) pytest processes run at once (lint beside them); of the tiers ready and
 waiting, the first in that order goes first.
@@ -150,13 +151,15 @@ class Slots:
 def builds() -> list[Build]:
     nice = ["nice", "-n", "10", "bash"]
     return [
-        Build("natsauth", [*nice, "e2e/build-go-tool.sh", "natsauth"]),
-        Build("goref", [*nice, "e2e/build-go-tool.sh", "goref"]),
-        Build("alertmanager", [*nice, "e2e/build-alertmanager.sh"]),
-        Build("promtool", [*nice, "e2e/build-go-tool.sh", "promtool"]),
+        # the e2e tiers are the longest: what they need first (helm and Alertmanager, then each
+        # version), the tools only the short go-tools tier runs last
         Build("helm", [*nice, "e2e/build-go-tool.sh", "helm"]),
+        Build("alertmanager", [*nice, "e2e/build-alertmanager.sh"]),
         Build("newest", [*nice, "e2e/build-control-plane.sh", "--living", "newest"]),
         Build("oldest", [*nice, "e2e/build-control-plane.sh", "oldest"]),
+        Build("natsauth", [*nice, "e2e/build-go-tool.sh", "natsauth"]),
+        Build("goref", [*nice, "e2e/build-go-tool.sh", "goref"]),
+        Build("promtool", [*nice, "e2e/build-go-tool.sh", "promtool"]),
     ]
 
 
@@ -178,14 +181,14 @@ def tiers(extra: list[str], out: Path) -> list[Tier]:
         Tier(
             "e2e-newest",
             [*pytest, junit("e2e-newest"), "tests/e2e"],
-            ["helm", "newest"],
+            ["helm", "alertmanager", "newest"],
             {"K8S_EVENT_BRIDGE_E2E_VERSIONS": "newest"},
         ),
         Tier("go-tools", [*pytest, junit("go-tools"), "--go-tools=only", *both], TOOLS),
         Tier(
             "e2e-oldest",
             [*pytest, junit("e2e-oldest"), "tests/e2e"],
-            ["helm", "oldest"],
+            ["helm", "alertmanager", "oldest"],
             {"K8S_EVENT_BRIDGE_E2E_VERSIONS": "oldest"},
         ),
     ]
