@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import json
 import time
@@ -25,6 +26,7 @@ from k8s_event_consumer import KubeEvent, Start, replay
 from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Refused, Unavailable
 from k8s_event_consumer.remediation.settings import KubernetesSettings
 from k8s_event_sim.natsserver import free_port
+from k8s_event_sim.waiting import NotMet
 from tests.alertmanager import Alertmanager, Webhook
 from tests.cloudevent_expected import CLUSTER
 from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
@@ -319,18 +321,29 @@ async def seeds_pattern(
         trigger = e["metadata"]["annotations"]["remediation.k8s-event-bridge.io/trigger"]
         assert trigger.count("/") == 1  # the CloudEvent id: <event uid>/<resourceVersion>
 
-    # the alerts: exactly one per Pod and reason the stream carries, with its newest count
+    # the alerts: exactly one per Pod and reason the stream carries, with its newest count. A
+    # Pod scaled away may still write a last count bump: the alerts are read first, then the
+    # stream (whatever an alert shows came from the stream), until both tell the same.
     newest: dict[tuple[str, str], int] = {}
-    for e in await stream_events(nats_url):
-        if e.reason == "BackOff" and e.namespace == ns:
-            key = (e.involved.name, e.reason)
-            newest[key] = max(newest.get(key, 0), e.count)
-    shown = {
-        (a["labels"]["name"], a["labels"]["reason"]): a
-        for a in await am.alerts(
+    shown: dict[tuple[str, str], Any] = {}
+
+    async def alerts_follow_the_stream() -> bool:
+        alerts = await am.alerts(
             filters=['alertname="KubernetesWarningEvent"', f'namespace="{ns}"']
         )
-    }
+        newest.clear()
+        for e in await stream_events(nats_url):
+            if e.reason == "BackOff" and e.namespace == ns:
+                key = (e.involved.name, e.reason)
+                newest[key] = max(newest.get(key, 0), e.count)
+        shown.clear()
+        shown.update({(a["labels"]["name"], a["labels"]["reason"]): a for a in alerts})
+        return set(shown) == set(newest) and all(
+            a["annotations"]["count"] == str(newest[key]) for key, a in shown.items()
+        )
+
+    with contextlib.suppress(NotMet):
+        await eventually(alerts_follow_the_stream, timeout=60, interval=1)
     assert set(shown) == set(newest)  # none missing, none made up
     for key, alert in shown.items():
         assert alert["labels"]["cluster"] == CLUSTER and alert["labels"]["kind"] == "Pod"
