@@ -69,11 +69,24 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--color", choices=["auto", "always", "never"], default="auto", help="default: auto"
     )
+    # the demo left the product (it runs on the simulator, a distribution of its own): say where
+    sub.add_parser(
+        "demo", help="moved: `make demo`, or k8s-event-bridge-demo (k8s-event-bridge-sim)"
+    )
     return p
+
+
+DEMO_MOVED = (
+    "k8s-event-bridge: the demo is not part of the bridge: run `make demo` in the repository, "
+    "or `k8s-event-bridge-demo` with the k8s-event-bridge-sim package (sim/) installed"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        print(DEMO_MOVED, file=sys.stderr)
+        return EXIT_CONFIG
     try:
         cfg = settings.load(args.config)
     except ConfigError as exc:

@@ -186,3 +186,11 @@ def test_version_names_the_installed_package(capsys):
         cli.main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"k8s-event-bridge {version('k8s-event-bridge')}\n"
+
+
+def test_the_demo_left_the_bridge_and_its_command_says_where(capsys):
+    from bridge import cli
+
+    assert cli.main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "make demo" in err and "k8s-event-bridge-demo" in err
