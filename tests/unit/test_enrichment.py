@@ -357,6 +357,7 @@ async def test_a_kind_not_read_and_an_event_naming_another_namespace_are_marked(
     assert not [r for r in reader.reads if "kube-system" in r]
 
 
+@virtual_time
 async def test_namespaces_follow_the_watch_and_an_unknown_one_is_marked():
     reader = Reader()
     cluster(reader)
@@ -381,6 +382,7 @@ async def test_namespaces_follow_the_watch_and_an_unknown_one_is_marked():
     assert "namespace:unknown" in got[2][1]["k8senrichmissing"]
 
 
+@virtual_time
 async def test_a_410_on_the_namespace_watch_relists():
     reader = Reader()
     cluster(reader)

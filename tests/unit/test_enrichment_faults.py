@@ -167,6 +167,7 @@ class ExpiringReader(Reader):
         return [b'{"type":"ERROR","object":{"kind":"Status","code":410}}']
 
 
+@virtual_time
 async def test_a_namespace_watch_that_closes_at_once_is_not_reopened_at_once():
     reader = ClosingReader()
     cluster(reader)
@@ -176,6 +177,7 @@ async def test_a_namespace_watch_that_closes_at_once_is_not_reopened_at_once():
     assert reader.watches < 10
 
 
+@virtual_time
 async def test_a_namespace_watch_410_loop_is_not_a_tight_loop():
     reader = ExpiringReader()
     cluster(reader)
