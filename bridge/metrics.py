@@ -42,7 +42,7 @@ ENRICH_READS = ("ok", "notfound", "forbidden", "unreachable", "error")
 ENRICH_PARTS = ("namespace", "object", "owner")
 ENRICH_WHYS = (
     "timeout", "unreachable", "forbidden", "notfound", "error", "unknown", "kind", "invalid",
-    "oversized",
+    "oversized", "nouid", "scope", "unproven",
 )  # fmt: skip
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 

@@ -26,6 +26,7 @@ from pydantic_settings import SettingsConfigDict
 from bridge.errors import ConfigError
 from k8s_event_common import configuring as common
 from k8s_event_common import options as shared
+from k8s_event_common import owners
 from k8s_event_common import subjects
 from k8s_event_common.configuring import (
     Duration,
@@ -457,6 +458,21 @@ class ObjectEnrichment(_Section):
     values (marked `object:kind`). Known: Pod, Node, Service, ReplicationController,
     PersistentVolumeClaim, ReplicaSet, Deployment, StatefulSet, DaemonSet, Job, CronJob."""
 
+    cluster_namespaces: list[str] = ["default"]
+    """An Event about a cluster-scoped object (a Node) gets that object's values only when the
+    Event is in one of these namespaces: where the kubelet and the node controllers write theirs
+    (`default`), and whoever may create Events there is trusted with a Node's name. Elsewhere
+    (a tenant's namespace, where the tenant may write an Event about any Node) it is published
+    without them, marked `object:scope`. []: never."""
+
+    @field_validator("cluster_namespaces")
+    @classmethod
+    def _cluster_namespaces(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+                raise ValueError(f"{name!r} is not a namespace name (a DNS-1123 label)")
+        return v
+
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, v: list[str]) -> list[str]:
@@ -469,19 +485,10 @@ class ObjectEnrichment(_Section):
         return v
 
 
-# kind → (API path prefix, resource, namespaced): what ``enrich.object.kinds`` may name
+# kind → (API path prefix, resource, namespaced): what ``enrich.object.kinds`` may name, from
+# the one table of kinds both programs read (k8s_event_common.owners.KINDS)
 LOOKUP_KINDS: dict[str, tuple[str, str, bool]] = {
-    "Pod": ("/api/v1", "pods", True),
-    "Node": ("/api/v1", "nodes", False),
-    "Service": ("/api/v1", "services", True),
-    "ReplicationController": ("/api/v1", "replicationcontrollers", True),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
-    "ReplicaSet": ("/apis/apps/v1", "replicasets", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets", True),
-    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
-    "Job": ("/apis/batch/v1", "jobs", True),
-    "CronJob": ("/apis/batch/v1", "cronjobs", True),
+    name: (k.prefix, k.resource, k.namespaced) for name, k in owners.KINDS.items()
 }
 
 
@@ -509,6 +516,19 @@ class EnrichSettings(_Section):
     object's: a tenth of this)."""
     max_pending: int = Field(1024, ge=1)
     """Most Events held waiting for their lookups (in order); when full, the watch waits."""
+    tenant_tokens: list[str] = []
+    """The extensions whose value the tenant writes (an object label, `owner_kind`,
+    `owner_name`: whoever may create Pods or workloads in a namespace chooses them) that
+    `nats.subject_template` may still use as a token, knowingly: a tenant can then put its
+    Events under another value's subjects. A template using such an extension not listed here is
+    refused at load. Namespace labels and annotations need no opt-in (whoever may edit Namespaces
+    writes them)."""
+
+    @property
+    def tenant_written(self) -> list[str]:
+        """The extensions whose value the tenant writes (docs/enrichment.md#who-writes-what)."""
+        o = self.object
+        return [*o.labels.values(), *filter(None, (o.owner_kind, o.owner_name))]
 
     @property
     def extensions(self) -> dict[str, str]:
@@ -692,6 +712,26 @@ class Settings(common.FileAndEnvSettings):
                 f"nats.subject_template: the second token {{{second}}} may start with _ and "
                 "meet the status events' _bridge; put {namespace}, a label or a literal there"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tenant_tokens(self) -> Settings:
+        tokens = subjects.parse_template(self.nats.subject_template)
+        unknown = set(self.enrich.tenant_tokens) - set(self.enrich.tenant_written)
+        if unknown:
+            raise ValueError(
+                f"enrich.tenant_tokens: {', '.join(sorted(unknown))} is not an extension of "
+                "enrich.object (its labels, owner_kind, owner_name)"
+            )
+        tenant = set(self.enrich.tenant_written) - set(self.enrich.tenant_tokens)
+        for placeholder, name in tokens:
+            if placeholder and name in tenant:
+                raise ValueError(
+                    f"nats.subject_template: {{{name}}} is a value the tenant writes (an object "
+                    "label or owner of enrich.object): a tenant could put its Events under "
+                    f"another {name}'s subjects; list {name} in enrich.tenant_tokens to route on "
+                    "it knowingly"
+                )
         return self
 
 

@@ -10,9 +10,12 @@ missing (``part:why``), which the converter writes as ``k8senriched`` and
 ``k8senrichmissing``.
 
 Everything here comes from the cluster, where anyone who may create an Event chooses its
-involvedObject: ``target`` reads an object only of a kind the plan allows, named by valid
-Kubernetes names, in the Event's own namespace, and a read object counts only when its uid
-is the one the Event names.
+involvedObject and anyone who may create a Pod chooses its ownerReferences: ``target`` reads an
+object only of a kind the plan allows, named by valid Kubernetes names, in the Event's own
+namespace (a cluster-scoped one only for Events in ``enrich.object.cluster_namespaces``), and
+only when the Event names its uid; a read object counts only when its uid is the one the Event
+names; its owners count only as far as ``k8s_event_common.owners.walk`` proves them from the
+owner's side (``owner:unproven`` past that).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bridge.settings import LOOKUP_KINDS, EnrichSettings
+from k8s_event_common import owners
 
 # whys of what is missing, as ``k8senrichmissing`` writes them (``part:why``)
 TIMEOUT: Final = "timeout"  # the lookup did not answer within enrich.lookup_timeout
@@ -34,11 +38,27 @@ UNKNOWN: Final = "unknown"  # a namespace the namespace watch does not (yet) kno
 KIND: Final = "kind"  # a kind enrich.object.kinds does not name
 INVALID: Final = "invalid"  # the Event names no object the bridge may read
 OVERSIZED: Final = "oversized"  # an annotation value over MAX_VALUE
-WHYS: Final = (TIMEOUT, UNREACHABLE, FORBIDDEN, NOTFOUND, ERROR, UNKNOWN, KIND, INVALID, OVERSIZED)
+NOUID: Final = "nouid"  # the involvedObject names no uid: which object it is can not be told
+SCOPE: Final = "scope"  # a cluster-scoped object, the Event in a namespace not trusted for it
+UNPROVEN: Final = "unproven"  # a controller reference its owner does not confirm (owners.walk)
+WHYS: Final = (
+    TIMEOUT,
+    UNREACHABLE,
+    FORBIDDEN,
+    NOTFOUND,
+    ERROR,
+    UNKNOWN,
+    KIND,
+    INVALID,
+    OVERSIZED,
+    NOUID,
+    SCOPE,
+    UNPROVEN,
+)
 PARTS: Final = ("namespace", "object", "owner")
 
 MAX_VALUE: Final = 1024  # longest annotation value carried (label values are <= 63)
-MAX_OWNER_DEPTH: Final = 5  # controller references followed up from the involved object
+MAX_OWNER_DEPTH: Final = owners.MAX_DEPTH  # owners followed up, the worker's depth too
 ENTRY_OVERHEAD: Final = 400  # bytes counted per cached object beyond its strings
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -50,30 +70,21 @@ Key = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
-class Controller:
-    """An ownerReference with controller: true, as its owner wrote it."""
-
-    kind: str
-    name: str
-    api_version: str
-    uid: str
-
-
-@dataclass(frozen=True)
 class ObjectInfo:
-    """What the plan needs of one object read from the API server."""
+    """What the plan needs of one object read from the API server: its uid, the labels the plan
+    names, and what the owner walk needs (``owners.Facts``: its labels only when it has a
+    controller to prove, or may be one)."""
 
     uid: str
     labels: dict[str, str]
-    controller: Controller | None
+    facts: owners.Facts | None = None
 
     def size(self) -> int:
         n = ENTRY_OVERHEAD + len(self.uid)
         for k, v in self.labels.items():
             n += len(k) + len(v) + 100
-        c = self.controller
-        if c is not None:
-            n += len(c.kind) + len(c.name) + len(c.api_version) + len(c.uid) + 100
+        if self.facts is not None:
+            n += self.facts.size()
         return n
 
 
@@ -110,6 +121,7 @@ class Plan:
         self.owner_kind = s.object.owner_kind
         self.owner_name = s.object.owner_name
         self.kinds = frozenset(s.object.kinds)
+        self.cluster_namespaces = frozenset(s.object.cluster_namespaces)
         self.watches_namespaces = bool(self.ns_labels or self.ns_annotations)
         self.reads_objects = s.reads_objects
         self.follows_owners = bool(self.owner_kind or self.owner_name)
@@ -133,7 +145,7 @@ class Plan:
                     out[ext] = v if len(v) <= MAX_VALUE else OVERSIZED_MARK
         return out
 
-    def object_info(self, obj: Any) -> ObjectInfo:
+    def object_info(self, obj: Any, kind: str) -> ObjectInfo:
         """What one object read from the API server leaves for the cache."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
@@ -146,22 +158,12 @@ class Plan:
                 v = source.get(key)
                 if isinstance(v, str) and len(v) <= MAX_VALUE:
                     labels[key] = v
-        controller = None
-        refs = meta.get("ownerReferences")
-        if isinstance(refs, list):
-            for ref in refs:
-                if isinstance(ref, dict) and ref.get("controller") is True:
-                    kind, name, av = ref.get("kind"), ref.get("name"), ref.get("apiVersion")
-                    ref_uid = ref.get("uid")
-                    if isinstance(kind, str) and isinstance(name, str):
-                        controller = Controller(
-                            kind[:MAX_VALUE],
-                            name[:MAX_VALUE],
-                            av if isinstance(av, str) else "",
-                            ref_uid if isinstance(ref_uid, str) else "",
-                        )
-                    break
-        return ObjectInfo(uid if isinstance(uid, str) else "", labels, controller)
+        # the walk's facts: all labels only where a selector may be matched against them (an
+        # object with a controller) or where it claims others; bounded by the cache's bytes
+        walked = owners.facts(kind, obj, keep_labels=False)
+        if self.follows_owners and walked.controller is not None:
+            walked = owners.facts(kind, obj)
+        return ObjectInfo(uid if isinstance(uid, str) else "", labels, walked)
 
     def target(
         self, event_namespace: str, kind: Any, namespace: Any, name: Any, api_version: Any = ""
@@ -181,6 +183,10 @@ class Plan:
             if ns != event_namespace or not _DNS_LABEL.fullmatch(ns):
                 return INVALID
             return (kind, ns, name)
+        # a cluster-scoped object (a Node): anyone who may create Events in a namespace may
+        # name any Node; its values only where the docs say who writes such Events
+        if event_namespace not in self.cluster_namespaces:
+            return SCOPE
         return (kind, "", name)
 
 

@@ -36,12 +36,13 @@ from bridge.core.clock import SYSTEM, Clock
 from bridge.core.enrichment import (
     ERROR,
     FORBIDDEN,
-    MAX_OWNER_DEPTH,
     NOTFOUND,
+    NOUID,
     OVERSIZED,
     OVERSIZED_MARK,
     TIMEOUT,
     UNKNOWN,
+    UNPROVEN,
     UNREACHABLE,
     Enrichment,
     Key,
@@ -59,6 +60,7 @@ from bridge.metrics import Metrics
 from bridge.runtime.ports import ObjectReader, Staged
 from bridge.runtime.staging import Converting
 from bridge.settings import Settings
+from k8s_event_common import owners
 
 log = logs.get("enriching")
 
@@ -78,8 +80,10 @@ class Chain:
 
     labels: dict[str, str] = field(default_factory=dict)
     object_why: str | None = None  # why the object's values are missing
-    top: tuple[str, str] | None = None  # (kind, name) of the top controller
-    owner_why: str | None = None  # why the owner chain stops short
+    top: tuple[str, str] | None = None  # (kind, name) of the farthest owner proven
+    owner_why: str | None = None  # why the owner chain stops short (UNPROVEN, or a read's why)
+    owner_detail: str = ""  # what owners.walk said of it
+    owner_code: str = ""  # owners.walk's reason code
 
 
 class _Waiting:
@@ -259,6 +263,15 @@ class Enricher:
                 out.values[plan.owner_name] = name
             if chain.owner_why is not None:
                 out.miss("owner", chain.owner_why)
+                if chain.owner_why == UNPROVEN:
+                    log.warn_sampled(
+                        f"owner_unproven:{chain.owner_code}",
+                        "owner_unproven",
+                        why=chain.owner_code,
+                        detail=chain.owner_detail[:500],
+                        event=ev.view.metadata.name,
+                        namespace=ev.view.metadata.namespace,
+                    )
 
     async def _until(self, aw: Any, deadline: float) -> None:
         remaining = deadline - self.clock.monotonic()
@@ -281,6 +294,9 @@ class Enricher:
         if isinstance(target, str):
             return target
         uid = inv.uid if inv.uid.__class__ is str else ""
+        if not uid:
+            # which object of that name it is about can not be told: none is read
+            return NOUID
         cached = self._from_cache(target, uid)
         if cached is not None:
             return cached
@@ -299,34 +315,38 @@ class Enricher:
 
     def _walk(self, key: Key, uid: str) -> Generator[tuple[Key, str], ObjectInfo | str, Chain]:
         """The chain of one involved object, as a walk: it yields each object it needs (the
-        object, then its controllers up) with the uid it must have ("" for any), and is sent
-        what was found (or why not). The cache (``_from_cache``) and the reads (``_chain``)
-        drive the same walk."""
+        object, then its owners up, as ``owners.walk`` asks for them) with the uid it must
+        have, and is sent what was found (or why not). The cache (``_from_cache``) and the
+        reads (``_chain``) drive the same walk."""
         info = yield key, uid
         if isinstance(info, str):
             return Chain(object_why=info)
-        if uid and info.uid != uid:
+        if info.uid != uid:
             # the name now belongs to another object (deleted and made again)
             return Chain(object_why=NOTFOUND)
         chain = Chain(labels=info.labels, top=(key[0], key[2]))
-        if not self.plan.follows_owners:
+        if not self.plan.follows_owners or info.facts is None:
             return chain
-        c = info.controller
-        for _ in range(MAX_OWNER_DEPTH):
-            if c is None:
-                break
-            chain.top = (c.kind, c.name)
-            t = self.plan.target(key[1], c.kind, key[1], c.name, c.api_version)
-            if isinstance(t, str):
-                break  # a kind not read: its reference names the top
-            owner = yield t, c.uid
-            if isinstance(owner, str):
-                chain.owner_why = owner
-                break
-            if c.uid and owner.uid != c.uid:
-                chain.owner_why = NOTFOUND
-                break
-            c = owner.controller
+        walk = owners.walk(info.facts, self.plan.kinds)
+        try:
+            want = next(walk)
+            while True:
+                got = yield (want.kind, want.namespace, want.name), want.uid
+                sent: owners.Facts | str
+                if isinstance(got, str):
+                    sent = got
+                else:
+                    sent = got.facts if got.facts is not None else ERROR
+                want = walk.send(sent)
+        except StopIteration as done:
+            result: owners.Owners = done.value
+        top = result.top
+        if top is not None:
+            chain.top = (top.kind, top.name)
+        if not result.proven:
+            chain.owner_why = UNPROVEN if result.why in owners.UNPROVEN else result.why
+            chain.owner_code = result.why
+            chain.owner_detail = result.detail
         return chain
 
     def _from_cache(self, key: Key, uid: str) -> Chain | None:
@@ -448,7 +468,7 @@ class Enricher:
                 self.m.enrich_reads.labels("error").inc()
                 log.warn_sampled("enrich_error", "enrich_error", kind=key[0], detail=str(exc))
                 return self.cache.stale(key) or ERROR
-            info = self.plan.object_info(obj)
+            info = self.plan.object_info(obj, key[0])
             self.m.enrich_reads.labels("ok").inc()
             self._pauses = None  # reachable: the next pause is the first again
             self.cache.put(key, info, self.clock.monotonic())

@@ -30,7 +30,7 @@ from bridge.runtime.enriching import Enricher
 from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
-from k8s_event_common import cloudevents
+from k8s_event_common import cloudevents, owners
 from tests import support
 from tests.support import Reader
 from tests.virtualtime import LOOP, virtual_time
@@ -52,11 +52,18 @@ def settings(**enrich: Any) -> Settings:
     return Settings(enrich=e, nats={"subject_template": TEMPLATE})
 
 
-def obj(kind: str, name: str, uid: str, *, labels=None, owner=None, ns="shop") -> dict[str, Any]:
+def obj(
+    kind: str, name: str, uid: str, *, labels=None, owner=None, ns="shop", selector=None
+) -> dict[str, Any]:
+    """An object as the API server has it; ``selector``: its spec.selector.matchLabels (a
+    controller's claim on its children)."""
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": uid, "labels": labels or {}}
+    out: dict[str, Any] = {"metadata": meta}
+    if selector is not None:
+        out["spec"] = {"selector": {"matchLabels": selector}}
     if owner is not None:
         okind, oname, ouid = owner
-        api = "apps/v1" if okind in ("ReplicaSet", "Deployment") else "batch/v1"
+        api = owners.KINDS[okind].api_version if okind in owners.KINDS else "example.com/v1"
         meta["ownerReferences"] = [
             {"kind": "Other", "name": "x", "uid": "o", "apiVersion": "v1"},  # not the controller
             {
@@ -67,7 +74,7 @@ def obj(kind: str, name: str, uid: str, *, labels=None, owner=None, ns="shop") -
                 "controller": True,
             },
         ]
-    return {"metadata": meta}
+    return out
 
 
 def ns(name: str, **labels: str) -> dict[str, Any]:
@@ -90,12 +97,13 @@ def event_obj(name: str, pod: str, *, uid: str = "", rv: int = 1, namespace: str
 def cluster(reader: Reader) -> None:
     """shop (team payments): Deployment web → ReplicaSet web-1 → Pod web-1-a."""
     reader.namespaces = [ns("shop", team="payments"), ns("blog", team="content")]
-    reader.add("Deployment", obj("Deployment", "web", "d1"))
-    reader.add("ReplicaSet", obj("ReplicaSet", "web-1", "r1", owner=("Deployment", "web", "d1")))
+    rs = {"app": "web", "pod-template-hash": "1"}
+    reader.add("Deployment", obj("Deployment", "web", "d1", selector={"app": "web"}))
     reader.add(
-        "Pod",
-        obj("Pod", "web-1-a", "p1", labels={"app": "web"}, owner=("ReplicaSet", "web-1", "r1")),
+        "ReplicaSet",
+        obj("ReplicaSet", "web-1", "r1", labels=rs, selector=rs, owner=("Deployment", "web", "d1")),
     )
+    reader.add("Pod", obj("Pod", "web-1-a", "p1", labels=rs, owner=("ReplicaSet", "web-1", "r1")))
 
 
 class Rig:
@@ -285,7 +293,7 @@ async def test_an_unreachable_api_server_pauses_reads_and_events_go_out_at_once(
         tried = len(reader.reads)
         assert sum(1 for r in reader.reads if "/pods/new-" in r) <= 8
         # once paused, no read is tried: the next Events go out at once, marked
-        more = [("ADDED", event(f"m{i}", f"more-{i}", rv=i), i) for i in range(20, 30)]
+        more = [("ADDED", event(f"m{i}", f"more-{i}", uid="y", rv=i), i) for i in range(20, 30)]
         await rig.intake.items(more)
         later = await rig.out(10)
         assert len(reader.reads) == tried
@@ -331,15 +339,35 @@ async def test_an_object_of_that_name_but_another_uid_is_not_the_events_object()
 
 
 @virtual_time
-async def test_an_owner_that_can_not_be_read_leaves_the_last_known_controller_as_top():
+async def test_an_owner_that_is_not_there_leaves_the_last_proven_object_as_top_unproven():
     reader = Reader()
     cluster(reader)
     del reader.objects["/apis/apps/v1/namespaces/shop/replicasets/web-1"]
     async with Rig(settings(), reader) as rig:
         await rig.intake.items([("ADDED", event("a", "web-1-a", uid="p1"), 1)])
         [(_, ce)] = await rig.out(1)
+    # the Pod's reference alone proves nothing: the Pod itself is the last proven object
+    assert (ce["ownerkind"], ce["ownername"]) == ("Pod", "web-1-a")
+    assert ce["k8senrichmissing"] == "owner:unproven" and ce["app"] == "web"
+
+
+@virtual_time
+async def test_an_owner_that_can_not_be_read_leaves_the_last_proven_owner_as_top():
+    reader = Reader()
+    cluster(reader)
+    get = reader.get_object
+
+    async def forbidding(path: str) -> dict[str, Any]:
+        if path == "/apis/apps/v1/namespaces/shop/deployments/web":
+            raise errors.Forbidden("403 deployments is forbidden")
+        return await get(path)
+
+    reader.get_object = forbidding  # type: ignore[method-assign]
+    async with Rig(settings(), reader) as rig:
+        await rig.intake.items([("ADDED", event("a", "web-1-a", uid="p1"), 1)])
+        [(_, ce)] = await rig.out(1)
     assert (ce["ownerkind"], ce["ownername"]) == ("ReplicaSet", "web-1")
-    assert ce["k8senrichmissing"] == "owner:notfound" and ce["app"] == "web"
+    assert ce["k8senrichmissing"] == "owner:forbidden"
 
 
 @virtual_time

@@ -59,7 +59,9 @@ def enriched_pipeline(source, publisher, store, reader, drain_timeout=5.0) -> Pi
 async def test_drain_waits_for_the_event_the_enricher_holds():
     reader = Reader()
     reader.hang.clear()  # the object read hangs: the Event waits its lookup_timeout (1 s)
-    source = MemorySource([], 10, [pipeline_event("c", 11)])
+    held = pipeline_event("c", 11)
+    held["involvedObject"]["uid"] = "pod-c"  # an object that can be read (no uid: none is)
+    source = MemorySource([], 10, [held])
     publisher, store = MemoryPublisher(), MemoryStore()
     p = enriched_pipeline(source, publisher, store, reader)
     await p.open()
@@ -284,7 +286,7 @@ async def test_in_the_pipeline_the_bridge_runs_on_and_publishes_both():
 async def test_a_recreated_object_is_read_again():
     reader = Reader()
     cluster(reader)
-    reader.add("StatefulSet", obj("StatefulSet", "db", "s1"))
+    reader.add("StatefulSet", obj("StatefulSet", "db", "s1", selector={"app": "db"}))
     reader.add(
         "Pod", obj("Pod", "db-0", "old", labels={"app": "db"}, owner=("StatefulSet", "db", "s1"))
     )
