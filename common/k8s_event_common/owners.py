@@ -8,7 +8,8 @@ group. So a reference counts only when the owner claims the child too:
 
 - the owner is of a kind of ``KINDS`` that the walk may read (``kinds``) and that has a claim
   (``CLAIMS``), its apiVersion in that kind's API group, namespaced, read in the child's
-  namespace;
+  namespace, and a kind that makes the child's kind (``CHILDREN``: a Deployment makes
+  ReplicaSets, never Pods);
 - it exists with the uid the reference names;
 - it claims the child: its selector selects the child's labels (ReplicaSet, Deployment,
   StatefulSet, DaemonSet, Job: ``spec.selector``, matchLabels and matchExpressions; a
@@ -29,7 +30,6 @@ stopped: ``TOP`` (the last one has no controller: all proven) or a reason code.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +75,17 @@ CLAIMS: Final = frozenset(
     {"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "ReplicationController", "Job"}
     | {"CronJob"}
 )
+# what each kind's controller makes (and so may claim): a Deployment its ReplicaSets, never a
+# Pod directly, whatever labels the Pod copies from its selector
+CHILDREN: Final[dict[str, frozenset[str]]] = {
+    "Deployment": frozenset({"ReplicaSet"}),
+    "ReplicaSet": frozenset({"Pod"}),
+    "StatefulSet": frozenset({"Pod"}),
+    "DaemonSet": frozenset({"Pod"}),
+    "ReplicationController": frozenset({"Pod"}),
+    "Job": frozenset({"Pod"}),
+    "CronJob": frozenset({"Job"}),
+}
 MAX_DEPTH: Final = 4  # owners followed up from the involved object (Pod → RS → Deployment: 2)
 
 # why the walk stopped
@@ -308,9 +319,10 @@ def facts(kind: str, obj: Any, *, keep_labels: bool = True) -> Facts:
 
 def claims(owner: Facts, child: Facts) -> str:
     """Why ``owner`` does not claim ``child`` ("" when it does)."""
+    makes = CHILDREN.get(owner.kind, frozenset())
+    if child.kind not in makes:
+        return f"a {owner.kind} makes {', '.join(sorted(makes)) or 'nothing'}, not a {child.kind}"
     if owner.kind == "CronJob":
-        if child.kind != "Job":
-            return "a CronJob claims Jobs only"
         if child.uid and child.uid in owner.active:
             return ""
         suffix = child.name[len(owner.name) + 1 :]
@@ -393,27 +405,3 @@ def drive(
     except StopIteration as done:
         result: Owners = done.value
         return result
-
-
-# -- annotation keys --------------------------------------------------------------------------
-
-MAX_NAME: Final = 63  # the name part of a qualified key (after prefix/)
-HASHED: Final = 8  # hex digits of the hash that keeps cut names distinct
-_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
-def annotation_key(base: str, suffix: str) -> str:
-    """``<base>.<suffix>`` as a valid annotation key (``prefix/name``, the name at most 63
-    characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends), whatever ``suffix`` is: one
-    that does not fit is cut and given a hash of the whole, so distinct suffixes stay
-    distinct. ``base`` must leave room: at most ``MAX_NAME - HASHED - 3`` in its name part."""
-    prefix, slash, name = base.rpartition("/")
-    key_name = f"{name}.{suffix}"
-    if len(key_name) <= MAX_NAME and _NAME_PART.fullmatch(key_name):
-        return base + "." + suffix
-    digest = hashlib.sha256(suffix.encode()).hexdigest()[:HASHED]
-    room = MAX_NAME - len(name) - 2 - HASHED
-    kept = re.sub(r"[^-A-Za-z0-9_.]", "-", suffix)[: max(room, 0)]
-    kept = kept.strip("-_.")
-    cut = f"{name}.{kept}-{digest}" if kept else f"{name}.{digest}"
-    return f"{prefix}{slash}{cut}"

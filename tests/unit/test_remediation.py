@@ -4,6 +4,7 @@ against an in-memory API server that can be taken down."""
 from __future__ import annotations
 
 import copy
+import re
 import dataclasses
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,9 @@ def kube_event(
     )
 
 
+RS_LABELS = {"app": "web", "pod-template-hash": "7d9"}
+
+
 def pod(
     *,
     oom: bool = False,
@@ -49,7 +53,7 @@ def pod(
     waiting: str | None = "CrashLoopBackOff",
     restarts: int = 5,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "web-1", "namespace": "shop", "uid": uid}
+    meta: dict[str, Any] = {"name": "web-1", "namespace": "shop", "uid": uid, "labels": RS_LABELS}
     if owned:
         meta["ownerReferences"] = [
             {
@@ -77,10 +81,31 @@ def pod(
 
 
 DEPLOYMENT = (
-    {"metadata": {"name": "web", "namespace": "shop", "uid": "dep-uid", "generation": 3}},
+    {
+        "metadata": {"name": "web", "namespace": "shop", "uid": "dep-uid", "generation": 3},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+    },
     "apps/v1",
     "Deployment",
 )
+REPLICASET = {
+    "metadata": {
+        "name": "web-7d9",
+        "namespace": "shop",
+        "uid": "rs-uid",
+        "labels": RS_LABELS,
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": "web",
+                "uid": "dep-uid",
+                "controller": True,
+            }
+        ],
+    },
+    "spec": {"selector": {"matchLabels": RS_LABELS}},
+}
 CFG = RemediationSettings(dry_run=False)
 
 
@@ -100,18 +125,20 @@ def test_a_memory_suggestion_is_the_limit_times_the_factor_rounded_up_to_a_mib(
 
 
 def test_a_backoff_that_reached_min_count_deletes_the_pod_keyed_by_its_uid() -> None:
-    assert rules.plan(kube_event(count=4), pod(), None, CFG) is None
-    a = rules.plan(kube_event(count=5), pod(), None, CFG)
+    assert rules.plan(kube_event(count=4), pod(), DEPLOYMENT, CFG) is None
+    a = rules.plan(kube_event(count=5), pod(), DEPLOYMENT, CFG)
     assert a is not None and a.kind == rules.DELETE_POD
-    assert a.key == "delete_pod/pod-uid/0"
+    assert a.key == "delete_pod/pod-uid/0" and a.owner == "Deployment/shop/web"
     # a later count bump of the same Event is the same action
-    b = rules.plan(kube_event(count=9, rv=2), pod(), None, CFG)
+    b = rules.plan(kube_event(count=9, rv=2), pod(), DEPLOYMENT, CFG)
     assert b is not None and b.key == a.key and b.record_name(False) == a.record_name(False)
     assert a.record_name(True) != a.record_name(False)  # a dry run is recorded apart
 
 
 def test_a_pod_nobody_recreates_or_a_newer_pod_of_that_name_is_left_alone() -> None:
     assert rules.plan(kube_event(), pod(owned=False), None, CFG) is None
+    # owned, as the Pod says, but no controller proven (the caller passes none): left alone
+    assert rules.plan(kube_event(), pod(), None, CFG) is None
     assert rules.plan(kube_event(), pod(uid="another"), None, CFG) is None
     normal = kube_event()
     normal = KubeEvent(**{**normal.__dict__, "type": "Normal"})
@@ -172,16 +199,17 @@ class FakeKube:
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         self._check()
         self.reads.append((kind, namespace, name))
-        found = self.events if kind == "Event" else self.pods
+        dep = copy.deepcopy(DEPLOYMENT[0])
+        dep["metadata"]["annotations"] = dict(self.owner_annotations)
+        found = {
+            "Event": self.events,
+            "Pod": self.pods,
+            "ReplicaSet": {"web-7d9": REPLICASET},
+            "Deployment": {"web": dep},
+        }.get(kind, {})
         if name not in found:
             raise NotFound(name)
         return copy.deepcopy(found[name])
-
-    async def top_controller(self, obj: dict[str, Any]) -> Any:
-        self._check()
-        dep = copy.deepcopy(DEPLOYMENT[0])
-        dep["metadata"]["annotations"] = dict(self.owner_annotations)
-        return dep, DEPLOYMENT[1], DEPLOYMENT[2]
 
     async def delete_pod(self, namespace: str, name: str, uid: str, dry_run: bool) -> None:
         self._check()
@@ -595,7 +623,80 @@ def test_a_kubernetes_name_is_escaped_and_an_api_version_checked() -> None:
 
 def test_plan_alone_deletes_only_a_pod_waiting_in_crash_loop_back_off() -> None:
     """rules.plan holds the rule by itself (the worker also checks first, to say why)."""
-    assert rules.plan(kube_event(), pod(waiting=None, restarts=9), None, CFG) is None
-    assert rules.plan(kube_event(), pod(restarts=4), None, CFG) is None  # too few restarts
-    a = rules.plan(kube_event(), pod(restarts=5), None, CFG)
+    assert rules.plan(kube_event(), pod(waiting=None, restarts=9), DEPLOYMENT, CFG) is None
+    assert rules.plan(kube_event(), pod(restarts=4), DEPLOYMENT, CFG) is None  # too few
+    a = rules.plan(kube_event(), pod(restarts=5), DEPLOYMENT, CFG)
     assert a is not None and "in CrashLoopBackOff" in a.why
+
+
+@pytest.mark.parametrize(
+    ("ref", "proof"),
+    [
+        # an unrelated Deployment, its real uid: a Deployment makes ReplicaSets, not Pods
+        (
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "dep-uid"},
+            "unclaimed",
+        ),
+        # a kind of that name in another API group
+        (
+            {
+                "apiVersion": "evil.example.com/v1",
+                "kind": "Deployment",
+                "name": "web",
+                "uid": "dep-uid",
+            },
+            "group",
+        ),
+        # a ReplicaSet of that name, another uid
+        ({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "x"}, "uid"),
+    ],
+)
+@pytest.mark.parametrize("reason", ["OOMKilling", "BackOff"])
+async def test_a_controller_the_pod_merely_names_is_never_annotated_nor_trusted(
+    ref: dict[str, Any], proof: str, reason: str
+) -> None:
+    kube = FakeKube()
+    forged = pod(oom=reason == "OOMKilling")
+    forged["metadata"]["ownerReferences"] = [{**ref, "controller": True}]
+    kube.pods["web-1"] = forged
+    kube.events["web-1.abc"] = api_event(kube_event(reason=reason, count=9))
+    w, _ = worker(kube)
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(reason=reason, count=9), delivery())
+    assert kube.annotated == 0 and kube.deleted == [] and records(kube) == []
+    assert w.metrics._families["untrusted_total"].values[(("why", "owner_unproven"),)] == 1
+    assert w.metrics._families["owner_unproven_total"].values[(("why", proof),)] == 1
+
+
+async def test_a_pod_of_a_real_deployment_gets_its_deployment_annotated_and_is_deleted() -> None:
+    kube = FakeKube()
+    kube.pods["web-1"] = pod(oom=True)
+    kube.events["web-1.abc"] = api_event(kube_event(reason="OOMKilling", count=1))
+    w, now = worker(kube)
+    await w.on_event(kube_event(reason="OOMKilling", count=1), delivery())
+    assert kube.annotated == 1
+    kube.pods["web-1"] = pod()
+    kube.events["web-1.abc"] = api_event(kube_event(count=9))
+    now[0] += 10_000
+    await w.on_event(kube_event(count=9, rv=2), delivery())
+    assert kube.deleted == [("pod-uid", False)]
+    assert ("Deployment", "shop", "web") in kube.reads  # its owner found, up to the top
+
+
+@pytest.mark.parametrize("length", [1, 40, 41, 63])
+def test_a_suggestions_key_is_a_valid_annotation_key_for_any_container_name(length: int) -> None:
+    base = RemediationSettings().memory.annotation
+    names = ["a" * length, "a" * (length - 1) + "b"] if length > 1 else ["a", "b"]
+    keys = [rules.annotation_key(base, n) for n in names]
+    assert len(set(keys)) == 2  # distinct containers, distinct keys
+    for key in keys:
+        prefix, name = key.split("/")
+        assert prefix == "remediation.k8s-event-bridge.io"
+        assert len(name) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", name)
+    if length <= 40:
+        assert keys[0] == f"{base}.{names[0]}"  # short names: as they were
+
+
+def test_a_base_annotation_leaving_no_room_for_the_container_is_refused() -> None:
+    with pytest.raises(ValueError, match="no room"):
+        RemediationSettings(memory={"annotation": "example.com/" + "a" * 53})

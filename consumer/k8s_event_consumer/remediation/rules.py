@@ -5,8 +5,8 @@ them now (the worker read them back: a message's word is not enough), and return
 ``Action``:
 
 - a container of the Pod was OOMKilled (its last termination): annotate the Pod's top
-  controller with a memory limit ``factor`` times the current one (deleting the Pod would not
-  help: it would be killed again);
+  controller, proven from the owner's side, with a memory limit ``factor`` times the current
+  one under ``annotation_key`` (deleting the Pod would not help: it would be killed again);
 - else a ``BackOff`` (or a configured reason) whose count reached ``min_count``, on a Pod a
   container of which waits in ``CrashLoopBackOff`` with at least ``min_count`` restarts
   (``crash_looping``): delete the Pod, so its controller makes a new one.
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k8s_event_consumer.events import KubeEvent
+from k8s_event_consumer.remediation import settings
 from k8s_event_consumer.remediation.settings import RemediationSettings
 
 DELETE_POD = "delete_pod"
@@ -88,6 +89,7 @@ class Action:
     # its effect is already there (the owner carries these annotations): only its record,
     # if missing, is left to write
     effect_present: bool = False
+    owner: str = ""  # the Pod's top controller proven, kind/namespace/name ("": none)
 
     @property
     def key(self) -> str:
@@ -116,6 +118,14 @@ def target_of(obj: dict[str, Any], api_version: str, kind: str) -> Target:
         uid=str(meta.get("uid", "")),
         generation=int(meta.get("generation") or 0),
     )
+
+
+def owner_name(owner: tuple[dict[str, Any], str, str] | None) -> str:
+    """kind/namespace/name of an owner (object, apiVersion, kind); "" for none."""
+    if owner is None:
+        return ""
+    meta = owner[0].get("metadata") or {}
+    return f"{owner[2]}/{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def oom_killed(pod: dict[str, Any]) -> list[str]:
@@ -155,6 +165,28 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+MAX_KEY_NAME = 63  # the name part of an annotation key (after prefix/)
+HASHED = 8  # hex digits of the hash that keeps a cut container name distinct
+MAX_BASE_NAME = settings.MAX_BASE_NAME  # memory.annotation's name part, at most
+assert MAX_BASE_NAME == MAX_KEY_NAME - HASHED - 3  # "." + a cut name + "-" + the hash
+_KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def annotation_key(base: str, container: str) -> str:
+    """``<base>.<container>``, a valid annotation key for any container name: ``prefix/name``,
+    the name at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends. A name
+    that does not fit is cut and given a hash of the whole (distinct containers, distinct
+    keys). ``base``'s name part is at most ``MAX_BASE_NAME`` (settings.py checks it)."""
+    prefix, slash, name = base.rpartition("/")
+    whole = f"{name}.{container}"
+    if len(whole) <= MAX_KEY_NAME and _KEY_NAME.fullmatch(whole):
+        return base + "." + container
+    digest = hashlib.sha256(container.encode()).hexdigest()[:HASHED]
+    room = MAX_KEY_NAME - len(name) - 2 - HASHED
+    kept = re.sub(r"[^-A-Za-z0-9_.]", "-", container)[: max(room, 0)].strip("-_.")
+    return f"{prefix}{slash}{name}.{kept}-{digest}" if kept else f"{prefix}{slash}{name}.{digest}"
+
+
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -169,7 +201,9 @@ def plan(
     cfg: RemediationSettings,
 ) -> Action | None:
     """The action for ``ev`` on ``pod`` (its current state), or None. ``owner`` is the Pod's
-    top controller (object, apiVersion, kind) when the caller found one."""
+    top controller (object, apiVersion, kind), every link to it proven from the owner's side
+    (``k8s_event_common.owners.walk``), when the caller found one: None when the Pod has no
+    controller (an unproven one is the caller's refusal, never passed here)."""
     if not ev.warning or ev.involved.kind != "Pod":
         return None
     meta = pod.get("metadata") or {}
@@ -191,7 +225,9 @@ def plan(
                 "memory"
             )
             if current:
-                annotations[f"{mem.annotation}.{name}"[:253]] = suggest(str(current), mem.factor)
+                annotations[annotation_key(mem.annotation, name)] = suggest(
+                    str(current), mem.factor
+                )
         if not annotations:
             return None
         carried = (obj.get("metadata") or {}).get("annotations") or {}
@@ -201,11 +237,12 @@ def plan(
             f"container(s) {', '.join(oom)} of Pod {meta.get('name')} OOMKilled",
             annotations,
             effect_present=all(carried.get(k) == v for k, v in annotations.items()),
+            owner=owner_name(owner),
         )
     rst = cfg.restart
     if rst.enabled and ev.reason in rst.reasons and ev.count >= rst.min_count:
-        if rst.only_controlled and controller_of(pod) is None:
-            return None
+        if rst.only_controlled and owner is None:
+            return None  # no proven controller: nobody would make it again
         looping = crash_looping(pod, rst.min_count)
         if not looping:
             return None
@@ -214,5 +251,6 @@ def plan(
             target_of(pod, "v1", "Pod"),
             f"{ev.reason} x{ev.count} (at least {rst.min_count}), container(s) "
             f"{', '.join(looping)} in CrashLoopBackOff",
+            owner=owner_name(owner),
         )
     return None

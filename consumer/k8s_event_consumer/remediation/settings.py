@@ -19,6 +19,9 @@ from k8s_event_consumer.configuring import (
     Section,
 )
 
+# the longest name part of memory.annotation: the key's name part is at most 63, and a
+# container name cut to fit keeps "." + some of it + "-" + an 8-hex hash (rules.annotation_key)
+MAX_BASE_NAME = 52
 ENV_PREFIX = "REMEDIATION_"
 CONFIG_FILE_ENV = "REMEDIATION_CONFIG_FILE"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -66,7 +69,9 @@ class RestartSettings(Section):
     min_count: int = Field(5, ge=1)
     """The Event's count (series-aware) at which the Pod is deleted."""
     only_controlled: bool = True
-    """Only Pods that a controller (ReplicaSet, StatefulSet, ...) will recreate."""
+    """Only Pods that a controller (ReplicaSet, StatefulSet, ...) will recreate: a controller
+    that claims the Pod itself (its selector selects the Pod, docs/consumers.md), not one the
+    Pod's ownerReference merely names (that is refused, `owner_unproven`)."""
 
 
 class MemorySettings(Section):
@@ -83,14 +88,20 @@ class MemorySettings(Section):
     """The suggestion: the container's memory limit (else its request) times this, rounded up
     to a MiB."""
     annotation: str = "remediation.k8s-event-bridge.io/suggested-memory-limit"
-    """The annotation key (prefix/name) the suggestion is written under, `.<container>`
-    appended."""
+    """The annotation key (prefix/name, the name at most 52 characters) the suggestion is
+    written under, `.<container>` appended; a container name that would make the key's name
+    part longer than 63 is cut and ends in a hash of the whole name (`.<cut>-<8 hex>`)."""
 
     @field_validator("annotation")
     @classmethod
     def _annotation(cls, v: str) -> str:
         if not _QUALIFIED_NAME.fullmatch(v) or len(v.rsplit("/", 1)[-1]) > 63:
             raise ValueError(f"{v!r} is not an annotation key (prefix/name)")
+        if len(v.rsplit("/", 1)[-1]) > MAX_BASE_NAME:
+            raise ValueError(
+                f"{v!r}: its name part is over {MAX_BASE_NAME} characters, leaving no room for "
+                "the container's name (the key's name part is at most 63)"
+            )
         return v
 
 
@@ -145,7 +156,7 @@ class Settings(configuring.SubscriberSettings):
     """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound, also
     while the API server is down), /metrics (prefix `k8s_event_remediation_`:
     `actions_total{action,result}`, `held_total`, `events_total{result}`,
-    `untrusted_total{why}`)."""
+    `untrusted_total{why}`, `owner_unproven_total{why}`)."""
     log: LogSettings = LogSettings()
 
 

@@ -12,7 +12,14 @@ checks the claim before anything else:
   reason, Warning, about that Pod (kind, namespace, name, uid); its count, not the message's,
   is what the restart rule compares;
 - the Pod, read back, shows what the rule is for (``rules.plan``): a container waiting in
-  CrashLoopBackOff with ``min_count`` restarts, or last terminated OOMKilled.
+  CrashLoopBackOff with ``min_count`` restarts, or last terminated OOMKilled;
+- the owner it annotates (the memory rule), or the controller that will make the Pod again
+  (the restart rule's ``only_controlled``), is proven from the owner's side: the one owner walk
+  (``k8s_event_common.owners.walk``, the bridge's enrichment uses it too) reads each controller
+  the Pod's ownerReferences name, through ``Kube.get``, and counts it only when it exists with
+  that uid, in the Pod's namespace and its kind's API group, and its selector selects the
+  child. A Pod may name any Deployment of its namespace as its controller: that alone is
+  ``owner_unproven``.
 
 A claim that fails is acked and never retried nor acted on, logged once as ``untrusted`` with
 why (a fixed set: ``UNTRUSTED``), counted in ``untrusted_total{why}``, and its id is not
@@ -48,6 +55,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from k8s_event_common import owners
 from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import KubeEvent
@@ -84,7 +92,13 @@ COUNTERS = (
         "untrusted_total",
         "messages the API server did not confirm, never acted on, by why: "
         "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
-        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed",
+        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven",
+    ),
+    (
+        "owner_unproven_total",
+        "controllers a Pod names that the owner walk did not prove (each also an "
+        "untrusted_total{why=owner_unproven}), by why: kind, group, namespace, invalid, "
+        "notfound, uid, unclaimed, depth",
     ),
 )
 # why a message is untrusted: the only values of untrusted_total's label
@@ -97,7 +111,10 @@ UNTRUSTED = (
     "count_not_confirmed",  # the Event's count is below the rule's
     "pod_not_crash_looping",  # no container of the Pod restarted min_count times
     "pod_not_oom_killed",  # an OOMKilling on a Pod none of whose containers was OOMKilled
+    "owner_unproven",  # the controller the Pod names does not claim it (owners.walk's why)
 )
+# the controllers the owner walk reads (deploy/consumers/remediation-rbac.yaml grants get)
+OWNER_KINDS = frozenset(owners.CLAIMS)
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 UNLABELLED = ("held_total",)  # exported from 0 on
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
@@ -120,10 +137,11 @@ class Counts:
 class Untrusted(Exception):
     """The API server does not confirm what the message says (``why``: one of UNTRUSTED)."""
 
-    def __init__(self, why: str, detail: str) -> None:
+    def __init__(self, why: str, detail: str, proof: str | None = None) -> None:
         assert why in UNTRUSTED, why
         super().__init__(detail)
         self.why = why
+        self.proof = proof  # owner_unproven: owners.walk's reason code
 
 
 class _Stale(Exception):
@@ -217,6 +235,7 @@ class Worker:
             detail=str(u)[:500],
             delivery=d.num_delivered,
             stream_sequence=d.stream_sequence,
+            proof=u.proof,
         )
         return Discard(u.why)
 
@@ -263,10 +282,7 @@ class Worker:
         rst, mem = self.cfg.restart, self.cfg.memory
         oom = rules.oom_killed(pod)
         if mem.enabled and confirmed.reason in mem.reasons and oom:
-            try:
-                owner = await self.kube.top_controller(pod)
-            except NotFound:
-                owner = None
+            owner = await self._proven_owner(pod)
         elif rst.enabled and confirmed.reason in rst.reasons and ev.count >= rst.min_count:
             if confirmed.count < rst.min_count:
                 raise Untrusted(
@@ -282,6 +298,8 @@ class Worker:
                 )
             if not rules.crash_looping(pod, rst.min_count):
                 raise _NotNow(f"Pod {inv.namespace}/{inv.name} is not in CrashLoopBackOff now")
+            if rst.only_controlled:
+                owner = await self._proven_owner(pod)
         elif confirmed.reason == "OOMKilling":
             raise Untrusted(
                 "pod_not_oom_killed",
@@ -293,6 +311,44 @@ class Worker:
             return
         self.metrics.inc("events_total", result="planned")
         await self._do(action, ev)
+
+    async def _proven_owner(self, pod: dict[str, Any]) -> tuple[dict[str, Any], str, str] | None:
+        """The Pod's top controller (object, apiVersion, kind), every link proven by
+        ``owners.walk`` from what ``Kube.get`` reads; None when the Pod has no controller.
+        Untrusted (``owner_unproven``) when a link is not proven; a read the API server
+        refuses is ``Refused``, one it can not answer ``Unavailable`` (held)."""
+        read: dict[tuple[str, str], dict[str, Any]] = {}
+        walk = owners.walk(owners.facts("Pod", pod), OWNER_KINDS)
+        try:
+            want = next(walk)
+            while True:
+                sent: owners.Facts | str
+                try:
+                    obj = await self.kube.get(
+                        owners.KINDS[want.kind].api_version, want.kind, want.namespace, want.name
+                    )
+                except NotFound:
+                    sent = owners.NOTFOUND
+                except Invalid:
+                    sent = owners.INVALID
+                else:
+                    read[(want.kind, want.name)] = obj
+                    sent = owners.facts(want.kind, obj)
+                want = walk.send(sent)
+        except StopIteration as done:
+            walked: owners.Owners = done.value
+        meta = pod.get("metadata") or {}
+        if not walked.proven:
+            self.metrics.inc("owner_unproven_total", why=walked.why)
+            raise Untrusted(
+                "owner_unproven",
+                f"Pod {meta.get('namespace')}/{meta.get('name')}: {walked.detail}",
+                proof=walked.why,
+            )
+        top = walked.top
+        if top is None:
+            return None
+        return read[(top.kind, top.name)], owners.KINDS[top.kind].api_version, top.kind
 
     def _confirm(self, ev: KubeEvent, real: dict[str, Any]) -> KubeEvent:
         """The message's Event as the API server has it, if it is the same Event about the
@@ -386,6 +442,7 @@ class Worker:
             dry_run=dry,
             why=action.why,
             annotations=action.annotations or None,
+            owner=action.owner or None,
         )
 
     def _acted_on(self, uid: str, now: float) -> None:
