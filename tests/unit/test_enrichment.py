@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bridge import errors
 from bridge.core import events
@@ -471,3 +472,42 @@ def test_the_metrics_know_every_part_and_why():
 
     assert metrics.ENRICH_PARTS == enrichment.PARTS
     assert metrics.ENRICH_WHYS == enrichment.WHYS
+
+
+def test_a_tenant_written_value_routes_only_when_opted_in():
+    e = {"object": {"labels": {"app": "app"}, "owner_name": "owner"}}
+    template = "{cluster}.{namespace}.{app}.{owner}.{reason}"
+    with pytest.raises(ValidationError, match=r"\{app\} is a value the tenant writes"):
+        Settings(enrich=e, nats={"subject_template": template})
+    with pytest.raises(ValidationError, match=r"\{owner\} is a value the tenant writes"):
+        Settings(enrich={**e, "tenant_tokens": ["app"]}, nats={"subject_template": template})
+    s = Settings(
+        enrich={**e, "tenant_tokens": ["app", "owner"]}, nats={"subject_template": template}
+    )
+    assert s.enrich.tenant_tokens == ["app", "owner"]
+    # a namespace label needs no opt-in: whoever may edit Namespaces writes it
+    Settings(
+        enrich={"namespace": {"labels": {"team": "team"}}}, nats={"subject_template": TEMPLATE}
+    )
+
+
+@virtual_time
+async def test_an_event_without_the_objects_uid_or_about_a_node_elsewhere_gets_none_of_its_values():
+    reader = Reader()
+    cluster(reader)
+    reader.add("Node", {"metadata": {"name": "n1", "uid": "n-uid", "labels": {"app": "node"}}})
+    s = settings(object={"labels": {"app": "app"}, "kinds": ["Pod", "Node"]})
+    async with Rig(s, reader) as rig:
+        await rig.intake.items(
+            [
+                ("ADDED", event("a", "web-1-a", uid=""), 1),  # no uid: which web-1-a?
+                ("ADDED", event("b", "n1", uid="n-uid", kind="Node", namespace="shop"), 2),
+                ("ADDED", event("c", "n1", uid="n-uid", kind="Node", namespace="default"), 3),
+            ]
+        )
+        got = [ce for _, ce in await rig.out(3)]
+    assert got[0]["k8senrichmissing"] == "object:nouid" and "app" not in got[0]
+    assert got[1]["k8senrichmissing"] == "object:scope" and "app" not in got[1]
+    # the kubelet's and the node controllers' namespace: the Node's values
+    assert got[2].get("app") == "node" and "object:" not in got[2].get("k8senrichmissing", "")
+    assert reader.reads == ["/api/v1/nodes/n1"]  # neither the Pod nor the Node for the others

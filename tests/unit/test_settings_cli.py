@@ -49,6 +49,21 @@ def run_cli(*args, env=None):
         ("cluster: {name: prod.eu}\n", {}, "cluster.name"),
         ("cluster: {name: ''}\n", {}, "cluster.name"),
         ("", {"BRIDGE_KUBERNETES__NAMESPACES": "default"}, "lists from the environment are JSON"),
+        # an object label (the tenant writes it) as a routing token, without the opt-in
+        (
+            "enrich: {object: {labels: {app: app}}}\n"
+            "nats: {subject_template: '{cluster}.{namespace}.{app}.{reason}'}\n",
+            {},
+            "{app} is a value the tenant writes",
+        ),
+        (
+            "enrich: {object: {owner_name: owner}}\n"
+            "nats: {subject_template: '{cluster}.{namespace}.{owner}.{reason}'}\n",
+            {},
+            "enrich.tenant_tokens",
+        ),
+        ("enrich: {tenant_tokens: [team]}\n", {}, "enrich.tenant_tokens: team"),
+        ("enrich: {object: {cluster_namespaces: [Default]}}\n", {}, "cluster_namespaces"),
     ],
 )
 @pytest.mark.processes  # runs a program (tests/unit/conftest.py)
