@@ -269,7 +269,7 @@ class Enricher:
                         "owner_unproven",
                         why=chain.owner_code,
                         detail=chain.owner_detail[:500],
-                        event=ev.view.metadata.name,
+                        event_name=ev.view.metadata.name,
                         namespace=ev.view.metadata.namespace,
                     )
 
