@@ -26,8 +26,7 @@ from pydantic_settings import SettingsConfigDict
 from bridge.errors import ConfigError
 from k8s_event_common import configuring as common
 from k8s_event_common import options as shared
-from k8s_event_common import owners
-from k8s_event_common import subjects
+from k8s_event_common import owners, subjects
 from k8s_event_common.configuring import (
     Duration,
     ExistingFile,

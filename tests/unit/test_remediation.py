@@ -4,8 +4,8 @@ against an in-memory API server that can be taken down."""
 from __future__ import annotations
 
 import copy
-import re
 import dataclasses
+import re
 from datetime import UTC, datetime
 from typing import Any
 
