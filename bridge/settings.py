@@ -446,8 +446,8 @@ class ObjectEnrichment(_Section):
     """The extension holding the kind of the object's top controller, found through the
     controller ownerReferences (Pod → ReplicaSet → Deployment), each counted only when its owner
     claims the child (docs/design.md, "Who owns what"); the object itself when it has no
-    controller; the farthest owner proven, marked `owner:unproven`, when a link is not. null: not
-    added."""
+    controller; the farthest owner proven, marked `owner:unproven`, when a link is not. null:
+    not added."""
     owner_name: ExtensionName = None
     """The extension holding the top controller's name. null: not added."""
     kinds: list[str] = Field(
@@ -456,8 +456,9 @@ class ObjectEnrichment(_Section):
     """The kinds the bridge reads (involved objects and owners on the way up); the deploy/
     RBAC and the chart grant get on exactly these. An owner of another kind is not read, so not
     proven: the walk stops below it (`owner:unproven`); an Event about another kind is published
-    without the object's values (marked `object:kind`). Known: Pod, Node, Service, ReplicationController,
-    PersistentVolumeClaim, ReplicaSet, Deployment, StatefulSet, DaemonSet, Job, CronJob."""
+    without the object's values (marked `object:kind`). Known: Pod, Node, Service,
+    ReplicationController, PersistentVolumeClaim, ReplicaSet, Deployment, StatefulSet,
+    DaemonSet, Job, CronJob."""
 
     cluster_namespaces: list[str] = ["default"]
     """An Event about a cluster-scoped object (a Node) gets that object's values only when the
