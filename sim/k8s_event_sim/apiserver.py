@@ -618,8 +618,12 @@ class SimApiServer:
         self, namespace: str, name: str, pods: int, labels: dict[str, str] | None = None
     ) -> list[tuple[str, str]]:
         """A Deployment ``name`` → its ReplicaSet ``<name>-1`` → ``pods`` Pods ``<name>-1-<i>``
-        (with ``labels``), each owned by a controller reference; the (name, uid) of each Pod."""
+        (with ``labels``), each owned by a controller reference, with the labels and selectors
+        the controllers write (the owners claim their children: a ReplicaSet's
+        ``pod-template-hash``); the (name, uid) of each Pod."""
         deployment, replicaset = f"{namespace}-{name}", f"{namespace}-{name}-1"  # their uids
+        selected = dict(labels or {"app": name})
+        hashed = {**selected, "pod-template-hash": "1"}
 
         def owner(kind: str, owner_name: str, uid: str) -> list[dict[str, Any]]:
             return [
@@ -635,7 +639,10 @@ class SimApiServer:
         apps = f"/apis/apps/v1/namespaces/{namespace}"
         self.put_object(
             f"{apps}/deployments/{name}",
-            {"metadata": {"name": name, "namespace": namespace, "uid": deployment}},
+            {
+                "metadata": {"name": name, "namespace": namespace, "uid": deployment},
+                "spec": {"selector": {"matchLabels": selected}},
+            },
         )
         self.put_object(
             f"{apps}/replicasets/{name}-1",
@@ -644,8 +651,10 @@ class SimApiServer:
                     "name": f"{name}-1",
                     "namespace": namespace,
                     "uid": replicaset,
+                    "labels": hashed,
                     "ownerReferences": owner("Deployment", name, deployment),
-                }
+                },
+                "spec": {"selector": {"matchLabels": hashed}},
             },
         )
         out = []
@@ -658,7 +667,7 @@ class SimApiServer:
                         "name": pod,
                         "namespace": namespace,
                         "uid": uid,
-                        "labels": dict(labels or {}),
+                        "labels": dict(hashed),
                         "ownerReferences": owner("ReplicaSet", f"{name}-1", replicaset),
                     }
                 },
