@@ -58,7 +58,6 @@ WHYS: Final = (
 PARTS: Final = ("namespace", "object", "owner")
 
 MAX_VALUE: Final = 1024  # longest annotation value carried (label values are <= 63)
-MAX_OWNER_DEPTH: Final = owners.MAX_DEPTH  # owners followed up, the worker's depth too
 ENTRY_OVERHEAD: Final = 400  # bytes counted per cached object beyond its strings
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

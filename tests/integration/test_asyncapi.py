@@ -377,7 +377,8 @@ ENRICHED_OK = {
             f"{part}:{why}"
             for part in ("namespace", "object", "owner")
             for why in (
-                "timeout unreachable forbidden notfound error unknown kind invalid oversized"
+                "timeout unreachable forbidden notfound error unknown kind invalid oversized "
+                "nouid scope unproven"
             ).split()
         ),
     },
