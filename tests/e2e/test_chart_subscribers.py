@@ -226,8 +226,9 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
 
 # ----------------------------------------------------------------------------- remediation
 
-NAMESPACED = {("", "pods"), ("", "events"), *(("apps", r) for r in (
-    "replicasets", "deployments", "statefulsets", "daemonsets"))}  # fmt: skip
+NAMESPACED = {("", "pods"), ("", "events"), ("", "replicationcontrollers"), *(("apps", r) for r in (
+    "replicasets", "deployments", "statefulsets", "daemonsets")), ("batch", "jobs"),
+    ("batch", "cronjobs")}  # fmt: skip
 
 
 def test_the_remediation_worker_is_bound_only_in_its_namespaces(tmp_path: Path) -> None:
