@@ -11,10 +11,13 @@ does not hold the Event: it goes out without that value, ``k8senriched: partial`
 
 - Namespaces come from a list and a watch (``bridge.runtime.namespaces``, on the one watch
   loop): always current, and still there while the API server is away.
-- Objects are read with ``get`` (``bridge.core.enrichment.Plan.target`` decides which), then
-  their controllers up to the top (Pod → ReplicaSet → Deployment). Each object is read once
-  however many Events wait on it (one future per object), at most ``enrich.max_inflight``
-  reads at a time, each bounded by ``enrich.lookup_timeout``, and kept in a ``LookupCache``.
+- Objects are read with ``get`` (``bridge.core.enrichment.Plan.target`` decides which; an
+  Event naming no uid reads none), then their controllers up to the top (Pod → ReplicaSet →
+  Deployment) as far as ``k8s_event_common.owners.walk`` proves each from the owner's side
+  (``owner:unproven`` past that, logged sampled as ``owner_unproven`` with the walk's why).
+  Each object is read once however many Events wait on it (one future per object), at most
+  ``enrich.max_inflight`` reads at a time, each bounded by ``enrich.lookup_timeout``, and kept
+  in a ``LookupCache``.
 - Once a read finds the API server unreachable (or slow past the timeout), reads stop for a
   back-off (``core.backoff``: 1 s doubling to 30 s, from 1 s again after a read succeeds):
   meanwhile an Event whose object is not fresh in the cache goes out at once with the last
