@@ -1,4 +1,4 @@
-"""bridge.kube.lean: kubernetes_asyncio's config and ApiClient without its model classes."""
+"""k8s_event_common.kube.lean: kubernetes_asyncio's config and ApiClient without its model classes."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_the_bridge_imports_no_model_class() -> None:
         """
         import sys
         import bridge.app
-        from bridge.kube.lean import client, config, incluster_config
+        from k8s_event_common.kube.lean import client, config, incluster_config
         assert client.ApiClient and client.Configuration and client.CoreV1Api
         assert config.load_kube_config and incluster_config.SERVICE_TOKEN_FILENAME
         models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
