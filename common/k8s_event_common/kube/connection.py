@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import yaml
 
 from k8s_event_common.kube import errors
 from k8s_event_common.kube.lean import client as k8s_client
@@ -101,6 +102,13 @@ class Connection:
                     client_configuration=cfg,
                     persist_config=False,
                 )
+        except yaml.YAMLError as exc:
+            # its text quotes the file's lines (a token, a key): only where it broke
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise errors.KubeConfigError(
+                f"kubernetes credentials: the kubeconfig is not valid YAML{where}"
+            ) from None
         except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
             raise errors.KubeConfigError(f"kubernetes credentials: {exc}") from exc
         if self.pool_size is not None:
