@@ -164,11 +164,12 @@ def test_paths_of_objects_collections_and_cluster_scoped_resources() -> None:
 
 
 async def test_a_rotated_token_is_loaded_again_on_a_401_and_the_request_asked_once_more(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server takes only the new token: the request with the old one is answered 401, the
     credentials are read again (the file now holds the new one) and the same request is sent
     once more. Without ``reload_on_401`` the 401 is the caller's (the bridge's watch loop)."""
+    caplog.set_level(logging.INFO)
     seen: list[str] = []
 
     async def pod(request: web.Request) -> web.Response:
@@ -191,6 +192,8 @@ async def test_a_rotated_token_is_loaded_again_on_a_401_and_the_request_asked_on
         doc = await reloading.request("GET", "/api/v1/namespaces/shop/pods/web")
         assert doc == {"metadata": {"name": "web"}}
         assert seen == ["Bearer old", "Bearer old", "Bearer new"]
+        [asked] = [r for r in caplog.records if r.getMessage() == "unauthorized_asked_again"]
+        assert asked.fields["reloaded"] is True  # type: ignore[attr-defined]
         assert reloading.client is not first and reloading.retired[0][1] is first
     finally:
         await strict.close()
@@ -200,7 +203,7 @@ async def test_a_rotated_token_is_loaded_again_on_a_401_and_the_request_asked_on
 
 
 async def test_a_401_that_a_reload_does_not_cure_is_unauthorized_asked_once_more_only(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     seen: list[str] = []
 
@@ -217,12 +220,15 @@ async def test_a_401_that_a_reload_does_not_cure_is_unauthorized_asked_once_more
             await conn.request("DELETE", "/api/v1/namespaces/shop/pods/web", body={})
         conn.loaded_at -= 2  # past RELOAD_COALESCE: the next 401 reloads again
         (tmp_path / "kubeconfig").write_text("not: [a kubeconfig")
-        with pytest.raises(errors.Unauthorized):  # the reload failed: the 401 is the answer
+        with pytest.raises(errors.Unauthorized) as refused:  # the reload failed: the 401
             await conn.request("DELETE", "/api/v1/namespaces/shop/pods/web", body={})
+        assert isinstance(refused.value.__cause__, errors.KubeConfigError)
+        [failed] = [r for r in caplog.records if r.getMessage() == "credentials_reload_failed"]
+        assert "not valid YAML" in failed.fields["error"]  # type: ignore[attr-defined]
     finally:
         await conn.close()
         await runner.cleanup()
-    assert seen == ["DELETE"] * 4
+    assert seen == ["DELETE"] * 3  # the second 401 was not asked again: no new credentials
 
 
 async def test_an_unusable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:

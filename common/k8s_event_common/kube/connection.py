@@ -28,6 +28,7 @@ from k8s_event_common.kube import errors
 from k8s_event_common.kube.lean import client as k8s_client
 from k8s_event_common.kube.lean import config as k8s_config
 from k8s_event_common.kube.lean import incluster_config
+from k8s_event_common.logformat import Logger
 
 # What a request or a read of its body may raise besides a status. RuntimeError: a request
 # that picked up a client closed meanwhile ("Session is closed").
@@ -63,8 +64,8 @@ class Connection:
     ``keep_retired`` how many replaced clients stay open for the requests still on them (a
     watch streams through the client it started on), each at most ``RETIRE_AFTER`` seconds;
     ``reload_on_401`` makes a request answered 401 load the credentials again and ask once more
-    (a caller with its own reload, the bridge's watch loop, leaves it off); ``prepare`` is
-    called with each new client.
+    (a caller with its own reload, the bridge's watch loop, leaves it off), logged on
+    ``logger``; ``prepare`` is called with each new client.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class Connection:
         keep_retired: int = 1,
         reload_on_401: bool = False,
         prepare: Callable[[Any], None] | None = None,
+        logger: str = "k8s_event_common.kube",
     ) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
@@ -85,6 +87,7 @@ class Connection:
         self.keep_retired = max(1, keep_retired)
         self.reload_on_401 = reload_on_401
         self.prepare = prepare
+        self.log = Logger(logger)
         self.client: Any = None  # the ApiClient requests go through now
         self.retired: list[tuple[float, Any]] = []  # (when, client): replaced, still open
         self.loaded_at = -RELOAD_COALESCE
@@ -129,12 +132,14 @@ class Connection:
         ):
             await self.retired.pop(0)[1].close()
 
-    async def reload_credentials(self) -> None:
+    async def reload_credentials(self) -> bool:
         """Read the kubeconfig or the service-account token again (they rotate); once for
-        several callers that ask within ``RELOAD_COALESCE``. Raises ``KubeConfigError``."""
+        several callers that ask within ``RELOAD_COALESCE`` (False: another just did).
+        Raises ``KubeConfigError``."""
         if asyncio.get_running_loop().time() - self.loaded_at < RELOAD_COALESCE:
-            return  # another caller just did
+            return False  # another caller just did
         await self.connect()
+        return True
 
     async def close(self) -> None:
         for _, old in self.retired:
@@ -158,14 +163,16 @@ class Connection:
         reads and releases it); any other raises its ``KubeError``."""
         try:
             return await self._call(method, path, path_params, query, body, content_type)
-        except errors.Unauthorized:
+        except errors.Unauthorized as first:
             if not self.reload_on_401:
                 raise
             try:
-                await self.reload_credentials()
-            except errors.KubeConfigError:
-                pass  # the 401 is the answer
-            return await self._call(method, path, path_params, query, body, content_type)
+                reloaded = await self.reload_credentials()
+            except errors.KubeConfigError as exc:
+                self.log.error("credentials_reload_failed", after="401", error=str(exc))
+                raise first from exc  # the 401 is the answer
+        self.log.info("unauthorized_asked_again", method=method, path=path, reloaded=reloaded)
+        return await self._call(method, path, path_params, query, body, content_type)
 
     async def _call(
         self,

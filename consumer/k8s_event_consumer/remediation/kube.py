@@ -73,6 +73,7 @@ class Kube:
             context=settings.context,
             timeout=aiohttp.ClientTimeout(total=settings.request_timeout),
             reload_on_401=True,  # a service-account token rotates
+            logger="k8s_event_consumer.remediation",
         )
 
     async def connect(self) -> None:
