@@ -12,7 +12,7 @@ length of an outage (docs/performance.md, "Memory: the worst case"):
                                                          joined line, the Event's bytes, the
                                                          converted message
            + nats-py's outgoing buffer while reconnecting (pending_size)
-           + scopes retired kube clients (one per scope at most: bridge.kube.client)
+           + scopes retired kube clients (one per scope at most: k8s_event_common.kube)
            + the converter's caches (entries and key lengths bounded: bridge.core.converting;
              with a subject template of one's own, its subjects too)
            + with enrich: the Events waiting for their lookups (a quarter of queue.max_bytes

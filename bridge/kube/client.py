@@ -1,22 +1,21 @@
-"""The client of the API server: lists and watches of a resource, objects, Leases, the cluster's
-id, credentials that rotate.
+"""The bridge's client of the API server: lists and watches of a resource, objects, Leases, the
+cluster's id, credentials that rotate.
 
-kubernetes_asyncio does what it does well: kubeconfig and in-cluster config, TLS, auth and
-token refresh, and the request itself (``ApiClient.call_api`` with ``_preload_content=False``).
-Its generated API classes, ``Watch`` helper and model objects are not used (the paths the
-bridge calls are written here and in ``bridge.core.resources``, which keeps ~3 MB of generated
-code out of memory): the raw response's status is checked here, one list and one watch serve
-any resource (its path and decoder are data), lists are paged by ``bridge.kube.paging``, watch
-lines are split and decoded by ``bridge.kube.lines`` (with the resource's decoder, msgspec). Every
-foreign exception is mapped here, once, to the ``errors.KubeError`` tree.
+The connection is the one both programs share (``k8s_event_common.kube.connection``):
+kubeconfig and in-cluster config, the token that rotates, the request (``ApiClient.call_api``
+with ``_preload_content=False``), the status checked and every foreign exception mapped to
+the ``errors.KubeError`` tree. What is the bridge's own is here: its connection pool sized for
+one watch per scope, aiohttp's read buffer kept small, the watch's socket with TCP keepalive
+and its stream read as it arrives. kubernetes_asyncio's generated API classes, ``Watch``
+helper and model objects are not used (the paths the bridge calls are written here and in
+``bridge.core.resources``): one list and one watch serve any resource (its path and decoder
+are data), lists are paged by ``bridge.kube.paging``, watch lines are split and decoded by
+``bridge.kube.lines`` (with the resource's decoder, msgspec).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import math
-import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,11 +27,29 @@ import msgspec
 from bridge import errors
 from bridge.core.resources import Resource
 from bridge.kube import paging
-from bridge.kube.lean import client as k8s_client
-from bridge.kube.lean import config as k8s_config
-from bridge.kube.lean import incluster_config
 from bridge.kube.lines import Skipped, WatchEntry, read_lines, split_lines
 from bridge.settings import KubernetesSettings
+from k8s_event_common.kube.connection import (
+    FOREIGN,
+    RELOAD_COALESCE,
+    RETIRE_AFTER,
+    Connection,
+    in_cluster,
+    pod_namespace,
+)
+from k8s_event_common.kube.errors import KubeConfigError, error_for_status
+
+__all__ = [
+    "READ_BUFSIZE",
+    "RELOAD_COALESCE",
+    "RETIRE_AFTER",
+    "KubeClient",
+    "decode_list_page",
+    "error_for_status",
+    "in_cluster",
+    "keep_alive",
+    "pod_namespace",
+]
 
 # the paths the bridge calls besides its resources' (path parameters are quoted by
 # ApiClient.call_api)
@@ -42,27 +59,6 @@ LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes before a connection counts as dead
-# RuntimeError: a request that picked up a client closed meanwhile ("Session is closed").
-_FOREIGN = (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError)
-# Several scopes hit by one token rotation reload once, not once each.
-RELOAD_COALESCE = 1.0
-# A retired client's watches end by their own timeout (at most watch_timeout_max); it is
-# closed after that, not under them.
-RETIRE_AFTER = 900.0
-
-
-def error_for_status(status: int, headers: Any, body: bytes) -> errors.KubeError:
-    """The exception for a non-2xx answer, with the Status object's message and reason."""
-    message, reason = "", ""
-    try:
-        doc = _decode_any(body) if body else {}
-        if isinstance(doc, dict):
-            message = str(doc.get("message") or "")
-            reason = str(doc.get("reason") or "")
-    except msgspec.DecodeError:
-        message = body[:200].decode("utf-8", "replace")
-    retry_after = _retry_after(headers.get("Retry-After") if headers else None)
-    return errors.from_status(status, message, reason, retry_after)
 
 
 class _List(msgspec.Struct):
@@ -96,17 +92,6 @@ def _decode_object(body: bytes) -> dict[str, Any]:
     return doc
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds; an HTTP date, inf or NaN (a hostile or broken server) is none."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return max(0.0, seconds) if math.isfinite(seconds) else None
-
-
 def _limit_read_buffer(api_client: Any) -> None:
     """Make aiohttp stop reading a watch at READ_BUFSIZE*2 buffered bytes, not 4 MiB.
 
@@ -122,23 +107,6 @@ def _limit_read_buffer(api_client: Any) -> None:
         session._read_bufsize = READ_BUFSIZE
 
 
-def in_cluster() -> bool:
-    """Inside a Pod: the service host is set and the service-account token is mounted."""
-    return bool(os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME)) and os.path.isfile(
-        incluster_config.SERVICE_TOKEN_FILENAME
-    )
-
-
-def pod_namespace() -> str | None:
-    """The namespace of this Pod's service account (in a Pod), else None."""
-    path = os.path.join(os.path.dirname(incluster_config.SERVICE_TOKEN_FILENAME), "namespace")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 class KubeClient:
     """Lists and watches a resource (the ``ListerWatcher`` port), reads objects and Leases;
     ``reload_credentials()`` after a 401/403."""
@@ -148,64 +116,44 @@ class KubeClient:
         # more requests at once than the watches and lists: the enrichment's reads and its
         # namespace watch
         self.extra_connections = extra_connections
-        self._client: Any = None
-        self._timeout = aiohttp.ClientTimeout(
-            connect=settings.connect_timeout,  # includes waiting for a pooled connection
-            sock_connect=settings.connect_timeout,
-            sock_read=settings.read_timeout,
+        self.connection = Connection(
+            kubeconfig=settings.kubeconfig,
+            context=settings.context,
+            timeout=aiohttp.ClientTimeout(
+                connect=settings.connect_timeout,  # includes waiting for a pooled connection
+                sock_connect=settings.connect_timeout,
+                sock_read=settings.read_timeout,
+            ),
+            # One long watch per scope, plus lists: never wait for a pooled connection.
+            pool_size=len(settings.namespaces) + 8 + extra_connections,
+            # At most one retired client per scope (each scope's watch streams through one,
+            # until its own timeout, at most watch_timeout_max < RETIRE_AFTER). A watch on a
+            # client closed beyond that ends and is opened again from its resourceVersion, as
+            # after any dropped connection.
+            keep_retired=len(settings.scopes),
+            # a 401 is the watch loop's to handle (reload, back off, count): not retried here
+            reload_on_401=False,
+            prepare=_limit_read_buffer,
         )
-        self._retired: list[tuple[float, Any]] = []
-        self._loaded_at = -RELOAD_COALESCE
 
     async def connect(self) -> None:
-        cfg = k8s_client.Configuration()
+        """Load the credentials (raises ``ConfigError``) and open a client; a client opened
+        before is retired, not closed under the watches still on it."""
         try:
-            if self.settings.kubeconfig is None and in_cluster():
-                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            else:
-                path = self.settings.kubeconfig or os.environ.get("KUBECONFIG") or None
-                await k8s_config.load_kube_config(
-                    config_file=path,
-                    context=self.settings.context,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-            raise errors.ConfigError(f"kubernetes credentials: {exc}") from exc
-        # One long watch per scope, plus lists: never wait for a pooled connection.
-        cfg.connection_pool_maxsize = len(self.settings.namespaces) + 8 + self.extra_connections
-        old = self._client
-        self._client = k8s_client.ApiClient(configuration=cfg)
-        _limit_read_buffer(self._client)
-        now = asyncio.get_running_loop().time()
-        self._loaded_at = now
-        if old is not None:
-            # Other scopes may still stream through it: retire, close later.
-            self._retired.append((now, old))
-        # At most one retired client per scope (each scope's watch streams through one): a
-        # credential that is refused again and again reloads every back-off, and 900 s of
-        # retired clients would otherwise be held (~30 KB each, ~840 KB with the system's
-        # trust store). A watch on a client closed here ends and is opened again from its
-        # resourceVersion, as after any dropped connection.
-        keep = len(self.settings.scopes)
-        while self._retired and (
-            now - self._retired[0][0] > RETIRE_AFTER or len(self._retired) > keep
-        ):
-            await self._retired.pop(0)[1].close()
+            await self.connection.connect()
+        except KubeConfigError as exc:
+            raise errors.ConfigError(str(exc)) from exc
 
     async def reload_credentials(self) -> None:
-        """Read the kubeconfig or the service-account token again (they rotate)."""
-        if asyncio.get_running_loop().time() - self._loaded_at < RELOAD_COALESCE:
-            return  # another scope just did
-        await self.connect()
+        """Read the kubeconfig or the service-account token again (they rotate); once for
+        several scopes that ask at once."""
+        try:
+            await self.connection.reload_credentials()
+        except KubeConfigError as exc:
+            raise errors.ConfigError(str(exc)) from exc
 
     async def close(self) -> None:
-        for _, old in self._retired:
-            await old.close()
-        self._retired.clear()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.connection.close()
 
     async def _call(
         self,
@@ -215,37 +163,7 @@ class KubeClient:
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
     ) -> aiohttp.ClientResponse:
-        """One request, as the generated API classes make it: the path's parameters quoted,
-        JSON both ways, the bearer token (refreshed by kubernetes_asyncio) when there is one."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            resp: aiohttp.ClientResponse = await self._client.call_api(
-                path,
-                method,
-                path_params,
-                query or [],
-                headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-        except k8s_config.ConfigException as exc:
-            # e.g. the in-cluster token hook found the token file empty mid-rotation
-            raise errors.Unauthorized(f"credentials: {exc}") from exc
-        except _FOREIGN as exc:
-            raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.status not in (200, 201):
-            try:
-                body = await resp.read()
-            except _FOREIGN:
-                body = b""
-            finally:
-                resp.release()
-            raise error_for_status(resp.status, resp.headers, body)
-        return resp
+        return await self.connection.call(method, path, path_params, query, body)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A ``coordination.k8s.io/v1`` Lease as the API server has it; None when there is
@@ -268,14 +186,7 @@ class KubeClient:
         return _decode_object(await self._body(*args, **params))
 
     async def _body(self, *args: Any, **params: Any) -> bytes:
-        resp = await self._call(*args, **params)
-        try:
-            body = await resp.read()
-        except _FOREIGN as exc:
-            raise errors.KubeUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            resp.release()
-        return body
+        return await self.connection.read(*args, **params)
 
     async def get_object(self, path: str) -> dict[str, Any]:
         """One object by its API path (its segments checked by the caller: the enrichment's
@@ -394,5 +305,5 @@ async def _chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
             yield chunk
     except TimeoutError as exc:  # aiohttp's sock_read timeout: nothing came for read_timeout
         raise errors.QuietWatch("the watch sent nothing for kubernetes.read_timeout") from exc
-    except _FOREIGN as exc:
+    except FOREIGN as exc:
         raise errors.KubeUnavailable(f"watch stream: {type(exc).__name__}: {exc}") from exc

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import itertools
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -455,6 +456,38 @@ async def test_the_workers_api_boundary_maps_what_the_real_apiserver_answers(
         await kube.close()
         if not cp.apiserver.running:
             cp.start_apiserver()
+
+
+async def test_at_debug_level_the_worker_logs_no_response_body(
+    control_plane: ControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attack (issue 31, low): a subscriber at debug level logged kubernetes_asyncio's
+    ``response body`` line, the whole Pod as the API server has it, env values included. The
+    worker's requests go through the shared connection, which reads each answer raw: at debug
+    level, of every logger, no byte of a body is logged, read or refused."""
+    cp = control_plane
+    ns = f"bodies-{next(_ns)}"
+    secret = "hunter2-in-a-pod-env"
+    cp.kubectl("create", "namespace", ns)
+    cp.kubectl("run", "p", "-n", ns, "--image=registry.invalid/app:1", f"--env=PASSWORD={secret}")
+    kube = Kube(KubernetesSettings(cluster="c", kubeconfig=str(cp.kubeconfig), request_timeout=5))
+    await kube.connect()
+    caplog.set_level(logging.DEBUG)
+    # the library's own loggers too, whatever the programs' log set-up keeps them at
+    caplog.set_level(logging.DEBUG, logger="kubernetes_asyncio")
+    try:
+        pod = await kube.get("v1", "Pod", ns, "p")
+        assert pod["spec"]["containers"][0]["env"] == [{"name": "PASSWORD", "value": secret}]
+        with pytest.raises(Conflict):  # a refusal's body: the Status object
+            await kube.delete_pod(ns, "p", "not-its-uid", dry_run=False)
+    finally:
+        await kube.close()
+    assert logging.getLogger("kubernetes_asyncio.client.rest").isEnabledFor(logging.DEBUG)
+    leaked = [
+        f"{r.name}: {r.getMessage()[:120]}" for r in caplog.records if secret in r.getMessage()
+    ]
+    assert leaked == []
+    cp.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_the_subscribers_manifests_are_accepted_by_the_api_server(

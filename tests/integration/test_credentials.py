@@ -1,6 +1,7 @@
 """Credentials for real: in-cluster config over TLS with a rotating service-account token,
 and NATS auth (user/password, token, TLS, mutual TLS) against a real nats-server."""
 
+import logging
 import ssl
 
 import pytest
@@ -66,6 +67,49 @@ async def test_in_cluster_config_with_rotating_token_over_tls(
         await eventually(lambda: _has(nats_server.url, w.ids), timeout=30)
         assert sorted(await event_ids(nats_server.url)) == sorted(w.ids)
     finally:
+        await sim.stop()
+
+
+async def test_the_worker_in_a_pod_reloads_its_rotated_token_on_a_401(
+    tmp_path, ca, monkeypatch, caplog
+):
+    """The remediation worker on the shared connection, in-cluster over TLS: the kubelet
+    rotates the projected token and the API server refuses the old one; the next read is
+    answered 401, the token file is read again and the read asked once more (before the
+    shared connection the worker had no reload: the 401 was ``Refused`` and the message
+    ended)."""
+    from k8s_event_common.kube.lean import incluster_config
+    from k8s_event_consumer.remediation.kube import Kube
+    from k8s_event_consumer.remediation.settings import KubernetesSettings
+
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    sim = SimApiServer(ssl_context=server_ctx, tokens={"sa-token-1"})
+    await sim.start()
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("sa-token-1")
+    ca.cert_pem.write_to_path(str(sa / "ca.crt"))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(sa / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(sa / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(sim.port))
+    sim.put_object("/api/v1/namespaces/shop/pods/web", {"metadata": {"name": "web", "uid": "u"}})
+    kube = Kube(KubernetesSettings(cluster="c"))
+    caplog.set_level(logging.INFO)
+    try:
+        await kube.connect()
+        first = kube.connection.client
+        assert (await kube.get("v1", "Pod", "shop", "web"))["metadata"]["uid"] == "u"
+        (sa / "token").write_text("sa-token-2")  # rotated; the old one stops working
+        sim.tokens = {"sa-token-2"}
+        kube.connection.loaded_at -= 2  # not just loaded
+        assert (await kube.get("v1", "Pod", "shop", "web"))["metadata"]["uid"] == "u"
+        assert kube.connection.client is not first
+        [asked] = [r for r in caplog.records if r.getMessage() == "unauthorized_asked_again"]
+        assert asked.fields["reloaded"] is True
+    finally:
+        await kube.close()
         await sim.stop()
 
 

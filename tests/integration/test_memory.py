@@ -1,7 +1,8 @@
 """What a running bridge holds in memory: none of kubernetes_asyncio's generated client.
 
-Its model and API packages are ~35 MB, more than the rest of the bridge; ``bridge.kube.lean``
-keeps them from being imported and ``bridge.kube.client`` calls its six paths without them.
+Its model and API packages are ~35 MB, more than the rest of the bridge;
+``k8s_event_common.kube.lean`` keeps them from being imported and ``bridge.kube.client`` calls
+its six paths without them.
 This checks the running process, not an import: after a start, a list, a watch, a Lease taken
 and renewed, a 410 and its relist, and a clean stop, the modules it had loaded are read back.
 """

@@ -57,7 +57,17 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
     [
         ("runtime/intake.py", "import nats", "Only bridge.jetstream imports nats-py"),
         ("core/converting.py", "import nats.js", "Only bridge.jetstream imports nats-py"),
-        ("app.py", "import kubernetes_asyncio", "Only bridge.kube imports kubernetes_asyncio"),
+        ("app.py", "import kubernetes_asyncio", "Only bridge.kube reaches kubernetes_asyncio"),
+        (
+            "kube/client.py",
+            "import kubernetes_asyncio",
+            "Only bridge.kube reaches kubernetes_asyncio",
+        ),
+        (
+            "runtime/leading.py",
+            "from k8s_event_common.kube import connection",
+            "Only bridge.kube reaches kubernetes_asyncio",
+        ),
         ("jetstream/streams.py", "import aiohttp", "aiohttp: its client in bridge.kube"),
         ("runtime/watching.py", "from bridge.kube import client", "Layers:"),
         ("runtime/pipeline.py", "from bridge.jetstream import publishing", "Layers:"),
@@ -117,6 +127,27 @@ def test_an_import_across_a_boundary_breaks_a_contract(
             "k8s_event_consumer/events.py",
             "from k8s_event_common import configuring",
             "The subscribers' kit needs no settings library",
+        ),
+        # one Kubernetes boundary: the worker's client can not grow a connection of its own
+        (
+            "k8s_event_consumer/remediation/kube.py",
+            "from kubernetes_asyncio import client",
+            "The worker reaches kubernetes_asyncio only through the shared connection",
+        ),
+        (
+            "k8s_event_consumer/remediation/worker.py",
+            "from k8s_event_common.kube.connection import Connection",
+            "The worker reaches kubernetes_asyncio only through the shared connection",
+        ),
+        (
+            "k8s_event_common/kube/connection.py",
+            "import kubernetes_asyncio.client.models",
+            "only k8s_event_common.kube.lean imports kubernetes_asyncio",
+        ),
+        (
+            "k8s_event_common/kube/errors.py",
+            "import aiohttp",
+            "The shared Kubernetes error tree and paths import no client",
         ),
     ],
 )

@@ -45,13 +45,13 @@ async def serve_events(handler) -> tuple[web.AppRunner, int]:
 async def test_reloads_by_several_scopes_at_once_build_one_client(tmp_path):
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path)))
     await kube.connect()
-    first = kube._client
+    first = kube.connection.client
     await kube.reload_credentials()  # right after a (re)load: another scope just did it
-    assert kube._client is first
-    kube._loaded_at -= 2.0
+    assert kube.connection.client is first
+    kube.connection.loaded_at -= 2.0
     await kube.reload_credentials()
-    assert kube._client is not first
-    assert kube._retired[0][1] is first  # not closed under the other scopes' watches
+    assert kube.connection.client is not first
+    assert kube.connection.retired[0][1] is first  # not closed under the other scopes' watches
     await kube.close()
     assert first.rest_client.pool_manager.closed
 
@@ -63,13 +63,13 @@ async def test_retired_clients_are_at_most_one_per_scope(tmp_path, scopes):
     namespaces = [f"ns{i}" for i in range(scopes)]
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path), namespaces=namespaces))
     await kube.connect()
-    built = [kube._client]
+    built = [kube.connection.client]
     for _ in range(10):
-        kube._loaded_at -= 2.0
+        kube.connection.loaded_at -= 2.0
         await kube.reload_credentials()
-        built.append(kube._client)
+        built.append(kube.connection.client)
     keep = max(1, scopes)
-    assert [c for _, c in kube._retired] == built[-1 - keep : -1]
+    assert [c for _, c in kube.connection.retired] == built[-1 - keep : -1]
     assert all(c.rest_client.pool_manager.closed for c in built[: -1 - keep])
     await kube.close()
 
@@ -78,7 +78,7 @@ async def test_pool_has_a_connection_for_every_scope(tmp_path):
     namespaces = [f"ns{i}" for i in range(150)]
     kube = KubeClient(KubernetesSettings(kubeconfig=kubeconfig(tmp_path), namespaces=namespaces))
     await kube.connect()
-    assert kube._client.configuration.connection_pool_maxsize >= 150
+    assert kube.connection.client.configuration.connection_pool_maxsize >= 150
     await kube.close()
 
 
@@ -226,7 +226,7 @@ async def test_objects_and_namespaces_as_the_enrichment_reads_them(tmp_path, sim
     await kube.connect()
     skipped = []
     try:
-        assert kube._client.configuration.connection_pool_maxsize == 8 + 9
+        assert kube.connection.client.configuration.connection_pool_maxsize == 8 + 9
         pod = await kube.get_object("/api/v1/namespaces/shop/pods/web")
         assert pod["metadata"]["uid"] == "u"
         with pytest.raises(errors.NotFound):

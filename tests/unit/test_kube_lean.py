@@ -1,4 +1,5 @@
-"""bridge.kube.lean: kubernetes_asyncio's config and ApiClient without its model classes."""
+"""k8s_event_common.kube.lean: kubernetes_asyncio's config and ApiClient without its model
+classes, in the bridge and in the remediation worker."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_the_bridge_imports_no_model_class() -> None:
         """
         import sys
         import bridge.app
-        from bridge.kube.lean import client, config, incluster_config
+        from k8s_event_common.kube.lean import client, config, incluster_config
         assert client.ApiClient and client.Configuration and client.CoreV1Api
         assert config.load_kube_config and incluster_config.SERVICE_TOKEN_FILENAME
         models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
@@ -36,6 +37,21 @@ def test_the_bridge_imports_no_model_class() -> None:
         """
     )
     assert out == "0 ['kubernetes_asyncio.client.api.core_v1_api']"
+
+
+def test_the_remediation_worker_imports_no_model_class() -> None:
+    """The worker's client is the shared one: kubernetes_asyncio lean there too."""
+    out = _run(
+        """
+        import sys
+        import k8s_event_consumer.remediation.__main__
+        import k8s_event_common.kube.lean
+        models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
+        apis = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]
+        print(len(models), len(apis), "kubernetes_asyncio.config" in sys.modules)
+        """
+    )
+    assert out == "0 0 True"
 
 
 def test_other_names_still_load_the_whole_client() -> None:

@@ -224,7 +224,7 @@ def test_ci_tests_the_versions_the_image_runs() -> None:
 
 
 def test_the_fast_paths_run_on_the_exact_versions_locked() -> None:
-    """bridge.jetstream.fastpath, bridge.kube.lean and k8s_event_common.connecting lean on
+    """bridge.jetstream.fastpath, k8s_event_common.kube.lean and k8s_event_common.connecting lean on
     these libraries' internals: the lock holds one version of each, inside pyproject's
     range."""
     env = TARGETS["x86_64"]

@@ -398,6 +398,23 @@ def test_check_config_prints_the_effective_config_and_a_bad_key_exits_2(
     assert "no such file" in capsys.readouterr().err
 
 
+def test_a_kubeconfig_that_can_not_be_used_exits_2_without_its_contents(
+    tmp_path: Any, capsys: Any
+) -> None:
+    """A configuration error (the shared connection's ``KubeConfigError``), before NATS: one
+    line, exit 2; of a kubeconfig that is not YAML, only the line where it broke."""
+    from k8s_event_consumer.remediation.__main__ import main
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("users: [{name: u, user: {token: s3cr3t-t0ken}}\nclusters: [\n")
+    config = tmp_path / "remediation.yaml"
+    config.write_text(f"kubernetes: {{cluster: c, kubeconfig: {kubeconfig}}}\n")
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "kubernetes_config_unusable" in err and "not valid YAML" in err
+    assert "s3cr3t-t0ken" not in err
+
+
 def test_what_the_rate_limit_remembers_is_bounded() -> None:
     kube = FakeKube()
     w, now = worker(kube, rate_limit="10m")

@@ -15,6 +15,7 @@ import sys
 import yaml
 
 from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.kube.errors import KubeConfigError
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
 from k8s_event_consumer.connecting import connect_until
@@ -40,7 +41,7 @@ async def run(settings: Settings) -> int:
         await kube.connect()
     except Exception as exc:  # a kubeconfig that can not be used: nothing to retry
         log.error("kubernetes_config_unusable", error=f"{type(exc).__name__}: {exc}")
-        return 1
+        return 2 if isinstance(exc, KubeConfigError) else 1
     metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
     worker = Worker(settings, kube, metrics=metrics)
     http = HttpServer(metrics)

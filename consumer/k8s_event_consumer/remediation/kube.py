@@ -1,29 +1,50 @@
-"""The worker's Kubernetes boundary (kubernetes_asyncio): read a Pod and its controllers,
-delete a Pod (uid precondition), annotate an object, write an Event; dry-run on request.
+"""The worker's Kubernetes boundary: read a Pod and its controllers, delete a Pod (uid
+precondition), annotate an object, write an Event; dry-run on request.
 
-Failures are mapped once, here: ``Unavailable`` (refused, reset, timed out, 5xx, 429: the
-API server is down or overloaded; the worker holds the message), ``NotFound`` (404),
-``Conflict`` (409: it exists already, or a precondition no longer holds), ``Refused`` (any
-other answer: 401, 403, 422 ...; not worth holding for).
+The connection is the one the bridge uses too (``k8s_event_common.kube``): credentials (a
+kubeconfig, or in a Pod its service account, loaded again on a 401 and the request asked once
+more), the request (its body read as bytes, never logged), and every failure mapped once to
+the shared tree. The worker sorts that tree by what it does next:
+``Unavailable`` (refused, reset, timed out, 5xx, 408, 429: the API server is down or
+overloaded; the worker holds the message), ``NotFound`` (404), ``Conflict`` (409: it exists
+already, or a precondition no longer holds), ``Refused`` (any other answer: 401, 403, 422 ...;
+not worth holding for).
 
 Every path segment comes from a message or from an answer, so none is trusted: a namespace must
 be a DNS-1123 label, a name a DNS-1123 subdomain, an apiVersion ``[group/]version``, else
-``Invalid`` (nothing is sent); each is escaped all the same.
+``Invalid`` (nothing is sent); each is escaped all the same (``k8s_event_common.kube.paths``).
 """
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from k8s_event_common.kube.connection import Connection
+from k8s_event_common.kube.errors import (
+    Conflict,
+    Invalid,
+    KubeError,
+    NotFound,
+    Refused,
+    Unavailable,
+)
+from k8s_event_common.kube.paths import name_problem, namespace_problem, object_path
 from k8s_event_consumer.remediation.settings import KubernetesSettings
+
+__all__ = [
+    "PLURALS",
+    "Conflict",
+    "Invalid",
+    "Kube",
+    "KubeError",
+    "NotFound",
+    "Refused",
+    "Unavailable",
+    "name_problem",
+    "namespace_problem",
+]
 
 # a controller kind → its API path segment (the kinds a Pod's owner chain may hold)
 PLURALS = {
@@ -37,85 +58,30 @@ PLURALS = {
 }
 
 
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_API_VERSION = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?")
-
-
-class KubeError(Exception):
-    pass
-
-
-class Invalid(KubeError):
-    """A path segment that is not a Kubernetes name: nothing was sent."""
-
-
-class Unavailable(KubeError):
-    """The API server did not answer, or answered 5xx/429: try again later."""
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Refused(KubeError):
-    """An answer that asking again will not change (401, 403, 422, ...)."""
-
-
-def namespace_problem(value: str) -> str | None:
-    """Why ``value`` is not a namespace name (a DNS-1123 label), or None."""
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL.fullmatch(value):
-        return f"namespace {value!r:.80} is not a DNS-1123 label"
-    return None
-
-
-def name_problem(value: str) -> str | None:
-    """Why ``value`` is not an object's name (a DNS-1123 subdomain), or None."""
-    if not isinstance(value, str) or len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
-        return f"name {value!r:.80} is not a DNS-1123 subdomain"
-    return None
-
-
 def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
     plural = "pods" if kind == "Pod" else "events" if kind == "Event" else PLURALS.get(kind)
     if plural is None:
         raise Refused(f"kind {kind!r:.80} is not one the worker knows")
-    if not isinstance(api_version, str) or not _API_VERSION.fullmatch(api_version):
-        raise Invalid(f"apiVersion {api_version!r:.80} is not [group/]version")
-    problem = namespace_problem(namespace) or (name_problem(name) if name else None)
-    if problem:
-        raise Invalid(problem)
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{quote(namespace, safe='')}/{plural}"
-    return path + (f"/{quote(name, safe='')}" if name else "")
+    return object_path(api_version, plural, namespace or "", name)  # never cluster-scoped
 
 
 class Kube:
     def __init__(self, settings: KubernetesSettings) -> None:
         self.settings = settings
-        self._client: Any = None
-        self._timeout = aiohttp.ClientTimeout(total=settings.request_timeout)
+        self.connection = Connection(
+            kubeconfig=settings.kubeconfig,
+            context=settings.context,
+            timeout=aiohttp.ClientTimeout(total=settings.request_timeout),
+            reload_on_401=True,  # a service-account token rotates
+            logger="k8s_event_consumer.remediation",
+        )
 
     async def connect(self) -> None:
-        cfg = k8s_client.Configuration()
-        if self.settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            await k8s_config.load_kube_config(
-                config_file=self.settings.kubeconfig or os.environ.get("KUBECONFIG"),
-                context=self.settings.context,
-                client_configuration=cfg,
-                persist_config=False,
-            )
-        self._client = k8s_client.ApiClient(configuration=cfg)
+        """Raises ``KubeConfigError`` (a kubeconfig that can not be used)."""
+        await self.connection.connect()
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        await self.connection.close()
 
     async def request(
         self,
@@ -126,33 +92,10 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        try:
-            out = await self._client.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                response_types_map={200: "object", 201: "object", 202: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=self._timeout,
-            )
-        except ApiException as exc:
-            status = int(exc.status or 0)
-            reason = exc.reason.decode() if isinstance(exc.reason, bytes) else exc.reason
-            what = f"{method} {path}: {status} {reason}"
-            if status == 404:
-                raise NotFound(what) from exc
-            if status == 409:
-                raise Conflict(what) from exc
-            if status == 429 or status >= 500 or status == 0:
-                raise Unavailable(what) from exc
-            body = exc.body.decode() if isinstance(exc.body, bytes) else str(exc.body or "")
-            raise Refused(f"{what}: {body[:300]}") from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise Unavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        return out if isinstance(out, dict) else {}
+        """The answer's JSON object; raises one of the shared tree's errors."""
+        return await self.connection.request(
+            method, path, query=query, body=body, content_type=content_type
+        )
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", _path(api_version, kind, namespace, name))

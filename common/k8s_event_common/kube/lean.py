@@ -1,15 +1,16 @@
-"""kubernetes_asyncio without the ~1,000 generated model classes the bridge never uses.
+"""kubernetes_asyncio without the ~1,000 generated model classes neither program uses.
 
 ``import kubernetes_asyncio`` (and so ``kubernetes_asyncio.config``) runs the package's
 ``__init__``, which imports every API module and every model class: more memory than the rest
-of the process together (docs/performance.md), for objects the bridge never builds (it reads
-raw responses). Here the packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and
-``.client.models`` are registered as modules whose ``__init__`` has not run yet; their
-submodules import as usual, also when looked up as an attribute (``from
-kubernetes_asyncio.client import rest``). Any other name looked up on one of them runs its
-real ``__init__`` first (once), so code that wants the whole client still gets it.
+of the process together (docs/performance.md), for objects neither the bridge nor the
+remediation worker builds (``k8s_event_common.kube.connection`` reads raw responses). Here the
+packages ``kubernetes_asyncio``, ``.client``, ``.client.api`` and ``.client.models`` are
+registered as modules whose ``__init__`` has not run yet; their submodules import as usual,
+also when looked up as an attribute (``from kubernetes_asyncio.client import rest``). Any other
+name looked up on one of them runs its real ``__init__`` first (once), so code that wants the
+whole client still gets it.
 
-Three more modules its client and config import but never use on the bridge's path (2.4 MB
+Three more modules its client and config import but never use on this path (2.4 MB
 together, measured: docs/performance.md) are not imported with them: while kubernetes_asyncio
 is imported, ``urllib3`` (basic auth's header), ``dateutil.parser`` (model dates) and
 ``multiprocessing.pool`` (``async_req``) are stand-ins in ``sys.modules``, gone once the import
@@ -33,7 +34,7 @@ _PACKAGES = (
     "kubernetes_asyncio.client.api",
     "kubernetes_asyncio.client.models",
 )
-# name -> the submodule that defines it, for the names the bridge's imports need
+# name -> the submodule that defines it, for the names the programs' imports need
 _CHEAP = {
     "kubernetes_asyncio.client": {
         "ApiClient": "kubernetes_asyncio.client.api_client",
@@ -100,7 +101,7 @@ _STAND_INS: dict[str, dict[str, Any]] = {
 def _stand_in(name: str, names: dict[str, Any]) -> types.ModuleType:
     """A module that is not ``name`` but becomes it: any other attribute looked up on it is
     the real module's (imported then)."""
-    module = types.ModuleType(name, f"a stand-in for {name} (bridge.kube.lean)")
+    module = types.ModuleType(name, f"a stand-in for {name} (k8s_event_common.kube.lean)")
     vars(module).update(names)
 
     def __getattr__(attr: str) -> Any:
