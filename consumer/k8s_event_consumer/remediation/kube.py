@@ -1,5 +1,6 @@
-"""The worker's Kubernetes boundary: read a Pod and its controllers, delete a Pod (uid
-precondition), annotate an object, write an Event; dry-run on request.
+"""The worker's Kubernetes boundary: read a Pod and its controllers (which ones, the owner walk
+``k8s_event_common.owners`` says), delete a Pod (uid precondition), annotate an object, write an
+Event; dry-run on request.
 
 The connection is the one the bridge uses too (``k8s_event_common.kube``): credentials (a
 kubeconfig, or in a Pod its service account, loaded again on a 401 and the request asked once
@@ -31,10 +32,10 @@ from k8s_event_common.kube.errors import (
     Unavailable,
 )
 from k8s_event_common.kube.paths import name_problem, namespace_problem, object_path
+from k8s_event_common.owners import CLAIMS, KINDS
 from k8s_event_consumer.remediation.settings import KubernetesSettings
 
 __all__ = [
-    "PLURALS",
     "Conflict",
     "Invalid",
     "Kube",
@@ -46,20 +47,13 @@ __all__ = [
     "namespace_problem",
 ]
 
-# a controller kind → its API path segment (the kinds a Pod's owner chain may hold)
-PLURALS = {
-    "ReplicaSet": "replicasets",
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-    "DaemonSet": "daemonsets",
-    "ReplicationController": "replicationcontrollers",
-    "Job": "jobs",
-    "CronJob": "cronjobs",
-}
+# the kinds the worker reads or writes: a Pod, an Event, and the owners the one owner walk may
+# prove (``k8s_event_common.owners``: one table of kinds for both programs)
+_PLURALS = {"Event": "events"} | {kind: KINDS[kind].resource for kind in ("Pod", *sorted(CLAIMS))}
 
 
 def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
-    plural = "pods" if kind == "Pod" else "events" if kind == "Event" else PLURALS.get(kind)
+    plural = _PLURALS.get(kind)
     if plural is None:
         raise Refused(f"kind {kind!r:.80} is not one the worker knows")
     return object_path(api_version, plural, namespace or "", name)  # never cluster-scoped
@@ -99,29 +93,6 @@ class Kube:
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", _path(api_version, kind, namespace, name))
-
-    async def top_controller(self, obj: dict[str, Any]) -> tuple[dict[str, Any], str, str] | None:
-        """The object's controller, and its controller's, up to the top (a Pod → ReplicaSet →
-        Deployment): (object, apiVersion, kind), or None when nothing controls it."""
-        found: tuple[dict[str, Any], str, str] | None = None
-        current = obj
-        for _ in range(4):
-            ref = next(
-                (
-                    r
-                    for r in (current.get("metadata") or {}).get("ownerReferences") or []
-                    if r.get("controller")
-                ),
-                None,
-            )
-            if ref is None or ref.get("kind") not in PLURALS:
-                break
-            namespace = (obj.get("metadata") or {}).get("namespace", "")
-            current = await self.get(ref["apiVersion"], ref["kind"], namespace, ref["name"])
-            if (current.get("metadata") or {}).get("uid") != ref.get("uid"):
-                break  # replaced meanwhile: not the owner any more
-            found = (current, ref["apiVersion"], ref["kind"])
-        return found
 
     async def delete_pod(self, namespace: str, name: str, uid: str, dry_run: bool) -> None:
         """Delete exactly that Pod (uid precondition: a new Pod of the same name is left)."""

@@ -187,13 +187,6 @@ def annotation_key(base: str, container: str) -> str:
     return f"{prefix}{slash}{name}.{kept}-{digest}" if kept else f"{prefix}{slash}{name}.{digest}"
 
 
-def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
 def plan(
     ev: KubeEvent,
     pod: dict[str, Any],
