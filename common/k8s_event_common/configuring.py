@@ -220,7 +220,8 @@ class LogSettings(Section):
         BeforeValidator(lower),
         doc("one of debug|info|warning|error (any case)"),
     ] = "info"
-    """The lowest level logged."""
+    """The lowest level logged, of the program's own loggers: the libraries' (kubernetes_asyncio,
+    aiohttp, nats-py, asyncio, ...) stay at warning (at debug they would log response bodies)."""
     format: Literal["json", "text"] = "json"
     """json: one JSON object per line; text: for a person at a terminal."""
 
