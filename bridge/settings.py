@@ -292,9 +292,11 @@ class NatsSettings(common.NatsConnection):
     (A-Z a-z 0-9 _ -, not starting with `_`) or one `{placeholder}`: `{cluster}`,
     `{namespace}`, `{kind}` (involvedObject.kind), `{reason}`, `{type}`, or the extension name
     of an `enrich` value, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Each value is
-    sanitised (characters outside A-Z a-z 0-9 _ - become `_`); a missing one is `_`. The first
-    token is `{cluster}`; the second must be a value that never starts with `_` (a literal,
-    `{namespace}` or a label: status events live at `<prefix>.<cluster>._bridge.<what>`)."""
+    made one token, distinct values distinct tokens (A-Z a-z 0-9 _ - starting with a letter or
+    digit as it is, any other escaped: `pay.ments` is `_pay__ments`); a missing one is `_`.
+    The first token is `{cluster}`; the second must be a value that never starts with `_` (a
+    literal, `{namespace}` or a label: status events live at
+    `<prefix>.<cluster>._bridge.<what>`)."""
     create_stream: bool = True
     """Create the stream (subjects `<prefix>.>`, file storage) when it is missing, also when it
     was deleted while the bridge runs. An existing stream whose config differs is reported,
