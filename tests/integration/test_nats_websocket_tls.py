@@ -326,3 +326,67 @@ def test_each_program_exports_the_refusals(monkeypatch: pytest.MonkeyPatch) -> N
     rendered = subscriber.render()
     assert "# TYPE k8s_event_remediation_nats_refused_total counter" in rendered
     assert 'k8s_event_remediation_nats_refused_total{reason="tls"} 3' in rendered
+
+
+async def test_no_program_hands_its_password_to_a_redirected_wss_upgrade(
+    tmp_path: Path,
+    pki: dict[str, Any],
+    fake_ws: tuple[FakeWsNats, Site],
+    sim: Any,
+    kubeconfig: Path,
+) -> None:
+    """The bridge and both subscribers, each given only a ``wss://`` endpoint that redirects
+    the upgrade to a plaintext one: each refuses (``nats_tls_refused`` with ``redirected_to``
+    and ``tls: false``), stays unready, counts it on /metrics, and the plaintext endpoint
+    receives no CONNECT and no password."""
+    from tests.integration.harness import (
+        SUBSCRIBERS,
+        BridgeProcess,
+        ConsumerProcess,
+        bridge_config,
+        subscriber_config,
+    )
+
+    fake, plain = fake_ws
+    front = await Site(redirecting(f"http://127.0.0.1:{plain.port}/"), pki["server_ctx"]).start()
+    url = f"wss://127.0.0.1:{front.port}"
+    nats = {"servers": [url], "user": "svc", "tls": {"ca_file": pki["ca"]}, "connect_timeout": "1s"}
+    procs: list[Any] = [
+        BridgeProcess(
+            bridge_config(tmp_path, url, kubeconfig, nats=nats),
+            tmp_path / "bridge.log",
+            env={"BRIDGE_NATS__PASSWORD": PASSWORD},
+        )
+    ]
+    for module, prefix in SUBSCRIBERS.items():
+        path = subscriber_config(tmp_path, module, nats, kubeconfig)
+        env = {f"{prefix}NATS__PASSWORD": PASSWORD}
+        procs.append(ConsumerProcess(path, tmp_path / f"{module}.log", env=env, module=module))
+    try:
+        for p in procs:
+            p.start()
+
+        async def each_refused() -> bool:
+            return all(p.log_events("nats_tls_refused") for p in procs)
+
+        await eventually(each_refused, timeout=60, what="each program's refusal")
+        for p in procs:
+            assert p.running(), p.logs()[-2000:]
+            line = p.log_events("nats_tls_refused")[0]
+            assert line["tls"] is False and line["transport"] == "websocket", line
+            assert line["redirected_to"] == f"http://127.0.0.1:{plain.port}", line
+            status, _ = await p.get("/readyz")
+            assert status == 503
+            _, metrics = await p.get("/metrics")
+            refused = [
+                ln for ln in metrics.splitlines() if 'nats_refused_total{reason="tls"}' in ln
+            ]
+            assert refused and float(refused[0].rsplit(" ", 1)[1]) >= 1, refused
+            assert PASSWORD not in p.logs()
+        assert fake.upgrades >= len(procs)
+        assert b"CONNECT" not in fake.everything()
+        assert PASSWORD.encode() not in fake.everything()
+    finally:
+        for p in procs:
+            p.kill()
+        await front.stop()
