@@ -231,6 +231,41 @@ async def test_a_wss_upgrade_redirected_to_another_tls_host_gets_no_connect(
         await other.stop()
 
 
+async def test_a_redirected_ws_upgrade_gets_no_connect_without_tls_too(
+    fake_ws: tuple[FakeWsNats, Site], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ws://`` with no TLS wanted: a redirect elsewhere still gets no credential (the
+    servers configured are the only ones that do)."""
+    fake, plain = fake_ws
+    front = await Site(redirecting(f"http://localhost:{plain.port}/")).start()
+    conn = Connection(
+        NatsOptions(
+            servers=[f"ws://127.0.0.1:{front.port}"],
+            user="bridge",
+            password=PASSWORD,
+            connect_timeout=2,
+        ),
+        logger="test.nats.ws",
+    )
+    task = asyncio.create_task(conn.connect())
+    try:
+        with caplog.at_level(logging.INFO, logger="test.nats.ws"):
+            await eventually(
+                lambda: fake.received or _refusals(caplog, "nats_redirect_refused"),
+                timeout=30,
+                what="a frame or the refusal",
+            )
+        assert b"CONNECT" not in fake.everything()
+        refused = _refusals(caplog, "nats_redirect_refused")[0]
+        assert refused["tls"] is False
+        assert refused["redirected_to"] == f"http://localhost:{plain.port}"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await conn.close()
+        await front.stop()
+
+
 async def test_ws_url_with_tls_wanted_gets_no_connect(
     pki: dict[str, Any], fake_ws: tuple[FakeWsNats, Site], caplog: pytest.LogCaptureFixture
 ) -> None:
