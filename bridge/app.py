@@ -75,6 +75,8 @@ class Bridge:
         kube = KubeClient(s.kubernetes, s.enrich.max_inflight + 1 if s.enrich.enabled else 0)
         await kube.connect()  # credentials are a config matter: exit 2 when bad
         clients.push_async_callback(kube.close)
+        # the connections refused before CONNECT, counted by the shared connection
+        self.metrics.nats_refused.read = connection.refusals
         try:
             conn = await until_stopped(
                 stop,

@@ -23,6 +23,8 @@ def get(name: str) -> Logger:
 
 
 def setup(level: str = "info", fmt: str = "json") -> None:
+    """``level`` for the bridge's own loggers; every library's stays at WARNING."""
+    logformat.quiet_libraries()
     root = logging.getLogger("bridge")
     root.handlers.clear()
     root.addHandler(logformat.handler(fmt))

@@ -9,7 +9,7 @@ checked against what a real bridge exposes (tests/integration/test_monitoring.py
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
     PLATFORM_COLLECTOR,
@@ -44,6 +44,8 @@ ENRICH_WHYS = (
     "timeout", "unreachable", "forbidden", "notfound", "error", "unknown", "kind", "invalid",
     "oversized", "nouid", "scope", "unproven",
 )  # fmt: skip
+# why a NATS connection was refused before CONNECT (k8s_event_common.connecting.refusals)
+NATS_REFUSALS = ("tls", "redirect")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -64,6 +66,36 @@ class HotCounter(Collector):
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation)
+
+
+class ReadCounter(Collector):
+    """A labelled counter kept elsewhere (``read`` returns its values by label), read when
+    scraped: ``nats_refused_total``, counted by the shared NATS connection."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        label: str,
+        values: tuple[str, ...],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label = label
+        self.values = values
+        self.read: Callable[[], Mapping[str, int]] = dict
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        counts = self.read()
+        for value in self.values:
+            family.add_metric([value], counts.get(value, 0))
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=[self.label])
 
 
 class HotHistogram(Collector):
@@ -231,6 +263,14 @@ class Metrics:
         )
         self.nats_connected = Gauge(
             f"{PREFIX}_nats_connected", "1 while connected to NATS", registry=r
+        )
+        self.nats_refused = ReadCounter(
+            f"{PREFIX}_nats_refused",
+            "NATS connections refused before CONNECT (nothing of the credentials sent): "
+            "tls (TLS wanted, the socket has none), redirect (the WebSocket upgrade redirected)",
+            "reason",
+            NATS_REFUSALS,
+            r,
         )
         self.apiserver_reachable = Gauge(
             f"{PREFIX}_apiserver_reachable",

@@ -123,8 +123,8 @@ class ClusterSettings(_Section):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        # The name is a subject token and part of the checkpoint key: "prod.eu" would add a
-        # subject level, and sanitising it would make "prod.eu" and "prod_eu" collide.
+        # The name is a subject token and part of the checkpoint key: kept to the characters
+        # that are their own token, so the key reads as the name ("prod.eu" would be escaped).
         if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", v):
             raise ValueError(
                 "must be letters, digits, - and _ (leave it unset to use the kube-system uid)"
@@ -292,9 +292,10 @@ class NatsSettings(common.NatsConnection):
     (A-Z a-z 0-9 _ -, not starting with `_`) or one `{placeholder}`: `{cluster}`,
     `{namespace}`, `{kind}` (involvedObject.kind), `{reason}`, `{type}`, or the extension name
     of an `enrich` value, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Each value is
-    sanitised (characters outside A-Z a-z 0-9 _ - become `_`); a missing one is `_`. The first
-    token is `{cluster}`; the second must be a value that never starts with `_` (a literal,
-    `{namespace}` or a label: status events live at `<prefix>.<cluster>._bridge.<what>`)."""
+    made one token, distinct values distinct tokens (A-Z a-z 0-9 _ - starting with a letter or
+    digit as it is, any other escaped: `pay.ments` is `_pay__ments`); a missing one is `_`.
+    The first token is `{cluster}`; the second a literal, `{namespace}` or a label (status
+    events live at `<prefix>.<cluster>._bridge.<what>`, which no value's token is)."""
     create_stream: bool = True
     """Create the stream (subjects `<prefix>.>`, file storage) when it is missing, also when it
     was deleted while the bridge runs. An existing stream whose config differs is reported,

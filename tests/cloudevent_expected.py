@@ -11,7 +11,15 @@ CLUSTER = "living-e2e"
 
 
 def _token(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
+    """A value as a subject token, as docs/design.md says (not cut: these values are short)."""
+    if not text:
+        return "_"
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", text):
+        return text
+    kept = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-"
+    return "_" + "".join(
+        chr(b) if b in kept else "__" if b == ord(".") else f"_{b:02x}" for b in text.encode()
+    )
 
 
 def expected_attributes(ev: dict[str, Any], cluster: str = CLUSTER) -> dict[str, str]:

@@ -406,8 +406,9 @@ The bridge and both subscribers read their configuration the same way: a YAML fi
 FILE`, or the program's `*_CONFIG_FILE` variable) plus environment variables
 `<PREFIX><SECTION>__<KEY>` (a double underscore between the levels, any case), which override
 the file. An unknown key, a bad value or a missing config file prints one line naming the key,
-and the program exits 2. `check-config --config FILE` validates a file and prints the effective
-configuration, secrets shown as `***`.
+and the program exits 2. A file that is not valid YAML is said by where (file, line, column)
+and what is wrong, never by the text of the line (it may hold a password). `check-config
+--config FILE` validates a file and prints the effective configuration, secrets shown as `***`.
 
 Types, as the tables below write them:
 

@@ -42,6 +42,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -163,28 +164,71 @@ func appendString(dst, s []byte) []byte {
 	return append(dst, s[start:]...)
 }
 
-// token is a subject token as bridge.core.subjects.token makes it: characters outside
-// A-Za-z0-9_- (each code point) become "_", an empty token "_".
+// token is a subject token as k8s_event_common.subjects.token makes it: a value of
+// A-Za-z0-9_- starting with a letter or digit as it is (up to 128 bytes), an empty one "_",
+// any other "_" and the value with A-Za-z0-9- kept, "." as "__" and every other byte "_" and
+// two lowercase hex digits; a token over 128 bytes is cut at a whole escape, then "_-" and 16
+// hex digits of the value's SHA-256.
 func token(dst, s []byte) []byte {
 	if len(s) == 0 {
 		return append(dst, '_')
 	}
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-' {
-				dst = append(dst, b)
-			} else {
-				dst = append(dst, '_')
-			}
-			i++
-			continue
+	plain := len(s) <= maxToken && alnum(s[0])
+	for _, b := range s {
+		if !plain {
+			break
 		}
-		_, size := utf8.DecodeRune(s[i:])
-		dst = append(dst, '_')
-		i += size
+		plain = alnum(b) || b == '_' || b == '-'
+	}
+	if plain {
+		return append(dst, s...)
+	}
+	start := len(dst)
+	dst = append(dst, '_')
+	for _, b := range s {
+		switch {
+		case alnum(b) || b == '-':
+			dst = append(dst, b)
+		case b == '.':
+			dst = append(dst, '_', '_')
+		default:
+			dst = append(dst, '_', lowerHex[b>>4], lowerHex[b&0xf])
+		}
+	}
+	if len(dst)-start <= maxToken {
+		return dst
+	}
+	sum := sha256.Sum256(s)
+	limit := maxToken - 2 - 16
+	i, end := 1, 1
+	esc := dst[start:]
+	for i < len(esc) {
+		switch {
+		case esc[i] != '_':
+			i++
+		case esc[i+1] == '_':
+			i += 2
+		default:
+			i += 3
+		}
+		if i > limit {
+			break
+		}
+		end = i
+	}
+	dst = append(dst[:start+end], '_', '-')
+	for _, b := range sum[:8] {
+		dst = append(dst, lowerHex[b>>4], lowerHex[b&0xf])
 	}
 	return dst
+}
+
+const maxToken = 128
+
+const lowerHex = "0123456789abcdef"
+
+func alnum(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
 }
 
 // ceType is io.k8s.event.<the Event's type lowercased, [a-z0-9] only> (cached: few values).

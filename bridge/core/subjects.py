@@ -2,10 +2,10 @@
 
 Event subjects are put together by ``converting.Converter`` (cached per value) from ``token``.
 
-Every token is sanitised: characters outside ``A-Za-z0-9_-`` become ``_`` and an empty token
-becomes ``_``, so no Event can produce a wildcard, an empty token or an extra level.
-Status events go to ``<prefix>.<cluster>._bridge.<what>``; ``_bridge`` is never a namespace
-(namespace names are DNS labels and can not start with ``_``).
+Every value is one token (``k8s_event_common.subjects.token``: an ordinary value as it is, any
+other escaped, distinct values distinct tokens), so no Event can produce a wildcard, an empty
+token or an extra level. Status events go to ``<prefix>.<cluster>._bridge.<what>``; no value's
+token is ``_bridge``.
 """
 
 from __future__ import annotations

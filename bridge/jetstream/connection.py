@@ -18,6 +18,7 @@ import nats.js.errors
 from bridge import errors
 from bridge.settings import NatsSettings
 from k8s_event_common.connecting import Connection, TLSGuardUnavailable
+from k8s_event_common.connecting import refusals as refusals  # the metric reads it (app)
 from k8s_event_common.credentials import CredentialError
 
 

@@ -162,7 +162,7 @@ class Filters:
         """The narrowest subject JetStream can filter on: the template with a token for each
         name given a single value, ``*`` for the others; ``<prefix>.>`` when no name of the
         template is given. ``type`` is left to ``keeps`` (the subject has the Event's spelling),
-        and ``keeps`` still decides, as two values may share a sanitised token."""
+        and ``keeps`` still decides (a long value's token is cut)."""
         values = self._values()
         in_template = [
             name for name in subjects.placeholders(template) if name in values and name != "type"

@@ -220,7 +220,8 @@ class LogSettings(Section):
         BeforeValidator(lower),
         doc("one of debug|info|warning|error (any case)"),
     ] = "info"
-    """The lowest level logged."""
+    """The lowest level logged, of the program's own loggers: the libraries' (kubernetes_asyncio,
+    aiohttp, nats-py, asyncio, ...) stay at warning (at debug they would log response bodies)."""
     format: Literal["json", "text"] = "json"
     """json: one JSON object per line; text: for a person at a terminal."""
 
@@ -253,7 +254,12 @@ def read_yaml(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
+        # from None: the YAML error's text quotes the source line (a password, say)
+        raise ConfigError(f"config file {path}: not valid YAML: {yaml_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text (byte {exc.start} can not be decoded)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror}") from exc
     if data is None:
@@ -261,6 +267,37 @@ def read_yaml(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: the top level must be a mapping of sections")
     return data
+
+
+# What PyYAML quotes of the document in its messages: an alias, anchor or tag name, a token
+# (a single character, or a token kind such as '<scalar>' is kept).
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _quoted(m: re.Match[str]) -> str:
+    text = m.group(1)
+    return m.group(0) if len(text) <= 2 or re.fullmatch(r"<[a-z ]+>", text) else "'...'"
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where (line, column) and what is wrong, never the text of the line: PyYAML's own
+    message shows the source line under a caret, and the line may hold a password."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    parts: list[str] = []
+    if exc.context:
+        where = _mark(exc.context_mark)
+        parts.append(_QUOTED.sub(_quoted, exc.context) + (f" ({where})" if where else ""))
+    if exc.problem:
+        where = _mark(exc.problem_mark)
+        parts.append(_QUOTED.sub(_quoted, exc.problem) + (f" at {where}" if where else ""))
+    return ": ".join(parts) or type(exc).__name__
+
+
+def _mark(mark: Any) -> str:
+    if mark is None:
+        return ""
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def describe(exc: ValidationError) -> str:

@@ -3,10 +3,18 @@ detection. Neither program trusts the other end of the socket:
 
 - **No credential in clear.** When TLS is wanted (a ``tls://`` or ``wss://`` URL, a CA, a
   client certificate), CONNECT, which carries the password, token or signed nonce, is only
-  ever written on a TLS connection. nats-py upgrades to TLS only when the server's plaintext
-  INFO asks for it; a server (or anyone in the middle) that does not ask is refused before
-  CONNECT (``nats_tls_refused``) and the next server is tried. ``tls_handshake_first`` makes
-  the TLS handshake the first bytes on the wire (nats-server ``tls { handshake_first: true }``).
+  ever written on a socket that has a TLS session: decided on the socket in use (the TCP
+  stream's or the WebSocket's ``ssl_object``), never on the URL. nats-py upgrades to TLS only
+  when the server's plaintext INFO asks for it, and aiohttp follows a redirect of the
+  WebSocket upgrade (a ``wss://`` endpoint answering ``307 Location: http://...`` ends on a
+  plaintext socket); either way the connection is refused before CONNECT
+  (``nats_tls_refused``, with ``tls`` the socket's state and ``redirected_to`` where a
+  redirect led) and the next server is tried. ``tls_handshake_first`` makes the TLS handshake
+  the first bytes on the wire (nats-server ``tls { handshake_first: true }``).
+- **Credentials only to the servers configured.** A NATS server never redirects a WebSocket
+  upgrade: a redirected one gets no CONNECT, TLS or not (``nats_redirect_refused``). Each
+  refusal is counted (``refusals()``, exported by each program as
+  ``..._nats_refused_total{reason}``).
 - **No secret printed.** A server URL with a user name or password in it is a configuration
   error (``url_problem``): the secret would be in every log line that names the server. Log
   lines name servers by host and port only.
@@ -52,6 +60,10 @@ from k8s_event_common.options import NatsOptions
 # The longest wait for a closing transport before its socket is aborted.
 CLOSE_DEADLINE = 2.0
 
+# The connections refused before CONNECT in this process, by reason ("tls": the socket in use
+# has no TLS session and TLS is wanted; "redirect": the WebSocket upgrade was redirected).
+_refusals: dict[str, int] = {"tls": 0, "redirect": 0}
+
 # The watchdogs running (the event loop holds tasks weakly): each keeps its connection alive
 # until the client is closed, also when the caller kept only the client.
 _watchdogs: set[asyncio.Task[None]] = set()
@@ -63,22 +75,41 @@ __all__ = [
     "CredentialError",
     "NatsOptions",
     "Private",
+    "RedirectRefused",
+    "Refused",
     "TLSGuardUnavailable",
     "TLSRefused",
     "problems",
+    "refusals",
     "tls_context",
 ]
 
 
-class TLSRefused(nats.errors.Error):
-    """TLS is wanted and this server's connection is not TLS: nothing was sent."""
+def refusals() -> dict[str, int]:
+    """How many connections this process refused before CONNECT, by reason."""
+    return dict(_refusals)
 
-    def __init__(self, server: str) -> None:
-        super().__init__(f"nats: {server} did not require TLS; refused before CONNECT")
+
+class Refused(nats.errors.Error):
+    """A connection refused before CONNECT: nothing of the credentials was sent."""
+
+    def __init__(self, server: str, why: str) -> None:
+        super().__init__(f"nats: {server}: {why}; refused before CONNECT")
         self.server = server
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class TLSRefused(Refused):
+    """TLS is wanted and the socket in use has no TLS session."""
+
+    def __init__(self, server: str, why: str = "the server did not require TLS") -> None:
+        super().__init__(server, why)
+
+
+class RedirectRefused(Refused):
+    """The WebSocket upgrade was redirected: the credentials go only to the servers configured."""
 
 
 class TLSGuardUnavailable(RuntimeError):
@@ -268,22 +299,11 @@ class Connection:
         nc: Any = self.nc
         build_connect = nc._connect_command
         process_err = nc._process_err
-        opts = self.opts
 
         def connect_command() -> bytes:
-            # TLS wanted: CONNECT (with every credential) only on a TLS connection
-            if opts.wants_tls and not self._tls_in_place():
-                server = self.server()
-                self._sampled_emit(
-                    f"tls:{server}",
-                    60,
-                    logging.ERROR,
-                    "nats_tls_refused",
-                    server=server,
-                    reason="TLS is wanted and the server did not require it; nothing was sent",
-                    action="trying the next server",
-                )
-                raise TLSRefused(server)
+            # CONNECT (with every credential) only on the socket of a server configured, and
+            # only on a TLS session when TLS is wanted: read from the socket, not the URL
+            self._refuse_unless_safe()
             cmd: bytes = build_connect()
             return cmd
 
@@ -308,14 +328,70 @@ class Connection:
         nc._process_err = process_err_guarded
         nc._connect_to_server = connect_to_server_guarded
 
-    def _tls_in_place(self) -> bool:
+    def _socket(self) -> tuple[str, bool, str | None]:
+        """The transport in use (``tcp``, ``websocket``, or ``unknown``), whether its socket has
+        a TLS session (False when it can not be told: refused, never assumed), and where a
+        redirect of the WebSocket upgrade led (``scheme://host:port``), if one did."""
         transport: Any = getattr(self.nc, "_transport", None)
-        writer = getattr(transport, "_io_writer", None)
+        writer = getattr(transport, "_io_writer", None)  # nats-py's TcpTransport
         if writer is not None:
-            return writer.get_extra_info("ssl_object") is not None
-        current = getattr(self.nc, "_current_server", None)
-        scheme = getattr(getattr(current, "uri", None), "scheme", "")
-        return bool(scheme == "wss")
+            return "tcp", writer.get_extra_info("ssl_object") is not None, None
+        ws = getattr(transport, "_ws", None)  # nats-py's WebSocketTransport: aiohttp's response
+        if ws is None or not callable(getattr(ws, "get_extra_info", None)):
+            return "unknown", False, None
+        tls = ws.get_extra_info("ssl_object") is not None
+        response: Any = getattr(ws, "_response", None)
+        history = getattr(response, "history", None)
+        redirected: str | None = None
+        if history is None:
+            redirected = "unknown (the upgrade's response can not be read)"
+        elif history:
+            url = response.url  # the URL the upgrade ended on (aiohttp's yarl.URL)
+            redirected = f"{url.scheme}://{url.host}:{url.port}"
+        return "websocket", tls, redirected
+
+    def _tls_in_place(self) -> bool:
+        return self._socket()[1]
+
+    def _refuse_unless_safe(self) -> None:
+        """Raise ``TLSRefused`` (TLS wanted, the socket has none) or ``RedirectRefused`` (the
+        upgrade was redirected), logged and counted, before any byte of CONNECT."""
+        transport, tls, redirected = self._socket()
+        server = self.server()
+        fields: dict[str, Any] = {"server": server, "transport": transport, "tls": tls}
+        if redirected is not None:
+            fields["redirected_to"] = redirected
+        if self.opts.wants_tls and not tls:
+            why = (
+                f"the WebSocket upgrade was redirected to {redirected}, a socket without TLS"
+                if redirected
+                else "the socket has no TLS session (the server did not require TLS)"
+            )
+            _refusals["tls"] += 1
+            self._sampled_emit(
+                f"tls:{server}:{redirected}",
+                60,
+                logging.ERROR,
+                "nats_tls_refused",
+                **fields,
+                reason=f"TLS is wanted and {why}; nothing was sent",
+                action="trying the next server",
+            )
+            raise TLSRefused(server, why)
+        if redirected is not None:
+            why = f"the WebSocket upgrade was redirected to {redirected}"
+            _refusals["redirect"] += 1
+            self._sampled_emit(
+                f"redirect:{server}:{redirected}",
+                60,
+                logging.ERROR,
+                "nats_redirect_refused",
+                **fields,
+                reason=f"{why} (a NATS server never redirects; credentials go only to the "
+                "servers configured); nothing was sent",
+                action="trying the next server; configure the endpoint itself if it is yours",
+            )
+            raise RedirectRefused(server, why)
 
     def _guard_transport(self) -> None:
         """Once per transport (nats-py keeps one for the client's life): note each read, and
@@ -378,7 +454,7 @@ class Connection:
     # --- nats-py's callbacks ---
 
     async def _error_cb(self, exc: Exception) -> None:
-        if isinstance(exc, TLSRefused):
+        if isinstance(exc, Refused):
             return  # said by the guard
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, nats.errors.AuthorizationError) or _is_auth_error(str(exc)):

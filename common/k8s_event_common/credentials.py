@@ -19,7 +19,7 @@ import binascii
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,11 @@ class CredentialError(ValueError):
 
 @dataclass(frozen=True)
 class UserCreds:
-    """A checked ``.creds`` file: the user JWT and the seed it belongs to."""
+    """A checked ``.creds`` file: the user JWT and the seed it belongs to (neither in the
+    repr: the seed is a private key, the JWT a credential)."""
 
-    jwt: str
-    seed: bytes
+    jwt: str = field(repr=False)
+    seed: bytes = field(repr=False)
     public_key: str  # the user's (the JWT's subject)
     name: str  # the JWT's name claim, "" when none
     expires: float | None  # the JWT's exp, seconds since the epoch

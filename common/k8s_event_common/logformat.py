@@ -16,6 +16,11 @@ a log line (a newline, an ESC sequence).
 
 ``handler(fmt)`` is a stderr handler in either format; each program installs it
 (``bridge.logs.setup``, ``k8s_event_consumer.logs.setup``).
+
+``log.level`` is the level of the programs' own loggers only. Every other library's logger
+(``LIBRARIES``: kubernetes_asyncio, aiohttp, nats, asyncio, urllib3, ...) stays at WARNING
+whatever it says (``quiet_libraries``): at debug, kubernetes_asyncio logs each response body
+(a Pod's env values, a Secret's data), aiohttp and nats-py what crosses the wire.
 """
 
 from __future__ import annotations
@@ -37,7 +42,42 @@ LEVELS = {
     "error": logging.ERROR,
 }
 
-__all__ = ["LEVELS", "JsonFormatter", "Logger", "TextFormatter", "handler"]
+# The libraries' loggers held at WARNING (``quiet_libraries``); a logger not named here
+# inherits the root's level, which each program also keeps at WARNING. "client" is
+# kubernetes_asyncio's Configuration's package logger.
+LIBRARIES = (
+    "kubernetes_asyncio",
+    "client",
+    "aiohttp",
+    "nats",
+    "asyncio",
+    "urllib3",
+    "websockets",
+    "charset_normalizer",
+    "prometheus_client",
+    "pydantic",
+    "yaml",
+)
+LIBRARY_LEVEL = logging.WARNING
+
+__all__ = [
+    "LEVELS",
+    "LIBRARIES",
+    "LIBRARY_LEVEL",
+    "JsonFormatter",
+    "Logger",
+    "TextFormatter",
+    "handler",
+    "quiet_libraries",
+]
+
+
+def quiet_libraries() -> None:
+    """Every library's logger at WARNING, whatever ``log.level`` says: the named ones
+    (``LIBRARIES``) and the root, from which every other one inherits."""
+    logging.getLogger().setLevel(LIBRARY_LEVEL)
+    for name in LIBRARIES:
+        logging.getLogger(name).setLevel(LIBRARY_LEVEL)
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -73,7 +73,7 @@ class NatsSettings(common.NatsConnection):
     """One slice of the Events by one subject filter, built from `subject_template`: its
     placeholders (`cluster`, `namespace`, `kind`, `reason`, `type`, an enrichment extension such
     as `team`) → the value to take. `{team: payments}` with the template above reads
-    `k8s.events.*.payments.*.*.*`. Each value is sanitised as the bridge sanitises it; `""`
+    `k8s.events.*.payments.*.*.*`. Each value is made a token as the bridge makes it; `""`
     takes the Events without that value. A name the template does not hold is an error. Not
     with `subjects`. `{}`: `subjects` decides."""
     status_events: bool = True

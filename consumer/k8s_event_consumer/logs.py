@@ -16,8 +16,12 @@ def get(name: str) -> Logger:
     return Logger(f"k8s_event_consumer.{name}")
 
 
-def setup(level: str = "info", format: str = "json") -> None:
+def setup(level: str = "info", format: str = "json", own: tuple[str, ...] = ()) -> None:
+    """``level`` for the subscribers' loggers (``k8s_event_consumer.*``) and those named in
+    ``own`` (a subscriber built on the kit); every library's (kubernetes_asyncio, aiohttp,
+    nats, ...) stays at WARNING: at debug they would log response bodies (Pod env values)."""
     root = logging.getLogger()
     root.handlers[:] = [logformat.handler(format)]
-    root.setLevel(level.upper())
-    logging.getLogger("nats").setLevel(logging.WARNING)
+    logformat.quiet_libraries()
+    for name in ("k8s_event_consumer", *own):
+        logging.getLogger(name).setLevel(level.upper())

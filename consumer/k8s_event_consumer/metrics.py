@@ -46,9 +46,15 @@ class Metrics:
     def value(self, name: str, **labels: str) -> float:
         return self._families[name].values.get(tuple(sorted(labels.items())), 0.0)
 
-    def gauge(self, name: str, help_: str, read: Callable[[], Mapping[Labels, float]]) -> None:
-        """A gauge read when scraped."""
-        self._families[name] = _Family(name, "gauge", help_)
+    def gauge(
+        self,
+        name: str,
+        help_: str,
+        read: Callable[[], Mapping[Labels, float]],
+        kind: str = "gauge",
+    ) -> None:
+        """A gauge read when scraped (or, ``kind="counter"``, a counter kept elsewhere)."""
+        self._families[name] = _Family(name, kind, help_)
         self._gauges[name] = read
 
     def render(self) -> str:

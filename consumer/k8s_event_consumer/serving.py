@@ -7,7 +7,11 @@ from collections.abc import Callable
 from aiohttp import web
 from nats.aio.client import Client as NATS
 
+from k8s_event_common.connecting import refusals
 from k8s_event_consumer.metrics import Metrics
+
+# why a NATS connection was refused before CONNECT (k8s_event_common.connecting.refusals)
+NATS_REFUSALS = ("tls", "redirect")
 
 
 class HttpServer:
@@ -19,6 +23,13 @@ class HttpServer:
         self.ready = False
         self._connected: Callable[[], bool] = lambda: True
         self._runner: web.AppRunner | None = None
+        metrics.gauge(
+            "nats_refused_total",
+            "NATS connections refused before CONNECT, nothing of the credentials sent: tls (TLS "
+            "wanted, the socket has none), redirect (the WebSocket upgrade was redirected)",
+            lambda: {(("reason", r),): float(refusals().get(r, 0)) for r in NATS_REFUSALS},
+            kind="counter",
+        )
 
     def watch(self, nc: NATS) -> None:
         """Read the connection's state when asked: ``nats_connected`` and /readyz."""

@@ -116,8 +116,15 @@ def problems(key: str, headers: dict[str, str], body: bytes) -> list[str]:
 
 
 def token(value: str) -> str:
-    """A subject token as the channel's description says it is made."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", value) or "_"
+    """A subject token as the channel's description says it is made (short values: not cut)."""
+    if not value:
+        return "_"
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", value):
+        return value
+    kept = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-"
+    return "_" + "".join(
+        chr(b) if b in kept else "__" if b == ord(".") else f"_{b:02x}" for b in value.encode()
+    )
 
 
 def attributes(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], Any]:

@@ -40,7 +40,7 @@ def test_the_slice_follows_the_prefix_the_cluster_and_sanitises_each_value() -> 
         match={"cluster": "prod-eu-1", "team": "pay ments", "reason": "BackOff"},
     )
     assert n.filters == [
-        "hub.events.prod-eu-1.pay_ments.*.*.BackOff",
+        "hub.events.prod-eu-1._pay_20ments.*.*.BackOff",
         "hub.events.prod-eu-1._bridge.*",  # the status events of that cluster only
     ]
     n = NatsSettings(match={"namespace": ""}, status_events=False)  # Events without one

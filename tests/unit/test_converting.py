@@ -1,3 +1,4 @@
+import re
 from datetime import datetime
 from urllib.parse import unquote
 
@@ -117,7 +118,7 @@ def test_binary_mode_headers_parse_with_the_sdk():
     assert ce.get_source() == "k8s://prod eu/namespaces/shop"
     assert ce.get_data()["message"] == '100% "quoted" ünïcode'
     assert unquote(msg.headers["ce-k8scount"]) == "7"
-    assert msg.subject == "k8s.events.prod_eu.shop.Pod.BackOff"
+    assert msg.subject == "k8s.events._prod_20eu.shop.Pod.BackOff"
 
 
 @pytest.mark.parametrize("drop", ["uid", "resourceVersion"])
@@ -202,7 +203,12 @@ def test_any_event_gives_a_valid_cloudevent_and_subject(obj, cluster, mode):
     assert ce.get_type().startswith("io.k8s.event.")
     toks = msg.subject.split(".")
     assert len(toks) == 6 and toks[:2] == ["k8s", "events"]
-    assert all(subjects.token(t) == t and t for t in toks)
+    # each a safe token that reads back to the Event's value (or is a long value's cut)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,128}", t) for t in toks)
+    ns, kind, reason = toks[3:]
+    assert ns == subjects.token(obj["metadata"]["namespace"])
+    assert kind == subjects.token(obj["involvedObject"]["kind"])
+    assert reason == subjects.token(obj["reason"])
 
 
 @given(st.text())

@@ -38,7 +38,7 @@ def test_single_values_narrow_the_subject_for_jetstream():
     f = Filters(namespaces=frozenset({"shop"}), reasons=frozenset({"BackOff", "OOMKilling"}))
     assert f.subject("k8s.events") == "k8s.events.*.shop.*.*"
     f = Filters(kinds=frozenset({"Pod"}), reasons=frozenset({"Back Off"}))
-    assert f.subject("p") == "p.*.*.Pod.Back_Off"  # the bridge's sanitised token
+    assert f.subject("p") == "p.*.*.Pod._Back_20Off"  # the bridge's token
     assert Filters(types=frozenset({"warning"})).subject("p") == "p.>"  # not in the subject
 
 
@@ -76,7 +76,7 @@ def test_the_subject_follows_the_configured_template() -> None:
     f = Filters(where={"team": frozenset({"payments"})}, reasons=frozenset({"BackOff"}))
     assert f.subject("k8s.events", TEAM) == "k8s.events.*.payments.*.*.BackOff"
     f = Filters(where={"team": frozenset({"pay ments"})})
-    assert f.subject("p", TEAM) == "p.*.pay_ments.*.*.*"  # the bridge's sanitised token
+    assert f.subject("p", TEAM) == "p.*._pay_20ments.*.*.*"  # the bridge's token
     f = Filters(where={"cluster": frozenset({"prod-eu-1"})})
     assert f.subject("p", TEAM) == "p.prod-eu-1.*.*.*.*"
 

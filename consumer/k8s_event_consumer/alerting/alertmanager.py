@@ -66,8 +66,8 @@ class Auth:
     so a rotated token is picked up)."""
 
     user: str | None = None
-    password: str | None = None
-    bearer_token: str | None = None
+    password: str | None = field(default=None, repr=False)
+    bearer_token: str | None = field(default=None, repr=False)
     bearer_token_file: str | None = None
 
     def headers(self) -> dict[str, str]:
