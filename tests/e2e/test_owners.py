@@ -265,9 +265,10 @@ async def test_a_pod_naming_an_unrelated_deployment_never_gets_it_annotated(
     )
     worker = ConsumerProcess(
         remediation_config(tmp_path, nats_server.url, worker_cfg), tmp_path / "remediation.log"
-    ).start()
+    )
     try:
-        await br.wait_ready(timeout=60)
+        await br.wait_ready(timeout=60)  # its stream is there: the worker's consumer can be made
+        worker.start()
         await worker.wait_ready(timeout=60)
         for key, p in pods.items():
             event(cp, ns, "OOMKilling" if key.endswith("oom") else "BackOff", about(p))
