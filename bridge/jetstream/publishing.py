@@ -9,6 +9,10 @@ that JetStream refused for a passing reason, is sent again with the **same** ``N
 so the stream's duplicate window drops it if an earlier attempt was stored after all. The
 first ack for any attempt settles the message.
 
+An ack counts only when it names the bridge's stream (``stream``): one from any other stream
+(made to take the bridge's subjects while its own is missing) is counted as a failure
+(``wrong_stream``), logged, and the message sent again, as for a refusal.
+
 Nothing is given up except a message no server of this stream can ever take (larger than
 the connection's max_payload, or than the stream's max_msg_size): that one is counted,
 logged and let go so that it can not stop the pipeline or hold the checkpoint for ever; when
@@ -85,8 +89,10 @@ class Publisher:
         clock: Clock = SYSTEM,
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
         fast_path: bool = True,
+        stream: str,
     ) -> None:
         self._nc = nc
+        self.stream = stream  # the stream every ack must name
         self._m = metrics
         self.ack_timeout = ack_timeout
         self.max_inflight = max_inflight
@@ -326,6 +332,13 @@ class Publisher:
                 self._give_up(p, f"jetstream_{code}", str(err.get("description", err)))
             else:
                 self._retry_later(p, f"jetstream_{code}", str(err.get("description", err)))
+            return
+        if resp.stream != self.stream:
+            # stored by some other stream (one made to take our subjects while ours is
+            # missing), or an answer that is no ack of ours: not stored where it must be
+            self._retry_later(
+                p, "wrong_stream", f"acked by stream {resp.stream!r}, not {self.stream!r}"
+            )
             return
         m = self._m
         m.latency.observe(self._now() - p.first_sent)

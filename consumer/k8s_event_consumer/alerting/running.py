@@ -23,6 +23,7 @@ import nats.js.errors
 from nats.aio.client import Client as NATS
 
 from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import (
@@ -375,8 +376,9 @@ async def _until(stopping: asyncio.Event, seconds: float) -> bool:
     return stopping.is_set()
 
 
-async def serve(cfg: Settings) -> int:
-    """Run until SIGTERM or SIGINT; the exit code."""
+async def serve(cfg: Settings, provision: bool = False) -> int:
+    """Run until SIGTERM or SIGINT; ``provision``: only make the durable (with an operator's
+    credentials: the subscriber's own may not), then exit. The exit code."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -428,15 +430,22 @@ async def serve(cfg: Settings) -> int:
                         batch=cfg.nats.batch,
                     ),
                     start=Start.all() if cfg.nats.start == "all" else Start.new(),
+                    subject_prefix=cfg.nats.subject_prefix,
                 )
             except ConsumerConflict as exc:
                 log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
+                return EXIT_FAILED
+            except ShapeMismatch as exc:  # each key logged by the kit: stream_config_differs
+                log.error("stream_refused", stream=exc.stream, error=str(exc))
                 return EXIT_FAILED
             except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
                 # the bridge creates the stream: it may not have yet
                 log.warning("stream_unavailable", stream=cfg.nats.stream, error=str(exc))
                 if await _until(stopping, 2.0):
                     return EXIT_OK
+        if provision:
+            log.info("provisioned", durable=cfg.nats.durable)
+            return EXIT_OK
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
             await alerting.recover(
