@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -495,6 +496,7 @@ async def replay(
     start: Start | None = None,
     idle: float = 2.0,
     name: str | None = None,
+    gets: bool = False,
 ) -> AsyncIterator[Delivery]:
     """The stream from ``start`` up to its end when called, in order, with no durable and no
     acks; ``subject`` narrows it (default: the stream's first subject). A message that does
@@ -511,6 +513,10 @@ async def replay(
     if last == 0:
         return
     subjects = info.config.subjects or [">"]
+    if gets:
+        async for d in _gets(nc, js, stream, subject or subjects[0], start or Start.all(), last):
+            yield d
+        return
     if name is None:
         deliveries = _ordered(js, stream, subject or subjects[0], start, idle)
     else:
@@ -526,6 +532,39 @@ async def replay(
                 yield Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
             if meta.sequence.stream >= last or meta.num_pending == 0:
                 return
+
+
+async def _gets(
+    nc: NATS, js: Any, stream: str, subject: str, start: Start, last: int
+) -> AsyncGenerator[Delivery, None]:
+    if start.policy == DeliverPolicy.NEW:
+        return
+    if start.policy == DeliverPolicy.BY_START_TIME and start.time is not None:
+        # the first sequence at or after the time (nats-py's get_msg takes no time)
+        req = {"start_time": start.time.isoformat(), "next_by_subj": subject}
+        msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode())
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            if resp["error"].get("code") == 404:
+                return  # nothing from then on
+            nats.js.errors.APIError.from_error(resp["error"])
+        seq = int(resp["message"]["seq"])
+    else:
+        seq = start.sequence or 1
+    while seq <= last:
+        try:
+            raw = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return  # nothing more on the subject
+        if raw.seq is None or raw.seq > last:
+            return
+        try:
+            decoded = events.decode(raw.subject or "", raw.headers, raw.data or b"")
+        except BadMessage as exc:
+            log.error("bad_message stream_sequence=%s: %s", raw.seq, exc)
+        else:
+            yield Delivery(decoded, raw.seq, 1, raw.time)
+        seq = raw.seq + 1
 
 
 async def _ordered(

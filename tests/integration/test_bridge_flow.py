@@ -21,6 +21,7 @@ from tests.integration.harness import (
     stream_messages,
     watch_requests,
 )
+from tests.streams import k8s_events
 
 pytestmark = pytest.mark.integration
 
@@ -286,7 +287,7 @@ async def test_a_checkpoint_bucket_jetstream_refuses_exits_1_with_the_reason(
     import nats as nats_client
 
     nc = await nats_client.connect(nats_server.url)
-    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await nc.jetstream().add_stream(k8s_events())
     await nc.close()
     bridge = run_bridge(nats={"num_replicas": 3})
     assert await bridge.wait_exit(timeout=30) == 1

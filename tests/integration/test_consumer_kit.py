@@ -17,7 +17,6 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.msg import Msg
-from nats.js.api import StreamConfig
 
 from bridge.core.converting import Converter
 from k8s_event_consumer import (
@@ -33,6 +32,7 @@ from k8s_event_consumer import (
     replay,
 )
 from k8s_event_consumer.events import Gap, Status
+from tests.streams import k8s_events
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -63,9 +63,7 @@ def event(uid: str, rv: int, *, reason: str = "BackOff", count: int = 1) -> dict
 @pytest.fixture
 async def nc(nats_server: Any) -> AsyncIterator[Any]:
     client = await nats.connect(nats_server.url)
-    await client.jetstream().add_stream(
-        StreamConfig(name=STREAM, subjects=["k8s.events.>"], duplicate_window=7200)
-    )
+    await client.jetstream().add_stream(k8s_events(stream=STREAM))
     yield client
     with contextlib.suppress(Exception):
         await client.close()

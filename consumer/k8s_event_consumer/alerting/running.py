@@ -303,7 +303,9 @@ class Alerting:
         n = 0
         for subject in subjects:
             start = Start.at_time(since)
-            async for d in replay(nc, stream=stream, subject=subject, start=start, name=name):
+            async for d in replay(
+                nc, stream=stream, subject=subject, start=start, name=name, gets=name is None
+            ):
                 try:
                     self.apply(d)
                 except Exception as exc:  # one message the state can not take stops no start
@@ -448,9 +450,8 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
             return EXIT_OK
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
-            await alerting.recover(
-                nc, cfg.nats.stream, cfg.nats.filters, window, name=f"{cfg.nats.durable}-replay"
-            )
+            # by message gets, no consumer: its user may create none (docs/deploy.md)
+            await alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
         await alerting.adopt()
         http.ready = True
         log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)

@@ -23,7 +23,14 @@ from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
 from k8s_event_consumer.connecting import connect_until
-from k8s_event_consumer.consuming import Consumer, ConsumerConflict, Handlers, KVSeen, Start
+from k8s_event_consumer.consuming import (
+    Consumer,
+    ConsumerConflict,
+    Handlers,
+    KVSeen,
+    Start,
+    check_stream,
+)
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.remediation import settings as settings_mod
 from k8s_event_consumer.remediation.kube import Kube
@@ -66,6 +73,8 @@ async def run(settings: Settings, provision: bool = False) -> int:
             return 0
         http.watch(nc)
         try:
+            # the stream first: what it is matters more than a missing bucket
+            await check_stream(nc, nats_cfg.stream, nats_cfg.subject_prefix)
             consumer = await Consumer.open(
                 nc,
                 stream=nats_cfg.stream,
@@ -125,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="k8s-event-remediation",
         description="Act on the API server on Events from k8s-event-bridge's stream.",
     )
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "check-config", "provision"])
+    parser.add_argument(
+        "command", nargs="?", default="run", choices=["run", "check-config", "provision"]
+    )
     parser.add_argument("--config", help="YAML file (or $REMEDIATION_CONFIG_FILE)")
     args = parser.parse_args(argv)
     try:
