@@ -46,9 +46,8 @@ class KvCheckpointStore:
         difference raises ``StreamConfigMismatch``), created when missing and allowed."""
         settings = settings or NatsSettings()
         with unavailable(f"checkpoint bucket {bucket}"):
-            await streams.ensure(
-                nc, streams.checkpoint_config(bucket, settings), settings, what="checkpoint bucket"
-            )
+            want = streams.checkpoint_config(bucket, settings)
+            await streams.ensure(nc, want, settings, what="checkpoint bucket", create=True)
             kv = await nc.jetstream(domain=settings.domain).key_value(bucket)
         return cls(kv)
 

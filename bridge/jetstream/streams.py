@@ -60,16 +60,22 @@ async def ensure_stream(nc: NATS, settings: NatsSettings) -> None:
     used (``StreamConfigMismatch`` naming each difference), ``JetStreamUnavailable`` when
     JetStream did not answer (worth trying again)."""
     with unavailable(f"stream {settings.stream}"):
-        await ensure(nc, wanted_config(settings), settings, what="stream")
+        await ensure(
+            nc, wanted_config(settings), settings, what="stream", create=settings.create_stream
+        )
 
 
-async def ensure(nc: NATS, want: StreamConfig, settings: NatsSettings, *, what: str) -> None:
-    """Check the stream ``want`` names against ``want``; create it when missing and allowed."""
+async def ensure(
+    nc: NATS, want: StreamConfig, settings: NatsSettings, *, what: str, create: bool
+) -> None:
+    """Check the stream ``want`` names against ``want``; create it when missing and
+    ``create`` (and the credentials may: with the shipped permissions the request gets no
+    answer, ``JetStreamUnavailable``, asked again until an operator provisioned it)."""
     assert want.name is not None
     api = shapes.api_prefix(settings.domain)
     have = await shapes.read_config(nc, want.name, api=api)
     if have is None:
-        if not settings.create_stream:
+        if not create:
             raise NoStream(
                 f"{what} {want.name} does not exist and nats.create_stream is false: provision "
                 "it (k8s-event-bridge provision)"

@@ -701,8 +701,9 @@ async def test_the_remediation_worker_refuses_its_bucket_with_a_republish(
     assert await messages(stocked) == 20  # nothing republished into the Events
 
 
+@pytest.mark.parametrize("fast_path", [True, False], ids=["ack-tap", "subscription"])
 async def test_an_ack_from_a_stream_not_the_bridges_is_refused_and_counted(
-    server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
+    server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any], fast_path: bool
 ) -> None:
     """K8S_EVENTS missing, someone's stream takes its subjects: its acks are no acks of the
     bridge's stream. Each is counted (``wrong_stream``), logged, the message sent again, the
@@ -716,8 +717,9 @@ async def test_an_ack_from_a_stream_not_the_bridges_is_refused_and_counted(
     operator = await users(OPERATOR)
     await operator.js.add_stream(StreamConfig(name="CAPTURED", subjects=["k8s.events.>"]))
     bridge = await users(BRIDGE)
-    pub = Publisher(bridge.nc, Metrics(), stream=STREAM, ack_timeout=0.2, fast_path=True)
+    pub = Publisher(bridge.nc, Metrics(), stream=STREAM, ack_timeout=0.2, fast_path=fast_path)
     await pub.start()
+    assert pub.tapped is fast_path  # both ways an ack comes in: fastpath.AckTap, nats-py's
     q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
     progress = Progress(0)
     ev = make_event(random.Random(3), i=1)
