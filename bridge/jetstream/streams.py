@@ -24,7 +24,13 @@ from nats.js.api import StreamConfig
 
 from bridge import logs
 from bridge.core.clock import SYSTEM, Clock
-from bridge.errors import BridgeError, NoStream, PublishError, StreamConfigMismatch
+from bridge.errors import (
+    BridgeError,
+    JetStreamUnavailable,
+    NoStream,
+    PublishError,
+    StreamConfigMismatch,
+)
 from bridge.jetstream.connection import passing_api_error, unavailable
 from bridge.settings import NatsSettings
 from k8s_event_common import streams as shapes
@@ -82,6 +88,12 @@ async def ensure(
             )
         try:
             await nc.jetstream(domain=settings.domain).add_stream(want)
+        except nats.errors.TimeoutError as exc:
+            # the shipped permissions refuse the request: it gets no answer
+            raise JetStreamUnavailable(
+                f"{what} {want.name} does not exist and creating it got no answer (may these "
+                "credentials create it? provision it: k8s-event-bridge provision)"
+            ) from exc
         except nats.js.errors.APIError as exc:
             if passing_api_error(exc):
                 raise  # passing: ``unavailable`` makes it JetStreamUnavailable, asked again

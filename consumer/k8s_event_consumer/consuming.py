@@ -59,9 +59,17 @@ async def ensure_shape(nc: NATS, want: StreamConfig, what: str, *, create: bool 
     if have is None:
         if not create:
             raise nats.js.errors.NotFoundError(description=f"{what} {want.name} not found")
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # made meanwhile: checked
+        try:
             await nc.jetstream().add_stream(want)
             log.info("stream_created stream=%s", want.name)
+        except nats.js.errors.BadRequestError:
+            pass  # made meanwhile: checked below
+        except (nats.errors.TimeoutError, TimeoutError) as exc:
+            # the shipped permissions refuse the request: it gets no answer
+            raise nats.js.errors.NotFoundError(
+                description=f"{what} {want.name} does not exist and these credentials may not "
+                "create it: provision it (docs/deploy.md)"
+            ) from exc
         have = await shapes.read_config(nc, want.name)
         if have is None:
             raise nats.js.errors.NotFoundError(description=f"{what} {want.name} not found")

@@ -27,6 +27,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 import yaml
 from nats.aio.client import Client as NATS
@@ -516,12 +517,41 @@ async def test_no_program_may_create_a_stream_or_a_bucket_while_it_is_missing(
     assert await shapes.read_config(operator.nc, stream) is None
 
 
+async def test_a_bridge_started_before_provisioning_waits_and_says_so(
+    tmp_path: Path,
+    server: NatsServer,
+    passwords: dict[str, str],
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+) -> None:
+    """First start before the operator provisioned: the bridge's create gets no answer; it
+    waits, not ready, naming what to do; once provisioned it checks the stream and runs."""
+    nats_section = {"user": BRIDGE, "password": passwords[BRIDGE], "inbox_prefix": INBOX[BRIDGE]}
+    bridges = Bridges(tmp_path)
+    try:
+        bridge = bridges.start(bridge_config(tmp_path, server.url, kubeconfig, nats=nats_section))
+
+        def told() -> bool:
+            return any("provision" in e["error"] for e in bridge.log_events("ensure_stream_failed"))
+
+        await eventually(told, timeout=30)
+        operator = await users(OPERATOR)
+        assert await shapes.read_config(operator.nc, STREAM) is None
+        assert (
+            await streams.provision(operator_settings(server, passwords), CHECKPOINT_BUCKET, [])
+            == 0
+        )
+        await bridge.wait_ready()
+    finally:
+        bridges.kill_all()
+
+
 async def test_the_remediation_worker_does_not_make_its_missing_bucket(
     server: NatsServer, users: Callable[[str], Any]
 ) -> None:
     """The kit tries (a development convenience with an all-powerful user) and is refused."""
     remediation = await users(REMEDIATION)
-    with pytest.raises(nats.errors.TimeoutError):
+    with pytest.raises(nats.js.errors.NotFoundError, match="provision"):
         await KVSeen.open(remediation.nc, SEEN_BUCKET)
     operator = await users(OPERATOR)
     assert await shapes.read_config(operator.nc, f"KV_{SEEN_BUCKET}") is None
