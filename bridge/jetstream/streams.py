@@ -128,12 +128,16 @@ def recreating(
     nc: NATS, settings: NatsSettings, clock: Clock = SYSTEM
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """The publisher's answer when no stream took a publish: the stream was deleted, or is not
-    there yet. Creates it again when ``nats.create_stream`` allows; at most once a second."""
+    there yet. Creates it again when ``nats.create_stream`` allows; at most once a second.
+    One found remade in another shape raises ``StreamConfigMismatch``: the publisher takes no
+    ack from it and the bridge stops (``Publisher.refuse``)."""
 
     async def recreate() -> None:
         if settings.create_stream:
             try:
                 await ensure_stream(nc, settings)
+            except StreamConfigMismatch:
+                raise  # remade by someone in another shape: the publisher stops taking acks
             except BridgeError as exc:
                 log.warn_sampled(
                     "recreate",

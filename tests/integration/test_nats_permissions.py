@@ -632,6 +632,42 @@ async def test_the_bridge_refuses_a_stream_an_admin_made_in_another_shape(
     assert (await operator.js.stream_info(STREAM)).state.messages == 0
 
 
+async def test_a_stream_remade_in_another_shape_while_the_bridge_runs_stops_it(
+    tmp_path: Path,
+    provisioned: None,
+    server: NatsServer,
+    passwords: dict[str, str],
+    sim: Any,
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+) -> None:
+    """Deleted and remade by an admin with rollups while the bridge runs: its next check (soon
+    after no stream answered) finds the shape changed; no ack of it counts any more, and the
+    bridge stops (exit 1, ``stream_refused`` naming the keys)."""
+    nats_section = {"user": BRIDGE, "password": passwords[BRIDGE], "inbox_prefix": INBOX[BRIDGE]}
+    bridges = Bridges(tmp_path)
+    try:
+        bridge = bridges.start(bridge_config(tmp_path, server.url, kubeconfig, nats=nats_section))
+        await bridge.wait_ready()
+        w = Writer(sim)
+        await w.write(5)
+        await eventually(lambda: _published(bridge, len(w.ids)), timeout=30)
+        operator = await users(OPERATOR)
+        await operator.js.delete_stream(STREAM)
+        await w.write(5)  # no stream answers these
+
+        async def unanswered() -> bool:
+            return bool(await bridge.metric("publish_failures", 'reason="no_responders"') >= 1)
+
+        await eventually(unanswered, timeout=30)
+        await operator_creates(users, weakened_stream("allow_rollup_hdrs"))
+        assert await bridge.wait_exit(60) == 1, bridge.logs()[-2000:]
+    finally:
+        bridges.kill_all()
+    (refused,) = bridge.log_events("stream_refused")
+    assert "allow_rollup_hdrs" in refused["error"] and "deny_purge" in refused["error"]
+
+
 async def test_the_bridge_refuses_a_checkpoint_bucket_with_a_republish(
     provisioned: None, server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
 ) -> None:
