@@ -668,6 +668,46 @@ async def test_a_stream_remade_in_another_shape_while_the_bridge_runs_stops_it(
     assert "allow_rollup_hdrs" in refused["error"] and "deny_purge" in refused["error"]
 
 
+async def test_provision_names_an_older_bridges_stream_and_updates_it_when_told(
+    server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
+) -> None:
+    """The stream as earlier bridges made it (deletes and purges allowed): ``provision``
+    names both keys and leaves it (exit 1); ``--update`` turns them on, keeps the messages,
+    and a second run finds nothing to do."""
+    old = {
+        "name": STREAM,
+        "subjects": ["k8s.events.>"],
+        "storage": "file",
+        "max_age": 7 * 86400 * 10**9,
+        "max_bytes": -1,
+        "num_replicas": 1,
+        "duplicate_window": 7200 * 10**9,
+    }
+    await operator_creates(users, old)
+    bridge = await users(BRIDGE)
+    for subject, body, headers in cloud_events(3):
+        await bridge.js.publish(subject, body, headers=headers)
+    auth = {"user": OPERATOR, "password": passwords[OPERATOR]}
+    with pytest.raises(AssertionError, match="exited 1"):
+        await provisioning.bridge([server.url], **auth)
+    operator = await users(OPERATOR)
+    have = await shapes.read_config(operator.nc, STREAM)
+    assert have is not None and not have["deny_delete"] and not have["deny_purge"]
+    updated = await provisioning.bridge([server.url], **auth, args=("--update",))
+    assert provisioned_status(updated)[STREAM] == "updated"
+    have = await shapes.read_config(operator.nc, STREAM)
+    assert have is not None and have["deny_delete"] and have["deny_purge"]
+    assert await messages(bridge) == 3
+    again = await provisioning.bridge([server.url], **auth)
+    assert set(provisioned_status(again).values()) == {"unchanged"}
+
+
+def provisioned_status(log: str) -> dict[str, str]:
+    """{stream: status} from ``provision``'s log lines."""
+    lines = [json.loads(ln) for ln in log.splitlines() if ln.startswith("{")]
+    return {e["stream"]: e["status"] for e in lines if e.get("event") == "provisioned"}
+
+
 async def test_the_bridge_refuses_a_checkpoint_bucket_with_a_republish(
     provisioned: None, server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
 ) -> None:
