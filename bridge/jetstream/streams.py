@@ -38,9 +38,8 @@ from k8s_event_common import streams as shapes
 log = logs.get("streams")
 
 CHECKPOINT_HISTORY = 5
-SEEN_BUCKETS = [
-    "k8s_event_remediation"
-]  # the shipped subscribers' (remediation's nats.seen_bucket)
+# the shipped subscribers' buckets of handled ids (remediation's nats.seen_bucket)
+SEEN_BUCKETS = ["k8s_event_remediation"]
 CONNECT_WITHIN = 30.0  # seconds ``provision`` waits for a NATS server
 
 

@@ -51,9 +51,12 @@ DEFAULT_BACKOFF = (1.0, 5.0, 30.0, 60.0)
 DEFAULT_SEEN_TTL = 7 * 86400.0
 
 
-async def ensure_shape(nc: NATS, want: StreamConfig, what: str, *, create: bool = True) -> None:
+async def ensure_shape(
+    nc: NATS, want: StreamConfig, what: str, *, create: bool = True, unchecked: Sequence[str] = ()
+) -> None:
     """The stream ``want`` names checked against it (``shapes.ShapeMismatch`` on any
-    difference, logged once per key), created with exactly it when missing and ``create``."""
+    difference but in ``unchecked``, logged once per key), created with exactly it when
+    missing and ``create``."""
     assert want.name is not None
     have = await shapes.read_config(nc, want.name)
     if have is None:
@@ -73,7 +76,7 @@ async def ensure_shape(nc: NATS, want: StreamConfig, what: str, *, create: bool 
         have = await shapes.read_config(nc, want.name)
         if have is None:
             raise nats.js.errors.NotFoundError(description=f"{what} {want.name} not found")
-    refuse(have, want)
+    refuse(have, want, unchecked)
 
 
 def refuse(have: dict[str, Any], want: StreamConfig, unchecked: Sequence[str] = ()) -> None:
@@ -259,13 +262,15 @@ class KVSeen:
 
     @classmethod
     async def open(
-        cls, nc: NATS, bucket: str, ttl: float = DEFAULT_SEEN_TTL, replicas: int = 1
+        cls, nc: NATS, bucket: str, ttl: float = DEFAULT_SEEN_TTL, replicas: int | None = None
     ) -> KVSeen:
         """The bucket checked against its shape (``ShapeMismatch`` names each difference: a
         republish, a mirror, other limits ...), or created with it when missing and the
-        credentials may (the shipped permissions do not: it is provisioned first)."""
-        want = cls.shape(bucket, ttl, replicas)
-        await ensure_shape(nc, want, "bucket")
+        credentials may (the shipped permissions do not: it is provisioned first). ``replicas``
+        None: any number (a cluster's operator provisions it R3), one made here has 1."""
+        want = cls.shape(bucket, ttl, replicas or 1)
+        unchecked = ["num_replicas"] if replicas is None else []
+        await ensure_shape(nc, want, "bucket", unchecked=unchecked)
         return cls(await nc.jetstream().key_value(bucket))
 
     @staticmethod
