@@ -396,7 +396,7 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
         resend_interval=cfg.alerts.resend_interval,
     )
     http = HttpServer(metrics)
-    if cfg.http.port is not None:
+    if cfg.http.port is not None and not provision:  # a provision run serves nothing
         await http.start(cfg.http.host, cfg.http.port)
     log.info(
         "starting",

@@ -59,7 +59,7 @@ async def run(settings: Settings, provision: bool = False) -> int:
     metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
     worker = Worker(settings, kube, metrics=metrics)
     http = HttpServer(metrics)
-    if settings.http.port is not None:
+    if settings.http.port is not None and not provision:  # a provision run serves nothing
         await http.start(settings.http.host, settings.http.port)
     try:
         nc = await connect_until(nats_cfg.options(), stopping)
