@@ -88,18 +88,17 @@ class Bridge:
             nc = conn.nc
             # read from the client at scrape time, not kept from the last callback
             self.metrics.nats_connected.set_function(lambda: 1.0 if nc.is_connected else 0.0)
-            js = nc.jetstream(domain=s.nats.domain)
             await until_stopped(
                 stop,
                 jetstream_step(
-                    "ensure_stream", lambda: streams.ensure_stream(js, s.nats), self.clock
+                    "ensure_stream", lambda: streams.ensure_stream(nc, s.nats), self.clock
                 ),
             )
             store = await until_stopped(
                 stop,
                 jetstream_step(
                     "open_checkpoint_bucket",
-                    lambda: KvCheckpointStore.open(js, s.checkpoint.bucket, s.nats.num_replicas),
+                    lambda: KvCheckpointStore.open(nc, s.checkpoint.bucket, s.nats),
                     self.clock,
                 ),
             )
@@ -114,7 +113,8 @@ class Bridge:
                 ack_timeout=s.nats.ack_timeout,
                 max_inflight=s.nats.max_inflight,
                 max_inflight_bytes=s.nats.max_inflight_bytes,
-                on_no_stream=streams.recreating(js, s.nats, self.clock),
+                on_no_stream=streams.recreating(nc, s.nats, self.clock),
+                stream=s.nats.stream,
                 clock=self.clock,
             )
             publisher.set_connected(nc.is_connected)

@@ -1,4 +1,4 @@
-"""The command line: ``run``, ``check-config``, ``tail``."""
+"""The command line: ``run``, ``check-config``, ``tail``, ``provision``."""
 
 from __future__ import annotations
 
@@ -69,6 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--color", choices=["auto", "always", "never"], default="auto", help="default: auto"
     )
+    prov = sub.add_parser(
+        "provision",
+        help="create the stream and the buckets with exactly their shapes (an operator's NATS "
+        "credentials); idempotent, names each difference of an existing one",
+    )
+    prov.add_argument("--config", help="YAML config file (or BRIDGE_CONFIG_FILE)")
+    prov.add_argument(
+        "--update",
+        action="store_true",
+        help="change an existing one that differs, where JetStream lets the keys change",
+    )
+    prov.add_argument(
+        "--seen-bucket",
+        action="append",
+        metavar="BUCKET",
+        help="a subscriber's bucket of handled ids (repeatable; default: k8s_event_remediation)",
+    )
     # the demo left the product (it runs on the simulator, a distribution of its own): say where
     sub.add_parser(
         "demo", help="moved: `make demo`, or k8s-event-bridge-demo (k8s-event-bridge-sim)"
@@ -101,6 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(yaml.safe_dump(settings.redacted(cfg), sort_keys=False), end="")
         return 0
     logs.setup(cfg.log.level, cfg.log.format)
+    if args.command == "provision":
+        from bridge.jetstream import streams
+
+        seen = args.seen_bucket if args.seen_bucket is not None else streams.SEEN_BUCKETS
+        try:
+            return asyncio.run(
+                streams.provision(cfg.nats, cfg.checkpoint.bucket, seen, update=args.update)
+            )
+        except ConfigError as exc:
+            print(f"k8s-event-bridge: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     if args.command == "tail":
         from bridge.jetstream import tailing
 

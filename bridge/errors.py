@@ -7,7 +7,8 @@
     │                            connection lost): passing, the step is tried again
     └── PublishError             the stream can not be used (start-up: create, check)
         ├── NoStream             no stream exists and nats.create_stream is false
-        ├── StreamConfigMismatch an existing stream does not take the bridge's subjects
+        ├── StreamConfigMismatch an existing stream or bucket differs from its one shape
+        │                        (k8s_event_common.streams), each key named
         └── JetStreamRefused     JetStream answered a start-up step with an error that asking
                                  again will not change (a bucket config it refuses, ...)
 
@@ -115,7 +116,7 @@ class NoStream(PublishError):
 
 
 class StreamConfigMismatch(PublishError):
-    """An existing stream's configuration differs from what the settings ask for."""
+    """An existing stream's or bucket's configuration differs from its one shape."""
 
 
 class JetStreamRefused(PublishError):

@@ -359,7 +359,7 @@ class Metrics:
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
             self.failed.labels(reason)
-        for reason in ("send", "no_responders", "bad_ack"):
+        for reason in ("send", "no_responders", "bad_ack", "wrong_stream", "stream_refused"):
             self.failed.labels(reason)
         for cause in ("closed", "quiet", "expired", "error", "auth"):
             self.watch_restarts.labels(cause)

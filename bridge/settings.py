@@ -297,17 +297,18 @@ class NatsSettings(common.NatsConnection):
     The first token is `{cluster}`; the second a literal, `{namespace}` or a label (status
     events live at `<prefix>.<cluster>._bridge.<what>`, which no value's token is)."""
     create_stream: bool = True
-    """Create the stream (subjects `<prefix>.>`, file storage) when it is missing, also when it
-    was deleted while the bridge runs. An existing stream whose config differs is reported,
-    never changed (one that does not take `<prefix>.>` stops the bridge). false: it must exist
-    already."""
+    """Create the stream with its one shape (docs/deploy.md, "Provisioning") when it is missing,
+    also when it was deleted while the bridge runs, where the credentials may (the shipped NATS
+    permissions do not: provision it first, `k8s-event-bridge provision`). An existing stream
+    or checkpoint bucket whose config differs in any key stops the bridge, each difference
+    named; it is never changed. false: it must exist already."""
     max_age: PositiveDuration = 7 * 86400.0
-    """Stream retention when the bridge creates it: messages older than this are removed. Not
+    """Stream retention: messages older than this are removed (the stream must have it). Not
     shorter than `duplicate_window`."""
     max_bytes: Size = -1
-    """Stream size limit when the bridge creates it; -1: unlimited."""
+    """Stream size limit (the stream must have it); -1: unlimited."""
     num_replicas: int = Field(1, ge=1, le=5)
-    """Stream replicas when the bridge creates it; also used for the checkpoint KV bucket."""
+    """Stream replicas (the stream must have them); also the checkpoint KV bucket's."""
     duplicate_window: PositiveDuration = 7200.0
     """JetStream's duplicate window: a message with a Nats-Msg-Id seen within it is dropped.
     Make it longer than the longest restart or outage you expect (an Event's TTL is 1h by

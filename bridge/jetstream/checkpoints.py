@@ -16,12 +16,14 @@ import time
 
 import msgspec
 import nats.js.errors
-from nats.js import JetStreamContext
+from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
 from bridge import errors, logs
 from bridge.core.checkpoints import Checkpoint
+from bridge.jetstream import streams
 from bridge.jetstream.connection import unavailable
+from bridge.settings import NatsSettings
 
 log = logs.get("checkpoints")
 
@@ -37,13 +39,16 @@ class KvCheckpointStore:
         self._seen: dict[str, tuple[int, int | None]] = {}
 
     @classmethod
-    async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> KvCheckpointStore:
+    async def open(
+        cls, nc: NATS, bucket: str, settings: NatsSettings | None = None
+    ) -> KvCheckpointStore:
+        """The bucket checked against its one shape (``streams.checkpoint_config``: a
+        difference raises ``StreamConfigMismatch``), created when missing and allowed."""
+        settings = settings or NatsSettings()
         with unavailable(f"checkpoint bucket {bucket}"):
-            try:
-                kv = await js.key_value(bucket)
-            except nats.js.errors.BucketNotFoundError:
-                kv = await js.create_key_value(bucket=bucket, history=5, replicas=replicas)
-                log.info("checkpoint_bucket_created", bucket=bucket)
+            want = streams.checkpoint_config(bucket, settings)
+            await streams.ensure(nc, want, settings, what="checkpoint bucket", create=True)
+            kv = await nc.jetstream(domain=settings.domain).key_value(bucket)
         return cls(kv)
 
     async def load(self, key: str) -> Checkpoint | None:

@@ -9,6 +9,12 @@ that JetStream refused for a passing reason, is sent again with the **same** ``N
 so the stream's duplicate window drops it if an earlier attempt was stored after all. The
 first ack for any attempt settles the message.
 
+An ack counts only when it names the bridge's stream (``stream``): one from any other stream
+(made to take the bridge's subjects while its own is missing) is counted as a failure
+(``wrong_stream``), logged, and the message sent again, as for a refusal. The stream's shape is
+checked again when no stream answers and every ``recheck_every`` seconds (``on_no_stream``);
+found remade in another shape, no ack counts any more and the bridge stops (``refuse``).
+
 Nothing is given up except a message no server of this stream can ever take (larger than
 the connection's max_payload, or than the stream's max_msg_size): that one is counted,
 logged and let go so that it can not stop the pipeline or hold the checkpoint for ever; when
@@ -37,6 +43,7 @@ from bridge import logs
 from bridge.core.clock import SYSTEM, Clock
 from bridge.core.messages import Message, Outgoing
 from bridge.core.queueing import BoundedQueue
+from bridge.errors import StreamConfigMismatch
 from bridge.jetstream import fastpath
 from bridge.metrics import Metrics
 
@@ -85,8 +92,16 @@ class Publisher:
         clock: Clock = SYSTEM,
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
         fast_path: bool = True,
+        stream: str,
+        recheck_every: float = 30.0,
     ) -> None:
         self._nc = nc
+        self.stream = stream  # the stream every ack must name
+        self.refused: str | None = None  # why no ack is taken any more (``refuse``)
+        # ``on_no_stream`` also runs this often: a stream deleted and remade by someone between
+        # two publishes answers them, in whatever shape it has now
+        self.recheck_every = recheck_every
+        self._next_check = clock.monotonic() + recheck_every
         self._m = metrics
         self.ack_timeout = ack_timeout
         self.max_inflight = max_inflight
@@ -308,10 +323,12 @@ class Publisher:
             return
         if no_responders:
             self._retry_later(p, "no_responders", "no stream takes the subject")
+            # the stream is gone: check the one that comes back soon after it does
+            self._next_check = min(self._next_check, self._now() + 1.0)
             if self._on_no_stream is not None and (
                 self._no_stream_task is None or self._no_stream_task.done()
             ):
-                self._no_stream_task = asyncio.create_task(self._on_no_stream())
+                self._no_stream_task = asyncio.create_task(self._no_stream(self._on_no_stream))
             return
         try:
             resp = _decode_ack(data)
@@ -327,12 +344,36 @@ class Publisher:
             else:
                 self._retry_later(p, f"jetstream_{code}", str(err.get("description", err)))
             return
+        if self.refused is not None:
+            self._retry_later(p, "stream_refused", self.refused)
+            return
+        if resp.stream != self.stream:
+            # stored by some other stream (one made to take our subjects while ours is
+            # missing), or an answer that is no ack of ours: not stored where it must be
+            self._retry_later(
+                p, "wrong_stream", f"acked by stream {resp.stream!r}, not {self.stream!r}"
+            )
+            return
         m = self._m
         m.latency.observe(self._now() - p.first_sent)
         m.published.inc()
         if resp.duplicate is True:
             m.duplicates.inc()
         self._settle(p)
+
+    async def _no_stream(self, answer: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await answer()
+        except StreamConfigMismatch as exc:
+            self.refuse(str(exc))
+
+    def refuse(self, why: str) -> None:
+        """The stream was remade in another shape while the bridge runs: no ack of it counts
+        from now on (nothing more is settled, the checkpoint stays), and ``reap`` ends with
+        ``StreamConfigMismatch``, which stops the bridge (exit 1)."""
+        if self.refused is None:
+            self.refused = why
+            log.error("stream_refused", stream=self.stream, error=why)
 
     def _retry_later(self, p: Outgoing, reason: str, detail: str) -> None:
         self._m.failed.labels(reason).inc()
@@ -371,5 +412,11 @@ class Publisher:
         tick = interval if interval is not None else min(0.25, self.ack_timeout / 4)
         while True:
             await self._clock.sleep(tick)
+            if self.refused is not None:
+                raise StreamConfigMismatch(self.refused)
+            if self._on_no_stream is not None and self._now() >= self._next_check:
+                self._next_check = self._now() + self.recheck_every
+                if self._no_stream_task is None or self._no_stream_task.done():
+                    self._no_stream_task = asyncio.create_task(self._no_stream(self._on_no_stream))
             if self._pending and self.connected.is_set():
                 await self._resend_due()

@@ -1,9 +1,15 @@
-"""The JetStream stream the bridge publishes to: created when missing, never silently changed.
+"""The JetStream stream and checkpoint bucket the bridge uses: exactly the shipped shape, or
+the bridge does not run.
 
-An existing stream is compared with the settings. If it does not take the bridge's subjects
-the bridge can not work and says so (``StreamConfigMismatch``); any other difference (age,
-size, replicas, duplicate window) is reported in one warning line per key and left as it is:
-it belongs to whoever created the stream.
+The shapes and their comparison are shared with the subscribers
+(``k8s_event_common.streams``). An existing stream or bucket whose configuration differs in any
+key that matters (subjects, retention, storage, sizes as configured, rollups, purge and delete
+flags, republish, sources, mirror, transforms, ...) stops the bridge: ``StreamConfigMismatch``
+names each difference, and the log line ``stream_config_differs`` says it once per key.
+
+A missing one is created with exactly that shape when ``nats.create_stream`` allows and the
+credentials may (a development convenience: the shipped NATS permissions grant no program
+``STREAM.CREATE``; an operator provisions them first, ``k8s-event-bridge provision``).
 """
 
 from __future__ import annotations
@@ -11,122 +17,126 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
-from nats.js.api import StorageType, StreamConfig
+from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
 
 from bridge import logs
 from bridge.core.clock import SYSTEM, Clock
-from bridge.errors import BridgeError, NoStream, PublishError, StreamConfigMismatch
+from bridge.errors import (
+    BridgeError,
+    JetStreamUnavailable,
+    NoStream,
+    PublishError,
+    StreamConfigMismatch,
+)
 from bridge.jetstream.connection import passing_api_error, unavailable
 from bridge.settings import NatsSettings
+from k8s_event_common import streams as shapes
 
 log = logs.get("streams")
 
+CHECKPOINT_HISTORY = 5
+# the shipped subscribers' buckets of handled ids (remediation's nats.seen_bucket)
+SEEN_BUCKETS = ["k8s_event_remediation"]
+CONNECT_WITHIN = 30.0  # seconds ``provision`` waits for a NATS server
+
 
 def wanted_config(settings: NatsSettings) -> StreamConfig:
-    return StreamConfig(
-        name=settings.stream,
-        subjects=[f"{settings.subject_prefix}.>"],
-        storage=StorageType.FILE,
+    """The stream's one shape, from the settings."""
+    return shapes.event_stream(
+        settings.stream,
+        settings.subject_prefix,
         max_age=settings.max_age,
-        max_bytes=settings.max_bytes,
+        max_bytes=int(settings.max_bytes),
         num_replicas=settings.num_replicas,
         duplicate_window=settings.duplicate_window,
     )
 
 
-def differences(have: StreamConfig, want: StreamConfig) -> dict[str, tuple[Any, Any]]:
-    """Keys whose value differs: {key: (existing, wanted)}; subjects are checked apart."""
-    out: dict[str, tuple[Any, Any]] = {}
-    for key in ("storage", "max_age", "max_bytes", "num_replicas", "duplicate_window"):
-        a, b = getattr(have, key), getattr(want, key)
-        if isinstance(a, float) or isinstance(b, float):
-            same = a is not None and b is not None and abs(float(a) - float(b)) < 1e-3
-        else:
-            same = a == b
-        if not same:
-            out[key] = (a, b)
-    return out
+def checkpoint_config(bucket: str, settings: NatsSettings) -> StreamConfig:
+    """The checkpoint bucket's one shape (its stream ``KV_<bucket>``)."""
+    return shapes.kv_bucket(bucket, history=CHECKPOINT_HISTORY, replicas=settings.num_replicas)
 
 
-def _covers(patterns: list[str], subject_filter: str) -> bool:
-    """Whether one of the stream's subject patterns takes every subject of ``prefix.>``."""
-    want = subject_filter.split(".")
-    for p in patterns:
-        toks = p.split(".")
-        ok = True
-        for i, t in enumerate(toks):
-            if t == ">":
-                break
-            if i >= len(want) or (t != "*" and t != want[i]) or want[i] == ">":
-                ok = False
-                break
-        else:
-            ok = len(toks) == len(want)
-        if ok:
-            return True
-    return False
-
-
-async def ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
-    """Create the stream, or check the one there. Raises ``PublishError`` when it can not be
-    used, ``JetStreamUnavailable`` when JetStream did not answer (worth trying again)."""
+async def ensure_stream(nc: NATS, settings: NatsSettings) -> None:
+    """Check the stream there, or create it. Raises ``PublishError`` when it can not be
+    used (``StreamConfigMismatch`` naming each difference), ``JetStreamUnavailable`` when
+    JetStream did not answer (worth trying again)."""
     with unavailable(f"stream {settings.stream}"):
-        await _ensure_stream(js, settings)
+        await ensure(
+            nc, wanted_config(settings), settings, what="stream", create=settings.create_stream
+        )
 
 
-async def _ensure_stream(js: JetStreamContext, settings: NatsSettings) -> None:
-    want = wanted_config(settings)
-    try:
-        info = await js.stream_info(settings.stream)
-    except nats.js.errors.NotFoundError:
-        if not settings.create_stream:
+async def ensure(
+    nc: NATS, want: StreamConfig, settings: NatsSettings, *, what: str, create: bool
+) -> None:
+    """Check the stream ``want`` names against ``want``; create it when missing and
+    ``create`` (and the credentials may: with the shipped permissions the request gets no
+    answer, ``JetStreamUnavailable``, asked again until an operator provisioned it)."""
+    assert want.name is not None
+    api = shapes.api_prefix(settings.domain)
+    have = await shapes.read_config(nc, want.name, api=api)
+    if have is None:
+        if not create:
             raise NoStream(
-                f"stream {settings.stream} does not exist and nats.create_stream is false"
-            ) from None
+                f"{what} {want.name} does not exist and nats.create_stream is false: provision "
+                "it (k8s-event-bridge provision)"
+            )
         try:
-            await js.add_stream(want)
+            await nc.jetstream(domain=settings.domain).add_stream(want)
+        except nats.errors.TimeoutError as exc:
+            # the shipped permissions refuse the request: it gets no answer
+            raise JetStreamUnavailable(
+                f"{what} {want.name} does not exist and creating it got no answer (may these "
+                "credentials create it? provision it: k8s-event-bridge provision)"
+            ) from exc
         except nats.js.errors.APIError as exc:
             if passing_api_error(exc):
                 raise  # passing: ``unavailable`` makes it JetStreamUnavailable, asked again
-            raise PublishError(f"creating stream {settings.stream}: {exc}") from exc
-        log.info(
-            "stream_created",
-            stream=settings.stream,
-            subjects=want.subjects,
-            max_age=settings.max_age,
-            duplicate_window=settings.duplicate_window,
-        )
+            if exc.err_code != 10058:  # 10058: made meanwhile with another shape: checked below
+                raise PublishError(f"creating {what} {want.name}: {exc}") from exc
+        else:
+            log.info("stream_created", stream=want.name, what=what, subjects=want.subjects)
+        have = await shapes.read_config(nc, want.name, api=api)
+        if have is None:
+            raise PublishError(f"{what} {want.name}: created, and gone again")
+    refuse_differences(have, want, what=what)
+
+
+def refuse_differences(have: dict[str, Any], want: StreamConfig, *, what: str = "stream") -> None:
+    """Raise ``StreamConfigMismatch`` naming every key ``have`` differs in from ``want``."""
+    diffs = shapes.differences(have, want)
+    if not diffs:
         return
-    have = info.config
-    subject_filter = f"{settings.subject_prefix}.>"
-    if not _covers(list(have.subjects or []), subject_filter):
-        raise StreamConfigMismatch(
-            f"stream {settings.stream} has subjects {have.subjects}, which do not take "
-            f"{subject_filter}; fix the stream or nats.subject_prefix"
-        )
-    for key, (existing, wanted) in differences(have, want).items():
-        log.warning(
+    for d in diffs:
+        log.error(
             "stream_config_differs",
-            stream=settings.stream,
-            key=key,
-            existing=str(existing),
-            wanted=str(wanted),
-            note="left unchanged; change the stream yourself if wanted",
+            what=what,
+            stream=want.name,
+            key=d.key,
+            existing=shapes.show(d.have),
+            wanted=shapes.show(d.want),
         )
+    raise StreamConfigMismatch(str(shapes.ShapeMismatch(str(want.name), diffs)))
 
 
 def recreating(
-    js: JetStreamContext, settings: NatsSettings, clock: Clock = SYSTEM
+    nc: NATS, settings: NatsSettings, clock: Clock = SYSTEM
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """The publisher's answer when no stream took a publish: the stream was deleted, or is not
-    there yet. Creates it again when ``nats.create_stream`` allows; at most once a second."""
+    there yet. Creates it again when ``nats.create_stream`` allows; at most once a second.
+    One found remade in another shape raises ``StreamConfigMismatch``: the publisher takes no
+    ack from it and the bridge stops (``Publisher.refuse``)."""
 
     async def recreate() -> None:
         if settings.create_stream:
             try:
-                await ensure_stream(js, settings)
+                await ensure_stream(nc, settings)
+            except StreamConfigMismatch:
+                raise  # remade by someone in another shape: the publisher stops taking acks
             except BridgeError as exc:
                 log.warn_sampled(
                     "recreate",
@@ -137,3 +147,58 @@ def recreating(
         await clock.sleep(1.0)
 
     return recreate
+
+
+async def provision(
+    settings: NatsSettings, bucket: str, seen_buckets: list[str], *, update: bool = False
+) -> int:
+    """``k8s-event-bridge provision``: the stream, the checkpoint bucket and each subscriber's
+    bucket of handled ids (``seen_buckets``) made with exactly their shapes, with the NATS
+    credentials of the configuration (an operator's: the programs' own may not). Idempotent;
+    one that differs is named key by key and left (exit 1), unless ``update`` and JetStream
+    lets the keys change. The exit code."""
+    import asyncio
+
+    from bridge.jetstream import connection
+
+    try:
+        conn = await asyncio.wait_for(connection.connect(settings), CONNECT_WITHIN)
+    except TimeoutError:
+        log.error(
+            "provision_failed", error=f"no NATS server took a connection in {CONNECT_WITHIN}s"
+        )
+        return 1
+    api = shapes.api_prefix(settings.domain)
+    wanted = [
+        (wanted_config(settings), "stream"),
+        (checkpoint_config(bucket, settings), "checkpoint bucket"),
+        *(
+            (shapes.seen_bucket(b, replicas=settings.num_replicas), "seen bucket")
+            for b in seen_buckets
+        ),
+    ]
+    failed = False
+    try:
+        for want, what in wanted:
+            try:
+                status = await shapes.provision(conn.nc, want, api=api, update=update)
+            except shapes.ShapeMismatch as exc:
+                failed = True
+                for d in exc.differences:
+                    log.error(
+                        "stream_config_differs",
+                        what=what,
+                        stream=want.name,
+                        key=d.key,
+                        existing=shapes.show(d.have),
+                        wanted=shapes.show(d.want),
+                    )
+                continue
+            except (nats.errors.Error, nats.js.errors.APIError) as exc:
+                failed = True
+                log.error("provision_failed", what=what, stream=want.name, error=str(exc))
+                continue
+            log.info("provisioned", what=what, stream=want.name, status=status)
+    finally:
+        await connection.close(conn)
+    return 1 if failed else 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -38,14 +39,59 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 
+from k8s_event_common import streams as shapes
 from k8s_event_consumer import events
 from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
 
 log = logging.getLogger("k8s_event_consumer")
 
 DEFAULT_BACKOFF = (1.0, 5.0, 30.0, 60.0)
+DEFAULT_SEEN_TTL = 7 * 86400.0
+
+
+async def ensure_shape(
+    nc: NATS, want: StreamConfig, what: str, *, create: bool = True, unchecked: Sequence[str] = ()
+) -> None:
+    """The stream ``want`` names checked against it (``shapes.ShapeMismatch`` on any
+    difference but in ``unchecked``, logged once per key), created with exactly it when
+    missing and ``create``."""
+    assert want.name is not None
+    have = await shapes.read_config(nc, want.name)
+    if have is None:
+        if not create:
+            raise nats.js.errors.NotFoundError(description=f"{what} {want.name} not found")
+        try:
+            await nc.jetstream().add_stream(want)
+            log.info("stream_created stream=%s", want.name)
+        except nats.js.errors.BadRequestError:
+            pass  # made meanwhile: checked below
+        except (nats.errors.TimeoutError, TimeoutError) as exc:
+            # the shipped permissions refuse the request: it gets no answer
+            raise nats.js.errors.NotFoundError(
+                description=f"{what} {want.name} does not exist and these credentials may not "
+                "create it: provision it (docs/deploy.md)"
+            ) from exc
+        have = await shapes.read_config(nc, want.name)
+        if have is None:
+            raise nats.js.errors.NotFoundError(description=f"{what} {want.name} not found")
+    refuse(have, want, unchecked)
+
+
+def refuse(have: dict[str, Any], want: StreamConfig, unchecked: Sequence[str] = ()) -> None:
+    """Raise ``shapes.ShapeMismatch`` (and log each key) when ``have`` is not ``want``."""
+    diffs = shapes.differences(have, want, unchecked=unchecked)
+    for d in diffs:
+        log.error(
+            "stream_config_differs stream=%s key=%s existing=%s wanted=%s",
+            want.name,
+            d.key,
+            shapes.show(d.have),
+            shapes.show(d.want),
+        )
+    if diffs:
+        raise shapes.ShapeMismatch(str(want.name), diffs)
 
 
 class Retry(Exception):
@@ -209,14 +255,23 @@ class KVSeen:
     def __init__(self, kv: Any) -> None:
         self._kv = kv
 
+    @staticmethod
+    def shape(bucket: str, ttl: float = DEFAULT_SEEN_TTL, replicas: int = 1) -> StreamConfig:
+        """The bucket's one shape (its stream ``KV_<bucket>``): ``k8s_event_common.streams``."""
+        return shapes.seen_bucket(bucket, ttl=ttl, replicas=replicas)
+
     @classmethod
-    async def open(cls, nc: NATS, bucket: str, ttl: float = 7 * 86400.0) -> KVSeen:
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(KeyValueConfig(bucket=bucket, history=1, ttl=ttl))
-        return cls(kv)
+    async def open(
+        cls, nc: NATS, bucket: str, ttl: float = DEFAULT_SEEN_TTL, replicas: int | None = None
+    ) -> KVSeen:
+        """The bucket checked against its shape (``ShapeMismatch`` names each difference: a
+        republish, a mirror, other limits ...), or created with it when missing and the
+        credentials may (the shipped permissions do not: it is provisioned first). ``replicas``
+        None: any number (a cluster's operator provisions it R3), one made here has 1."""
+        want = cls.shape(bucket, ttl, replicas or 1)
+        unchecked = ["num_replicas"] if replicas is None else []
+        await ensure_shape(nc, want, "bucket", unchecked=unchecked)
+        return cls(await nc.jetstream().key_value(bucket))
 
     @staticmethod
     def key(id_: str) -> str:
@@ -242,6 +297,43 @@ class Stats:
     bad: int = 0
     discarded: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+
+
+# what a durable of ours sets, and what it must not have (a push consumer's delivery)
+DURABLE_KEYS = ("ack_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject")
+PUSH_KEYS = ("deliver_subject", "deliver_group")
+
+
+def durable_differences(have: ConsumerConfig, want: ConsumerConfig) -> dict[str, tuple[Any, Any]]:
+    """{key: (existing, wanted)} for each key the durable's config differs in."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in DURABLE_KEYS:
+        a, b = getattr(have, key), getattr(want, key)
+        if isinstance(a, float) or isinstance(b, float):
+            same = a is not None and b is not None and abs(float(a) - float(b)) < 1e-3
+        else:
+            same = a == b
+        if not same:
+            out[key] = (a, b)
+    if sorted(have.filter_subjects or []) != sorted(want.filter_subjects or []):
+        out["filter_subjects"] = (have.filter_subjects, want.filter_subjects)
+    for key in PUSH_KEYS:
+        if getattr(have, key):
+            out[key] = (getattr(have, key), None)
+    return out
+
+
+async def check_stream(nc: NATS, stream: str, subject_prefix: str | None = None) -> None:
+    """The bridge's stream checked for what a subscriber relies on: every key of its shape
+    (``k8s_event_common.streams.event_stream``) but the sizes the bridge's settings give, and
+    its subjects when ``subject_prefix`` is given. ``shapes.ShapeMismatch`` names each
+    difference (a stream with rollups, sources, a mirror, purges allowed ...)."""
+    have = await shapes.read_config(nc, stream)
+    if have is None:
+        raise nats.js.errors.NotFoundError(description=f"stream {stream} not found")
+    want = shapes.event_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
+    unchecked = [*shapes.SIZING, *([] if subject_prefix else ["subjects"])]
+    refuse(have, want, unchecked)
 
 
 class Consumer:
@@ -277,11 +369,16 @@ class Consumer:
         start: Start | None = None,
         replay: bool = False,
         seen: Seen | None = None,
+        subject_prefix: str | None = None,
     ) -> Consumer:
-        """Create the durable (from ``start``), or bind to it and update what JetStream lets
-        change (ack_wait, max_deliver, back-off, max_ack_pending, subjects). ``replay``: drop
-        an existing durable and start again from ``start``."""
+        """Check the stream's shape (``check_stream``), then bind to the durable: it must be a
+        pull consumer with this config (``ConsumerConflict`` names each difference; where the
+        credentials may update it, what JetStream lets change is updated: ack_wait,
+        max_deliver, max_ack_pending, subjects). A missing durable is created from ``start``
+        where the credentials may (the shipped permissions do not: it is provisioned first).
+        ``replay``: drop an existing durable and start again from ``start``."""
         js = nc.jetstream()
+        await check_stream(nc, stream, subject_prefix)
         config = options.config(durable, subjects)
         existing = None
         try:
@@ -293,20 +390,32 @@ class Consumer:
             existing = None
         if existing is None:
             start = start or Start.all()
-            await js.add_consumer(stream, config=start.apply(config))
+            try:
+                await js.add_consumer(stream, config=start.apply(config))
+            except (nats.errors.TimeoutError, TimeoutError) as exc:
+                raise ConsumerConflict(
+                    f"durable {durable} on {stream} does not exist and these credentials may "
+                    "not create it: provision it (docs/deploy.md)"
+                ) from exc
             log.info("consumer_created durable=%s start=%s", durable, start.policy.value)
         else:
             old = existing.config
-            config.deliver_policy = old.deliver_policy
-            config.opt_start_time = old.opt_start_time
-            config.opt_start_seq = old.opt_start_seq
-            try:
-                await js.add_consumer(stream, config=config)
-            except nats.js.errors.BadRequestError as exc:
-                raise ConsumerConflict(
-                    f"durable {durable} on {stream} exists with a config JetStream will not "
-                    f"update to this one: {exc.description}"
-                ) from exc
+            diffs = durable_differences(old, config)
+            if diffs:
+                config.deliver_policy = old.deliver_policy
+                config.opt_start_time = old.opt_start_time
+                config.opt_start_seq = old.opt_start_seq
+                try:
+                    if "deliver_subject" in diffs or "deliver_group" in diffs:
+                        raise nats.js.errors.BadRequestError(description="a push consumer")
+                    await js.add_consumer(stream, config=config)
+                except (nats.js.errors.BadRequestError, nats.errors.TimeoutError) as exc:
+                    raise ConsumerConflict(
+                        f"durable {durable} on {stream} exists with another config ("
+                        + ", ".join(f"{k}={h!r} (wanted {w!r})" for k, (h, w) in diffs.items())
+                        + f") that these credentials may not or JetStream will not change: {exc}"
+                    ) from exc
+                log.info("consumer_updated durable=%s keys=%s", durable, ",".join(diffs))
             log.info("consumer_bound durable=%s", durable)
         sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
         return cls(nc, sub, stream, durable, options, seen or MemorySeen())
@@ -400,6 +509,7 @@ async def replay(
     start: Start | None = None,
     idle: float = 2.0,
     name: str | None = None,
+    gets: bool = False,
 ) -> AsyncIterator[Delivery]:
     """The stream from ``start`` up to its end when called, in order, with no durable and no
     acks; ``subject`` narrows it (default: the stream's first subject). A message that does
@@ -416,6 +526,10 @@ async def replay(
     if last == 0:
         return
     subjects = info.config.subjects or [">"]
+    if gets:
+        async for d in _gets(nc, js, stream, subject or subjects[0], start or Start.all(), last):
+            yield d
+        return
     if name is None:
         deliveries = _ordered(js, stream, subject or subjects[0], start, idle)
     else:
@@ -431,6 +545,39 @@ async def replay(
                 yield Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
             if meta.sequence.stream >= last or meta.num_pending == 0:
                 return
+
+
+async def _gets(
+    nc: NATS, js: Any, stream: str, subject: str, start: Start, last: int
+) -> AsyncGenerator[Delivery, None]:
+    if start.policy == DeliverPolicy.NEW:
+        return
+    if start.policy == DeliverPolicy.BY_START_TIME and start.time is not None:
+        # the first sequence at or after the time (nats-py's get_msg takes no time)
+        req = {"start_time": start.time.isoformat(), "next_by_subj": subject}
+        msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode())
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            if resp["error"].get("code") == 404:
+                return  # nothing from then on
+            nats.js.errors.APIError.from_error(resp["error"])
+        seq = int(resp["message"]["seq"])
+    else:
+        seq = start.sequence or 1
+    while seq <= last:
+        try:
+            raw = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return  # nothing more on the subject
+        if raw.seq is None or raw.seq > last:
+            return
+        try:
+            decoded = events.decode(raw.subject or "", raw.headers, raw.data or b"")
+        except BadMessage as exc:
+            log.error("bad_message stream_sequence=%s: %s", raw.seq, exc)
+        else:
+            yield Delivery(decoded, raw.seq, 1, raw.time)
+        seq = raw.seq + 1
 
 
 async def _ordered(

@@ -549,7 +549,7 @@ class Statuses:
 async def statuses(nats_server: Any) -> Statuses:
     nc = await nats.connect(nats_server.url)
     try:
-        await ensure_stream(nc.jetstream(), BridgeNatsSettings(servers=[nats_server.url]))
+        await ensure_stream(nc, BridgeNatsSettings(servers=[nats_server.url]))
     finally:
         await nc.close()
     return Statuses(nats_server.url)

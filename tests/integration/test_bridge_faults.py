@@ -18,6 +18,7 @@ from tests.integration.harness import (
     status_events,
     watch_requests,
 )
+from tests.streams import k8s_events
 from tests.support import eventually, rss_kib, write_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -327,12 +328,12 @@ async def test_publishes_that_get_no_ack_turn_readyz_503(sim, nats_server, run_b
     bridge = run_bridge(nats={"create_stream": False})
     # the operator's stream, created before the bridge starts
     nc = await nats_client.connect(nats_server.url)
-    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await nc.jetstream().add_stream(k8s_events())
     await bridge.wait_ready()
     await nc.jetstream().delete_stream("K8S_EVENTS")
     await w.write(10)
     await eventually(lambda: readyz(bridge, 503, "JetStream ack"), timeout=20)
-    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await nc.jetstream().add_stream(k8s_events())
     await nc.close()
     ids = await all_of(nats_server.url, w.ids, timeout=40)
     assert sorted(ids) == sorted(w.ids)

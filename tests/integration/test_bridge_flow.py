@@ -21,6 +21,7 @@ from tests.integration.harness import (
     stream_messages,
     watch_requests,
 )
+from tests.streams import k8s_events
 
 pytestmark = pytest.mark.integration
 
@@ -277,22 +278,22 @@ async def test_a_scope_without_permission_keeps_the_bridge_not_ready_by_name(
     assert {"progress_entries:shop", "progress_entries:payments", "subject_cache"} <= set(inner)
 
 
-async def test_a_checkpoint_bucket_jetstream_refuses_exits_1_with_the_reason(
-    sim, nats_server, run_bridge
-):
-    """A permanent refusal at start-up (here: an R3 bucket on a single server, the stream made
-    by someone else as R1) ends the bridge with a message naming it, as a stream error does,
-    rather than retrying for ever."""
+async def test_a_stream_of_other_replicas_exits_1_with_the_reason(sim, nats_server, run_bridge):
+    """A stream the bridge can not use at start-up (here: made by someone else as R1, the
+    bridge configured for R3) ends the bridge with a message naming the key, rather than
+    retrying for ever or running on it."""
     import nats as nats_client
 
     nc = await nats_client.connect(nats_server.url)
-    await nc.jetstream().add_stream(name="K8S_EVENTS", subjects=["k8s.events.>"])
+    await nc.jetstream().add_stream(k8s_events())
     await nc.close()
     bridge = run_bridge(nats={"num_replicas": 3})
     assert await bridge.wait_exit(timeout=30) == 1
     unusable = [e for e in bridge.log_events() if e.get("event") == "stream_unusable"]
     assert len(unusable) == 1, bridge.logs()[-2000:]
-    assert "checkpoint bucket" in unusable[0]["error"] and "10074" in unusable[0]["error"]
+    assert "num_replicas=1 (wanted 3)" in unusable[0]["error"]
+    differs = [e["key"] for e in bridge.log_events() if e.get("event") == "stream_config_differs"]
+    assert differs == ["num_replicas"]
 
 
 async def test_binary_mode_messages_parse_with_the_sdk(sim, nats_server, run_bridge):

@@ -10,7 +10,7 @@ from bridge.jetstream.checkpoints import KvCheckpointStore
 
 async def stores(url: str, n: int = 2):
     ncs = [await nats.connect(url) for _ in range(n)]
-    out = [await KvCheckpointStore.open(nc.jetstream(), "cp_test") for nc in ncs]
+    out = [await KvCheckpointStore.open(nc, "cp_test") for nc in ncs]
     return ncs, out
 
 

@@ -17,9 +17,10 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.msg import Msg
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from bridge.core.converting import Converter
+from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import (
     Consumer,
     ConsumerOptions,
@@ -32,7 +33,9 @@ from k8s_event_consumer import (
     Start,
     replay,
 )
+from k8s_event_consumer.consuming import ConsumerConflict
 from k8s_event_consumer.events import Gap, Status
+from tests.streams import k8s_events
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -63,9 +66,7 @@ def event(uid: str, rv: int, *, reason: str = "BackOff", count: int = 1) -> dict
 @pytest.fixture
 async def nc(nats_server: Any) -> AsyncIterator[Any]:
     client = await nats.connect(nats_server.url)
-    await client.jetstream().add_stream(
-        StreamConfig(name=STREAM, subjects=["k8s.events.>"], duplicate_window=7200)
-    )
+    await client.jetstream().add_stream(k8s_events(stream=STREAM))
     yield client
     with contextlib.suppress(Exception):
         await client.close()
@@ -466,3 +467,58 @@ async def test_a_subscriber_started_before_nats_connects_once_it_answers(tmp_pat
 
     stopping.set()
     assert await asyncio.wait_for(connect_until(opts, stopping), 5) is None
+
+
+async def test_a_durable_that_is_a_push_consumer_is_refused_naming_it(nc: Any) -> None:
+    """Someone made the durable deliver into an inbox (another program's): the kit does not
+    bind to it, whatever its credentials may do, and says why."""
+    await nc.jetstream().add_consumer(
+        STREAM,
+        ConsumerConfig(
+            durable_name="pushed",
+            deliver_subject="_INBOX_k8s_event_remediation.stolen",
+            ack_policy=AckPolicy.EXPLICIT,
+            filter_subject="k8s.events.>",
+        ),
+    )
+    with pytest.raises(ConsumerConflict, match="deliver_subject"):
+        await Consumer.open(
+            nc, stream=STREAM, durable="pushed", subjects=["k8s.events.>"], options=FAST
+        )
+
+
+async def test_a_stream_with_rollups_or_sources_is_refused_naming_each_key(
+    nats_server: Any,
+) -> None:
+    client = await nats.connect(nats_server.url)
+    try:
+        config = k8s_events(stream="ROLLED").evolve(
+            subjects=["rolled.>"], allow_rollup_hdrs=True, deny_purge=False
+        )
+        await client.jetstream().add_stream(config)
+        with pytest.raises(ShapeMismatch, match="allow_rollup_hdrs") as caught:
+            await Consumer.open(
+                client, stream="ROLLED", durable="d", subjects=["rolled.>"], options=FAST
+            )
+        assert [d.key for d in caught.value.differences] == ["allow_rollup_hdrs", "deny_purge"]
+        assert (await client.jetstream().stream_info("ROLLED")).state.consumer_count == 0
+    finally:
+        await client.close()
+
+
+async def test_replay_by_message_gets_reads_as_a_consumer_does(nc: Any) -> None:
+    """``gets=True``: no consumer made; from a sequence, from a time, nothing from the
+    future."""
+    for rv in range(1, 6):
+        await publish(nc, event("g", rv, count=rv))
+    at_seq = [d.id async for d in replay(nc, stream=STREAM, start=Start.at_sequence(3), gets=True)]
+    assert at_seq == ["g/3", "g/4", "g/5"]
+    future = datetime.now(UTC) + timedelta(minutes=5)
+    assert [
+        d async for d in replay(nc, stream=STREAM, start=Start.at_time(future), gets=True)
+    ] == []
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    got = [d async for d in replay(nc, stream=STREAM, start=Start.at_time(past), gets=True)]
+    assert [d.id for d in got] == [f"g/{i}" for i in range(1, 6)]
+    assert [d.stream_sequence for d in got] == [1, 2, 3, 4, 5]
+    assert (await nc.jetstream().stream_info(STREAM)).state.consumer_count == 0

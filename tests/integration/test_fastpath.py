@@ -28,7 +28,7 @@ def msg(i: int) -> Message:
 
 async def connect(url: str):
     nc = await nats.connect(url)
-    await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[url]))
+    await streams.ensure_stream(nc, NatsSettings(servers=[url]))
     return nc
 
 
@@ -56,7 +56,7 @@ def fast_path_off(caplog) -> list[dict]:
 async def test_the_fast_path_is_used_on_the_tested_nats_py(nats_server, caplog):
     nc = await connect(nats_server.url)
     assert fastpath.problems(fastpath.RAW_WRITER_USES, nc) == []
-    pub = Publisher(nc, Metrics())
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS")
     await pub.start()
     assert pub.fast_writer and pub.tapped
     assert (await publish_all(pub, 50)).safe_rv == 50
@@ -70,7 +70,7 @@ async def test_an_exception_inside_the_ack_tap_never_reaches_nats_py_and_acks_go
     """nats-py's read loop stops for good on an exception: without the guard no ack, no PONG,
     nothing would be read again on this connection."""
     nc = await connect(nats_server.url)
-    pub = Publisher(nc, Metrics(), ack_timeout=1.0)
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS", ack_timeout=1.0)
     await pub.start()
     assert pub.tapped
     decode = publishing._decode_ack
@@ -104,7 +104,7 @@ async def test_a_private_method_with_another_signature_is_not_used(nats_server, 
         await send_command(cmd)
 
     nc._send_command = changed
-    pub = Publisher(nc, Metrics())
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS")
     await pub.start()
     assert not pub.fast_writer and pub.tapped
     off = fast_path_off(caplog)
@@ -122,7 +122,7 @@ async def test_a_parser_hook_that_changed_leaves_acks_to_the_subscription(nats_s
         await process_msg(sid, subject, reply, data, headers)
 
     nc._process_msg = changed
-    pub = Publisher(nc, Metrics())
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS")
     await pub.start()
     assert pub.fast_writer and not pub.tapped
     assert [o["part"] for o in fast_path_off(caplog)] == ["ack_tap"]
@@ -134,7 +134,7 @@ async def test_a_surprise_from_the_raw_writer_switches_to_the_public_api(
     nats_server, caplog, monkeypatch
 ):
     nc = await connect(nats_server.url)
-    pub = Publisher(nc, Metrics())
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS")
     await pub.start()
 
     async def broken(self, batch):
@@ -149,7 +149,10 @@ async def test_a_surprise_from_the_raw_writer_switches_to_the_public_api(
 
 async def test_two_publishers_on_one_connection_both_tap_their_acks(nats_server, caplog):
     nc = await connect(nats_server.url)
-    first, second = Publisher(nc, Metrics()), Publisher(nc, Metrics())
+    first, second = (
+        Publisher(nc, Metrics(), stream="K8S_EVENTS"),
+        Publisher(nc, Metrics(), stream="K8S_EVENTS"),
+    )
     await first.start()
     await second.start()  # the first tap checks out as the client's own _process_msg
     assert first.tapped and second.tapped

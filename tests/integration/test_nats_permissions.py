@@ -2,7 +2,12 @@
 program"): a real nats-server runs the shipped config fragment, made from permissions.json, with
 a user per program. Each program works with its own user; what a user must not do is refused by
 the server (a permissions violation) and leaves the stream, the buckets and the durables as
-they were."""
+they were.
+
+No program may create a stream, a bucket or a consumer (each has one shape, provisioned first by
+an operator: ``OPERATOR`` here, a user of the account with every right, as an operator's own
+credentials are); each program refuses a stream or bucket of another shape, and the bridge an
+ack from another stream."""
 
 from __future__ import annotations
 
@@ -16,23 +21,29 @@ import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 import yaml
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 
 from bridge.core.converting import Converter
+from bridge.errors import StreamConfigMismatch
+from bridge.jetstream import streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
 from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
+from k8s_event_common import streams as shapes
 from k8s_event_consumer.consuming import Consumer, ConsumerOptions, Handlers, KVSeen, Start
 from k8s_event_sim.natsserver import NatsServer, binary, free_port
 from k8s_event_sim.workload import make_event
+from tests import provisioning
 from tests.integration.harness import Bridges, ConsumerProcess, Writer, bridge_config, eventually
 from tools import natsperms
 
@@ -44,6 +55,8 @@ STREAM = "K8S_EVENTS"
 CHECKPOINT_BUCKET = "k8s_event_bridge"
 SEEN_BUCKET = "k8s_event_remediation"
 INBOX = {p: "_INBOX_" + p.replace("-", "_") for p in natsperms.PROGRAMS}
+OPERATOR = "operator"  # not a program: the operator's own user (provisions, inspects)
+INBOX[OPERATOR] = "_INBOX"
 REFUSED_WITHIN = 1.0  # seconds a refused request waits for the answer that never comes
 
 
@@ -55,7 +68,7 @@ def passwords(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A password per program, in the environment variables the fragment names (nats-server
     inherits them). nats-server parses a variable's value as a config value: a password
     that starts with a letter and holds letters and digits only is taken as a string."""
-    out = {p: "p" + secrets.token_hex(16) for p in natsperms.PROGRAMS}
+    out = {p: "p" + secrets.token_hex(16) for p in (*natsperms.PROGRAMS, OPERATOR)}
     for program, password in out.items():
         monkeypatch.setenv(natsperms.password_variable(program), password)
     return out
@@ -66,7 +79,15 @@ def server(tmp_path: Path, passwords: dict[str, str]) -> Any:
     """nats-server -js with deploy/nats/nats-server.conf included, as an operator would."""
     d = tmp_path / "authnats"
     d.mkdir()
-    shutil.copy(natsperms.CONF, d / "k8s-event-bridge.conf")
+    # the shipped fragment, its users as they are, and the operator's user in the account
+    operator = (
+        f'      {{"user": "{OPERATOR}", "password": ${natsperms.password_variable(OPERATOR)}}},\n'
+    )
+    fragment = natsperms.CONF.read_text().replace(
+        '    "users": [\n', '    "users": [\n' + operator, 1
+    )
+    assert operator in fragment
+    (d / "k8s-event-bridge.conf").write_text(fragment)
     (d / "nats.conf").write_text("include ./k8s-event-bridge.conf\n")
     s = NatsServer(store_dir=str(d / "store"), args=["-c", str(d / "nats.conf")]).start()
     yield s
@@ -154,30 +175,67 @@ async def messages(bridge: User) -> int:
     return int(info.state.messages)
 
 
+def operator_settings(server: NatsServer, passwords: dict[str, str]) -> BridgeNatsSettings:
+    return BridgeNatsSettings(
+        servers=[server.url], user=OPERATOR, password=passwords[OPERATOR], inbox_prefix="_INBOX"
+    )
+
+
 @pytest.fixture
-async def stocked(users: Callable[[str], Any]) -> User:
-    """The stream with 20 Events and the checkpoint bucket with a checkpoint, made by the
-    bridge's user (which may)."""
+async def provisioned(server: NatsServer, passwords: dict[str, str]) -> None:
+    """The stream, the checkpoint bucket and the remediation worker's bucket, made by the
+    operator with ``k8s-event-bridge provision``'s code (the programs' users may not)."""
+    settings = operator_settings(server, passwords)
+    assert await streams.provision(settings, CHECKPOINT_BUCKET, [SEEN_BUCKET]) == 0
+
+
+async def provision_durable(users: Callable[[str], Any], durable: str, subjects: list[str]) -> None:
+    """A subscriber's durable, made by the operator with the kit (the subscriber's own user may
+    only bind to it), with the options ``read_all`` reads with."""
+    operator = await users(OPERATOR)
+    c = await Consumer.open(
+        operator.nc,
+        stream=STREAM,
+        durable=durable,
+        subjects=subjects,
+        options=READ_OPTIONS,
+        start=Start.all(),
+    )
+    await c._sub.unsubscribe()
+
+
+@pytest.fixture
+async def stocked(provisioned: None, users: Callable[[str], Any]) -> User:
+    """The stream with 20 Events and the checkpoint bucket with a checkpoint, written by the
+    bridge's user into what the operator provisioned."""
     bridge = await users(BRIDGE)
-    await bridge.js.add_stream(StreamConfig(name=STREAM, subjects=["k8s.events.>"]))
     for subject, body, headers in cloud_events(20):
         await bridge.js.publish(subject, body, headers=headers)
-    store = await KvCheckpointStore.open(bridge.js, CHECKPOINT_BUCKET)
+    store = await KvCheckpointStore.open(bridge.nc, CHECKPOINT_BUCKET)
     await store.save("test.all", 119)
     return bridge
 
 
-async def read_all(user: User, subjects: list[str], want: int, seen: Any = None) -> Consumer:
-    """The kit's ``Consumer`` with the subscriber's credentials: its durable created, every
-    message handled and acked; returns the stopped consumer."""
+READ_OPTIONS = ConsumerOptions(fetch_timeout=0.5)
+
+
+async def read_all(
+    user: User, subjects: list[str], want: int, seen: Any = None, users: Any = None
+) -> Consumer:
+    """The kit's ``Consumer`` with the subscriber's credentials: its durable (provisioned by
+    the operator first when ``users`` is given) bound, every message handled and acked;
+    returns the stopped consumer."""
+    if users is not None:
+        await provision_durable(users, user.program, subjects)
     consumer = await Consumer.open(
         user.nc,
         stream=STREAM,
         durable=user.program,
         subjects=subjects,
-        options=ConsumerOptions(fetch_timeout=0.5),
+        options=READ_OPTIONS,
         start=Start.all(),
         seen=seen,
+        subject_prefix="k8s.events",
     )
     handled: list[str] = []
 
@@ -244,11 +302,15 @@ async def test_each_program_works_with_its_own_user(
     kubeconfig: Path,
     users: Callable[[str], Any],
 ) -> None:
-    """The real bridge publishes the simulated API server's Events and keeps its checkpoint;
-    the real remediation worker (dry run) and alerting subscriber (its read-back at start
-    included) read them through their durables and ack each; the server logs no violation."""
+    """Provisioned first by the operator (``k8s-event-bridge provision``, each subscriber's
+    ``provision``), as docs/deploy.md says: the real bridge publishes the simulated API
+    server's Events and keeps its checkpoint; the real remediation worker (dry run) and
+    alerting subscriber (its read-back at start included) read them through their durables and
+    ack each; the server logs no violation."""
     bridges = Bridges(tmp_path)
     subscribers: list[ConsumerProcess] = []
+    operator = {"user": OPERATOR, "password": passwords[OPERATOR]}
+    await provisioning.bridge([server.url], **operator)
     try:
         nats_section = {
             "user": BRIDGE,
@@ -288,6 +350,7 @@ async def test_each_program_works_with_its_own_user(
             }
             http = {"host": "127.0.0.1", "port": free_port()}
             cfg.write_text(yaml.safe_dump({"nats": nats_cfg, "http": http, **sections}))
+            await provisioning.subscriber(module, cfg, [server.url], **operator)
             p = ConsumerProcess(cfg, tmp_path / f"{program}.log", module=module).start()
             subscribers.append(p)
             await p.wait_ready(30)
@@ -328,14 +391,18 @@ async def _published(bridge: Any, n: int) -> bool:
 async def test_each_subscriber_reads_through_its_own_durable_and_acks(
     stocked: User, users: Callable[[str], Any]
 ) -> None:
-    """The kit's Consumer with the subscriber's credentials and inbox prefix: the durable
-    made (one subject filter, and two: JetStream's two create subjects), each message handled
-    and acked; the remediation worker's Seen bucket made and written."""
+    """The kit's Consumer with the subscriber's credentials and inbox prefix: the durable the
+    operator provisioned (one subject filter, and two) bound, each message handled and acked;
+    the remediation worker's Seen bucket (provisioned) written."""
     alerting = await users(ALERTING)
     remediation = await users(REMEDIATION)
-    await read_all(alerting, ["k8s.events.test.>", "k8s.events.other.>"], 20)
+    await read_all(alerting, ["k8s.events.test.>", "k8s.events.other.>"], 20, users=users)
     await read_all(
-        remediation, ["k8s.events.>"], 20, seen=await KVSeen.open(remediation.nc, SEEN_BUCKET)
+        remediation,
+        ["k8s.events.>"],
+        20,
+        seen=await KVSeen.open(remediation.nc, SEEN_BUCKET),
+        users=users,
     )
     for u in (alerting, remediation):
         c = await u.js.consumer_info(STREAM, u.program)
@@ -344,16 +411,16 @@ async def test_each_subscriber_reads_through_its_own_durable_and_acks(
     assert (await remediation.js.stream_info(f"KV_{SEEN_BUCKET}")).state.messages == 20
 
 
-async def test_the_alerting_subscribers_read_back_reads_a_large_stream_through_its_own_consumer(
-    users: Callable[[str], Any],
+async def test_the_alerting_subscribers_read_back_reads_a_large_stream_with_no_consumer(
+    provisioned: None, users: Callable[[str], Any]
 ) -> None:
-    """Its read-back at start goes through a named pull consumer of its own
-    (``<durable>-replay``), created, read in batches and deleted: no flow control to answer,
-    no unnamed create subject (which would let it rewrite any consumer of the stream)."""
+    """Its read-back at start gets the messages one after the other
+    ($JS.API.STREAM.MSG.GET.<stream>, next by subject), from a time on: no consumer, so its
+    user needs no consumer create subject (whose holder could make a push consumer delivering
+    into any inbox)."""
     from k8s_event_consumer.consuming import replay
 
     bridge = await users(BRIDGE)
-    await bridge.js.add_stream(StreamConfig(name=STREAM, subjects=["k8s.events.>"]))
     n = 600
     for i in range(0, n, 150):
         await asyncio.gather(
@@ -363,16 +430,17 @@ async def test_the_alerting_subscribers_read_back_reads_a_large_stream_through_i
             )
         )
     alerting = await users(ALERTING)
+    past = Start.at_time(datetime.now(UTC) - timedelta(hours=1))
     got = [
         d.id
         async for d in replay(
-            alerting.nc, stream=STREAM, subject="k8s.events.>", name=f"{ALERTING}-replay"
+            alerting.nc, stream=STREAM, subject="k8s.events.>", start=past, gets=True
         )
     ]
     assert len(got) == n == len(set(got))
-    assert (await bridge.js.stream_info(STREAM)).state.consumer_count == 0  # deleted
+    assert (await bridge.js.stream_info(STREAM)).state.consumer_count == 0  # none made
     assert not alerting.errors
-    # the unnamed create subject is not among its permissions
+    # no create subject is among its permissions, the unnamed one least
     await alerting.refused_request(
         f"$JS.API.CONSUMER.CREATE.{STREAM}",
         json.dumps({"stream_name": STREAM, "config": {"ack_policy": "none"}}).encode(),
@@ -380,21 +448,24 @@ async def test_the_alerting_subscribers_read_back_reads_a_large_stream_through_i
 
 
 @pytest.mark.parametrize("program", [BRIDGE, REMEDIATION])
-async def test_a_bucket_made_with_direct_gets_is_read_too(
-    users: Callable[[str], Any], program: str
+async def test_a_bucket_the_operator_made_with_direct_gets_is_read_too(
+    server: NatsServer, users: Callable[[str], Any], program: str
 ) -> None:
-    """A bucket someone made with the nats CLI (direct gets on) is read through
-    $JS.API.DIRECT.GET, one the programs make through $JS.API.STREAM.MSG.GET: both allowed."""
+    """A bucket the operator made with direct gets on (the nats CLI's default) has the shape
+    (``allow_direct`` weakens nothing) and is read through $JS.API.DIRECT.GET; one made by
+    ``provision`` through $JS.API.STREAM.MSG.GET: both allowed."""
+    operator = await users(OPERATOR)
     u = await users(program)
     if program == BRIDGE:
-        await u.js.create_key_value(bucket=CHECKPOINT_BUCKET, history=5, direct=True)
-        store = await KvCheckpointStore.open(u.js, CHECKPOINT_BUCKET)
+        await operator.js.create_key_value(bucket=CHECKPOINT_BUCKET, history=5, direct=True)
+        store = await KvCheckpointStore.open(u.nc, CHECKPOINT_BUCKET)
         await store.save("test.all", 7)
-        cp = await (await KvCheckpointStore.open(u.js, CHECKPOINT_BUCKET)).load("test.all")
+        cp = await (await KvCheckpointStore.open(u.nc, CHECKPOINT_BUCKET)).load("test.all")
         assert cp is not None and cp.resource_version == 7
         bucket = CHECKPOINT_BUCKET
     else:
-        await u.js.create_key_value(bucket=SEEN_BUCKET, history=1, direct=True)
+        ttl = 7 * 86400.0
+        await operator.js.create_key_value(bucket=SEEN_BUCKET, history=1, ttl=ttl, direct=True)
         seen = await KVSeen.open(u.nc, SEEN_BUCKET)
         await seen.add("uid/1")
         assert await seen.contains("uid/1") and not await seen.contains("uid/2")
@@ -404,6 +475,375 @@ async def test_a_bucket_made_with_direct_gets_is_read_too(
 
 
 # ----------------------------------------------------------------------------- what is refused
+
+# -- no program chooses a stream's shape (issue 31): not by creating one, not by accepting one
+
+TEAM_B = "k8s.events.team-b.>"
+
+
+@pytest.mark.parametrize(
+    ("program", "stream", "config"),
+    [
+        # the bridge's stream with rollups: one publish with Nats-Rollup: all empties it
+        (BRIDGE, STREAM, {"subjects": ["k8s.events.>"], "allow_rollup_hdrs": True}),
+        (BRIDGE, f"KV_{CHECKPOINT_BUCKET}", {"subjects": [f"$KV.{CHECKPOINT_BUCKET}.>"]}),
+        # the worker's bucket copying each write into another team's Event subjects
+        (
+            REMEDIATION,
+            f"KV_{SEEN_BUCKET}",
+            {
+                "subjects": [f"$KV.{SEEN_BUCKET}.>"],
+                "allow_rollup_hdrs": True,
+                "republish": {"src": f"$KV.{SEEN_BUCKET}.>", "dest": TEAM_B},
+            },
+        ),
+        (ALERTING, STREAM, {"subjects": ["k8s.events.>"]}),
+    ],
+    ids=["bridge-stream-rollup", "bridge-bucket", "remediation-bucket-republish", "alerting"],
+)
+async def test_no_program_may_create_a_stream_or_a_bucket_while_it_is_missing(
+    server: NatsServer,
+    users: Callable[[str], Any],
+    program: str,
+    stream: str,
+    config: dict[str, Any],
+) -> None:
+    """First start, after ``nats kv rm``, after storage loss: the stream or bucket is missing,
+    and the program's user still may not make it, in any shape."""
+    u = await users(program)
+    body = json.dumps({"name": stream, "storage": "file", **config}).encode()
+    await u.refused_request(f"$JS.API.STREAM.CREATE.{stream}", body)
+    operator = await users(OPERATOR)
+    assert await shapes.read_config(operator.nc, stream) is None
+
+
+async def test_a_bridge_started_before_provisioning_waits_and_says_so(
+    tmp_path: Path,
+    server: NatsServer,
+    passwords: dict[str, str],
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+) -> None:
+    """First start before the operator provisioned: the bridge's create gets no answer; it
+    waits, not ready, naming what to do; once provisioned it checks the stream and runs."""
+    nats_section = {"user": BRIDGE, "password": passwords[BRIDGE], "inbox_prefix": INBOX[BRIDGE]}
+    bridges = Bridges(tmp_path)
+    try:
+        bridge = bridges.start(bridge_config(tmp_path, server.url, kubeconfig, nats=nats_section))
+
+        def told() -> bool:
+            return any("provision" in e["error"] for e in bridge.log_events("ensure_stream_failed"))
+
+        await eventually(told, timeout=30)
+        operator = await users(OPERATOR)
+        assert await shapes.read_config(operator.nc, STREAM) is None
+        assert (
+            await streams.provision(operator_settings(server, passwords), CHECKPOINT_BUCKET, [])
+            == 0
+        )
+        await bridge.wait_ready()
+    finally:
+        bridges.kill_all()
+
+
+async def test_the_remediation_worker_does_not_make_its_missing_bucket(
+    server: NatsServer, users: Callable[[str], Any]
+) -> None:
+    """The kit tries (a development convenience with an all-powerful user) and is refused."""
+    remediation = await users(REMEDIATION)
+    with pytest.raises(nats.js.errors.NotFoundError, match="provision"):
+        await KVSeen.open(remediation.nc, SEEN_BUCKET)
+    operator = await users(OPERATOR)
+    assert await shapes.read_config(operator.nc, f"KV_{SEEN_BUCKET}") is None
+
+
+@pytest.mark.parametrize(
+    "consumer", [ALERTING, f"{ALERTING}-0", f"{ALERTING}-replay", REMEDIATION, None]
+)
+async def test_the_alerting_user_can_not_make_a_push_consumer_into_another_ones_inbox(
+    stocked: User, users: Callable[[str], Any], consumer: str | None
+) -> None:
+    """Not under its own durable's name, not under its read-back's, not unnamed: its user has
+    no consumer create subject at all (the durables are provisioned)."""
+    alerting = await users(ALERTING)
+    config = {
+        "ack_policy": "none",
+        "deliver_subject": f"{INBOX[REMEDIATION]}.stolen",
+        **({"name": consumer, "durable_name": consumer} if consumer else {}),
+    }
+    subject = f"$JS.API.CONSUMER.CREATE.{STREAM}" + (f".{consumer}" if consumer else "")
+    body = json.dumps({"stream_name": STREAM, "config": config}).encode()
+    await alerting.refused_request(subject, body)
+    await alerting.refused_request(f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{ALERTING}", body)
+    assert (await stocked.js.stream_info(STREAM)).state.consumer_count == 0
+
+
+CHANGED = {
+    "allow_rollup_hdrs": {"allow_rollup_hdrs", "deny_purge"},
+    "deny_purge": {"deny_purge"},
+    "sources": {"sources"},
+    "republish": {"republish"},
+}
+
+
+def weakened_stream(change: str) -> dict[str, Any]:
+    """The shipped K8S_EVENTS with one key an admin set otherwise (JetStream's JSON)."""
+    config = streams.wanted_config(BridgeNatsSettings()).as_dict()
+    changes: dict[str, dict[str, Any]] = {
+        # JetStream takes rollups only where purges are allowed (the shape denies both)
+        "allow_rollup_hdrs": {"allow_rollup_hdrs": True, "deny_purge": False},
+        "deny_purge": {"deny_purge": False},
+        "sources": {"sources": [{"name": "ELSEWHERE"}]},
+        "republish": {"republish": {"src": "k8s.events.>", "dest": "elsewhere.>"}},
+    }
+    return {**config, **changes[change]}
+
+
+async def operator_creates(users: Callable[[str], Any], config: dict[str, Any]) -> None:
+    operator = await users(OPERATOR)
+    body = json.dumps(config).encode()
+    msg = await operator.nc.request(f"$JS.API.STREAM.CREATE.{config['name']}", body, timeout=5)
+    assert "error" not in json.loads(msg.data), msg.data
+
+
+@pytest.mark.parametrize("change", ["allow_rollup_hdrs", "deny_purge", "sources", "republish"])
+async def test_the_bridge_refuses_a_stream_an_admin_made_in_another_shape(
+    tmp_path: Path,
+    server: NatsServer,
+    passwords: dict[str, str],
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+    change: str,
+) -> None:
+    """It exits 1 (as for any stream it can not use) naming the key, publishes nothing: one
+    ``Nats-Rollup: all`` can not cut a stream it never fed."""
+    await operator_creates(users, weakened_stream(change))
+    nats_section = {"user": BRIDGE, "password": passwords[BRIDGE], "inbox_prefix": INBOX[BRIDGE]}
+    bridges = Bridges(tmp_path)
+    try:
+        bridge = bridges.start(bridge_config(tmp_path, server.url, kubeconfig, nats=nats_section))
+        assert await bridge.wait_exit(30) == 1, bridge.logs()[-2000:]
+    finally:
+        bridges.kill_all()
+    differs = bridge.log_events("stream_config_differs")
+    assert [e["key"] for e in differs] == sorted(weakened_stream(change).keys() & CHANGED[change])
+    assert any(change in e.get("error", "") for e in bridge.log_events("stream_unusable"))
+    operator = await users(OPERATOR)
+    assert (await operator.js.stream_info(STREAM)).state.messages == 0
+
+
+async def test_a_stream_remade_in_another_shape_while_the_bridge_runs_stops_it(
+    tmp_path: Path,
+    provisioned: None,
+    server: NatsServer,
+    passwords: dict[str, str],
+    sim: Any,
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+) -> None:
+    """Deleted and remade by an admin with rollups while the bridge runs: its next check (soon
+    after no stream answered) finds the shape changed; no ack of it counts any more, and the
+    bridge stops (exit 1, ``stream_refused`` naming the keys)."""
+    nats_section = {"user": BRIDGE, "password": passwords[BRIDGE], "inbox_prefix": INBOX[BRIDGE]}
+    bridges = Bridges(tmp_path)
+    try:
+        bridge = bridges.start(bridge_config(tmp_path, server.url, kubeconfig, nats=nats_section))
+        await bridge.wait_ready()
+        w = Writer(sim)
+        await w.write(5)
+        await eventually(lambda: _published(bridge, len(w.ids)), timeout=30)
+        operator = await users(OPERATOR)
+        await operator.js.delete_stream(STREAM)
+        await w.write(5)  # no stream answers these
+
+        async def unanswered() -> bool:
+            return bool(await bridge.metric("publish_failures", 'reason="no_responders"') >= 1)
+
+        await eventually(unanswered, timeout=30)
+        await operator_creates(users, weakened_stream("allow_rollup_hdrs"))
+        assert await bridge.wait_exit(60) == 1, bridge.logs()[-2000:]
+    finally:
+        bridges.kill_all()
+    (refused,) = bridge.log_events("stream_refused")
+    assert "allow_rollup_hdrs" in refused["error"] and "deny_purge" in refused["error"]
+
+
+async def test_provision_names_an_older_bridges_stream_and_updates_it_when_told(
+    server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
+) -> None:
+    """The stream as earlier bridges made it (deletes and purges allowed): ``provision``
+    names both keys and leaves it (exit 1); ``--update`` turns them on, keeps the messages,
+    and a second run finds nothing to do."""
+    old = {
+        "name": STREAM,
+        "subjects": ["k8s.events.>"],
+        "storage": "file",
+        "max_age": 7 * 86400 * 10**9,
+        "max_bytes": -1,
+        "num_replicas": 1,
+        "duplicate_window": 7200 * 10**9,
+    }
+    await operator_creates(users, old)
+    bridge = await users(BRIDGE)
+    for subject, body, headers in cloud_events(3):
+        await bridge.js.publish(subject, body, headers=headers)
+    auth = {"user": OPERATOR, "password": passwords[OPERATOR]}
+    with pytest.raises(AssertionError, match="exited 1"):
+        await provisioning.bridge([server.url], **auth)
+    operator = await users(OPERATOR)
+    have = await shapes.read_config(operator.nc, STREAM)
+    assert have is not None and not have["deny_delete"] and not have["deny_purge"]
+    updated = await provisioning.bridge([server.url], **auth, args=("--update",))
+    assert provisioned_status(updated)[STREAM] == "updated"
+    have = await shapes.read_config(operator.nc, STREAM)
+    assert have is not None and have["deny_delete"] and have["deny_purge"]
+    assert await messages(bridge) == 3
+    again = await provisioning.bridge([server.url], **auth)
+    assert set(provisioned_status(again).values()) == {"unchanged"}
+
+
+def provisioned_status(log: str) -> dict[str, str]:
+    """{stream: status} from ``provision``'s log lines."""
+    lines = [json.loads(ln) for ln in log.splitlines() if ln.startswith("{")]
+    return {e["stream"]: e["status"] for e in lines if e.get("event") == "provisioned"}
+
+
+async def test_the_bridge_refuses_a_checkpoint_bucket_with_a_republish(
+    provisioned: None, server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any]
+) -> None:
+    operator = await users(OPERATOR)
+    await operator.js.delete_stream(f"KV_{CHECKPOINT_BUCKET}")  # `nats kv rm`, then remade
+    config = {
+        **streams.checkpoint_config(CHECKPOINT_BUCKET, BridgeNatsSettings()).as_dict(),
+        "republish": {"src": f"$KV.{CHECKPOINT_BUCKET}.>", "dest": TEAM_B},
+    }
+    await operator_creates(users, config)
+    bridge = await users(BRIDGE)
+    with pytest.raises(StreamConfigMismatch, match="republish"):
+        await KvCheckpointStore.open(bridge.nc, CHECKPOINT_BUCKET)
+
+
+@pytest.mark.parametrize("program", [REMEDIATION, ALERTING])
+async def test_a_subscriber_refuses_a_stream_with_rollups(
+    tmp_path: Path,
+    server: NatsServer,
+    passwords: dict[str, str],
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+    program: str,
+) -> None:
+    """The real subscriber process, on its own user, exits 1 naming the key."""
+    await operator_creates(users, weakened_stream("allow_rollup_hdrs"))
+    module = f"k8s_event_consumer.{program.removeprefix('k8s-event-')}"
+    sections: dict[str, Any] = {
+        "nats": {
+            "servers": [server.url],
+            "user": program,
+            "password": passwords[program],
+            "inbox_prefix": INBOX[program],
+        },
+        "http": {"host": "127.0.0.1", "port": free_port()},
+        "log": {"level": "info", "format": "json"},
+    }
+    if program == REMEDIATION:
+        sections["kubernetes"] = {"cluster": "test", "kubeconfig": str(kubeconfig)}
+    else:
+        sections["alertmanager"] = {"urls": [f"http://127.0.0.1:{free_port()}"]}
+    cfg = tmp_path / f"{program}.yaml"
+    cfg.write_text(yaml.safe_dump(sections))
+    p = ConsumerProcess(cfg, tmp_path / f"{program}.log", module=module).start()
+    try:
+        assert await p.wait_exit(30) == 1, p.logs()[-2000:]
+    finally:
+        p.kill()
+    assert "allow_rollup_hdrs" in p.logs()
+    assert "stream_refused" in p.logs()
+
+
+async def test_the_remediation_worker_refuses_its_bucket_with_a_republish(
+    tmp_path: Path,
+    stocked: User,
+    server: NatsServer,
+    passwords: dict[str, str],
+    kubeconfig: Path,
+    users: Callable[[str], Any],
+) -> None:
+    """The bucket lost and remade by someone with a republish into another team's Event
+    subjects: the worker refuses it (exit 1, naming ``republish``), writes no id into it, and so
+    stores no forged Event under ``k8s.events.team-b``."""
+    operator = await users(OPERATOR)
+    await operator.js.delete_stream(f"KV_{SEEN_BUCKET}")
+    config = {
+        **shapes.seen_bucket(SEEN_BUCKET).as_dict(),
+        "republish": {"src": f"$KV.{SEEN_BUCKET}.>", "dest": TEAM_B},
+    }
+    await operator_creates(users, config)
+    remediation = await users(REMEDIATION)
+    with pytest.raises(shapes.ShapeMismatch, match="republish"):
+        await KVSeen.open(remediation.nc, SEEN_BUCKET)
+    cfg = tmp_path / "remediation.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "nats": {
+                    "servers": [server.url],
+                    "user": REMEDIATION,
+                    "password": passwords[REMEDIATION],
+                    "inbox_prefix": INBOX[REMEDIATION],
+                },
+                "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
+                "http": {"host": "127.0.0.1", "port": free_port()},
+                "log": {"level": "info", "format": "json"},
+            }
+        )
+    )
+    p = ConsumerProcess(cfg, tmp_path / "remediation.log").start()
+    try:
+        assert await p.wait_exit(30) == 1, p.logs()[-2000:]
+    finally:
+        p.kill()
+    assert "republish" in p.logs()
+    assert (await operator.js.stream_info(f"KV_{SEEN_BUCKET}")).state.messages == 0
+    assert await messages(stocked) == 20  # nothing republished into the Events
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["ack-tap", "subscription"])
+async def test_an_ack_from_a_stream_not_the_bridges_is_refused_and_counted(
+    server: NatsServer, passwords: dict[str, str], users: Callable[[str], Any], fast_path: bool
+) -> None:
+    """K8S_EVENTS missing, someone's stream takes its subjects: its acks are no acks of the
+    bridge's stream. Each is counted (``wrong_stream``), logged, the message sent again, the
+    checkpoint not moved; once K8S_EVENTS takes the subjects, it settles."""
+    from bridge.core.messages import Outgoing
+    from bridge.core.progress import Progress
+    from bridge.core.queueing import BoundedQueue
+    from bridge.jetstream.publishing import Publisher
+    from bridge.metrics import Metrics
+
+    operator = await users(OPERATOR)
+    await operator.js.add_stream(StreamConfig(name="CAPTURED", subjects=["k8s.events.>"]))
+    bridge = await users(BRIDGE)
+    pub = Publisher(bridge.nc, Metrics(), stream=STREAM, ack_timeout=0.2, fast_path=fast_path)
+    await pub.start()
+    assert pub.tapped is fast_path  # both ways an ack comes in: fastpath.AckTap, nats-py's
+    q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
+    progress = Progress(0)
+    ev = make_event(random.Random(3), i=1)
+    ev["metadata"].update(uid="uid-captured", resourceVersion="1")
+    msg = Converter("test", "k8s.events", "structured").convert(ev)
+    await q.put(Outgoing(msg, progress.pending(1)), msg.wire_size)
+    tasks = [asyncio.create_task(pub.run(q)), asyncio.create_task(pub.reap(0.05))]
+    try:
+        await eventually(lambda: pub._m.failed.labels("wrong_stream")._value.get() >= 2, 10)
+        assert progress.safe_rv == 0 and pub.in_flight == 1
+        assert pub._m.published.value == 0
+        await operator.js.delete_stream("CAPTURED")
+        settings = operator_settings(server, passwords)
+        assert await streams.provision(settings, CHECKPOINT_BUCKET, []) == 0
+        await eventually(lambda: progress.safe_rv == 1, 10)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def test_a_subscriber_can_not_publish_an_event_into_the_stream(
@@ -455,7 +895,7 @@ async def test_a_subscriber_can_not_touch_the_other_ones_durable_nor_delete_its_
     stocked: User, users: Callable[[str], Any]
 ) -> None:
     remediation = await users(REMEDIATION)
-    await read_all(remediation, ["k8s.events.>"], 20)
+    await read_all(remediation, ["k8s.events.>"], 20, users=users)
     alerting = await users(ALERTING)
     other = f"{STREAM}.{REMEDIATION}"
     await alerting.refused_request(f"$JS.API.CONSUMER.DELETE.{other}")
@@ -471,7 +911,7 @@ async def test_the_alerting_subscriber_can_not_rewrite_the_workers_durable(
     stocked: User, users: Callable[[str], Any]
 ) -> None:
     remediation = await users(REMEDIATION)
-    await read_all(remediation, ["k8s.events.>"], 20)
+    await read_all(remediation, ["k8s.events.>"], 20, users=users)
     alerting = await users(ALERTING)
     config = {"name": REMEDIATION, "ack_policy": "explicit", "filter_subject": "k8s.events.x.>"}
     await alerting.refused_request(
@@ -519,7 +959,7 @@ async def test_no_program_reads_another_ones_inbox(
     if owner == BRIDGE:
         assert (await victim.js.stream_info(STREAM)).state.messages == 20
     else:
-        await read_all(victim, ["k8s.events.>"], 20)
+        await read_all(victim, ["k8s.events.>"], 20, users=users)
     await victim.nc.flush()
     await eavesdropper.nc.flush()
     assert overheard == []
@@ -563,14 +1003,14 @@ REPLICAS = ("k8s-event-alerting-0", "k8s-event-alerting-1")  # the StatefulSet's
 
 
 async def publish_statuses(server: NatsServer, password: str, n: int) -> int:
-    """The stream made and ``n`` status events published, as the bridge's user; the last
+    """The stream checked and ``n`` status events published, as the bridge's user; the last
     stream sequence."""
     nc = await nats.connect(
         server.url, user=BRIDGE, password=password, inbox_prefix="_INBOX_k8s_event_bridge"
     )
     try:
         js = nc.jetstream()
-        await ensure_stream(js, BridgeNatsSettings(servers=[server.url]))
+        await ensure_stream(nc, BridgeNatsSettings(servers=[server.url]))
         conv = Converter("test", "k8s.events", "structured")
         seq = 0
         for i in range(n):
@@ -585,7 +1025,7 @@ async def publish_statuses(server: NatsServer, password: str, n: int) -> int:
 
 
 async def test_both_replicas_work_with_the_alerting_user_and_their_own_durables(
-    tmp_path: Path, server: NatsServer, passwords: dict[str, str]
+    tmp_path: Path, server: NatsServer, passwords: dict[str, str], provisioned: None
 ) -> None:
     last = await publish_statuses(server, passwords[BRIDGE], 6)
     procs = []
@@ -608,6 +1048,14 @@ async def test_both_replicas_work_with_the_alerting_user_and_their_own_durables(
                 )
             )  # fmt: skip
             env = {"ALERTING_NATS__DURABLE": name, "ALERTING_NATS__NAME": name}  # as the Pod's
+            await provisioning.subscriber(
+                "k8s_event_consumer.alerting",
+                cfg,
+                [server.url],
+                user=OPERATOR,
+                password=passwords[OPERATOR],
+                env=env,
+            )
             p = ConsumerProcess(
                 cfg, tmp_path / f"{name}.log", env=env, module="k8s_event_consumer.alerting"
             )

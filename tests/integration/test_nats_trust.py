@@ -30,6 +30,7 @@ from tests.integration.harness import (
     eventually,
     subscriber_config,
 )
+from tests.streams import k8s_events
 
 pytestmark = pytest.mark.integration
 
@@ -310,10 +311,9 @@ async def test_a_subscribers_nats_connected_and_readyz_are_read_from_the_client(
     """Read when asked, not kept from the last callback: NATS gone, the gauge is 0 and /readyz
     503 at once; back, both come back."""
     import nats as nats_client
-    from nats.js.api import StreamConfig
 
     nc = await nats_client.connect(nats_server.url)
-    await nc.jetstream().add_stream(StreamConfig(name="K8S_EVENTS", subjects=["k8s.events.>"]))
+    await nc.jetstream().add_stream(k8s_events())
     await nc.close()
     cfg = {
         "nats": {"servers": [nats_server.url]},

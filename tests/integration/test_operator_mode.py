@@ -16,7 +16,7 @@ import nats
 import pytest
 
 from k8s_event_sim.natsserver import NatsServer
-from tests import gotools
+from tests import gotools, provisioning
 from tests.integration.harness import (
     BridgeProcess,
     Bridges,
@@ -150,7 +150,8 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
     tmp_path, sim, kubeconfig, operator, bridges, subscribers, permissions
 ):
     """least-privilege: each user has only its program's permissions of
-    deploy/nats/permissions.json."""
+    deploy/nats/permissions.json; the stream, the buckets and the durables are provisioned
+    first with the operator's own user (``provision``), as docs/deploy.md says."""
 
     def user(program: str) -> Path:
         if permissions is None:
@@ -159,6 +160,8 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
 
     url = operator.server.url
     assert await refused(url)
+    admin = str(operator.user("admin"))
+    await provisioning.bridge([url], creds_file=admin)
     bridge = start_bridge(
         bridges, tmp_path, url, kubeconfig, creds_file=str(user("k8s-event-bridge"))
     )
@@ -178,6 +181,7 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
         kubeconfig,
         remediation={"dry_run": True},
     )
+    await provisioning.subscriber("k8s_event_consumer.remediation", path, [url], creds_file=admin)
     worker = ConsumerProcess(
         path, tmp_path / "remediation.log", module="k8s_event_consumer.remediation"
     ).start()
@@ -206,6 +210,7 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
         alertmanager={"urls": ["http://127.0.0.1:9"], "attempts": 1, "timeout": "1s"},
         alerts={"reasons": ["NoSuchReason"], "recover_window": "1h"},
     )
+    await provisioning.subscriber("k8s_event_consumer.alerting", path, [url], creds_file=admin)
     alerting = ConsumerProcess(
         path, tmp_path / "alerting.log", module="k8s_event_consumer.alerting"
     ).start()

@@ -55,8 +55,8 @@ async def start(nats_url, fast_path=True, **kw):
         disconnected_cb=disconnected,
         reconnected_cb=reconnected,
     )
-    await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_url]))
-    pub = state["pub"] = Publisher(nc, Metrics(), fast_path=fast_path, **kw)
+    await streams.ensure_stream(nc, NatsSettings(servers=[nats_url]))
+    pub = state["pub"] = Publisher(nc, Metrics(), stream="K8S_EVENTS", fast_path=fast_path, **kw)
     await pub.start()
     return nc, pub
 
@@ -100,7 +100,7 @@ async def test_same_msg_id_twice_is_stored_once(nats_server):
 async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
     """No stream takes the subject at first: no ack comes; once it exists the retry lands."""
     nc = await nats.connect(nats_server.url)
-    pub = Publisher(nc, Metrics(), ack_timeout=0.3)
+    pub = Publisher(nc, Metrics(), stream="K8S_EVENTS", ack_timeout=0.3)
     await pub.start()
     q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)
     p = Progress(0)
@@ -108,7 +108,7 @@ async def test_timed_out_publish_is_sent_again_with_same_msg_id(nats_server):
     await q.put(Outgoing(msg(7), p.pending(7)), 10)
     await asyncio.sleep(1.0)
     assert p.safe_rv == 0, "checkpoint moved without an ack"
-    await streams.ensure_stream(nc.jetstream(), NatsSettings(servers=[nats_server.url]))
+    await streams.ensure_stream(nc, NatsSettings(servers=[nats_server.url]))
     await eventually(lambda: p.safe_rv == 7, 10, 0.05, what="checkpoint at 7")
     assert pub._m.retries._value.get() >= 1
     assert await stream_ids(nc) == ["uid-7/7"]
@@ -146,33 +146,38 @@ async def test_nats_killed_and_restarted_loses_and_duplicates_nothing(nats_serve
     await nc.close()
 
 
-async def test_existing_stream_with_other_subjects_is_reported_not_changed(nats_server):
+async def test_existing_stream_with_other_subjects_is_refused_not_changed(nats_server):
     nc = await nats.connect(nats_server.url)
     js = nc.jetstream()
     await js.add_stream(name="K8S_EVENTS", subjects=["other.>"])
     with pytest.raises(StreamConfigMismatch, match="other"):
-        await streams.ensure_stream(js, NatsSettings(servers=[nats_server.url]))
+        await streams.ensure_stream(nc, NatsSettings(servers=[nats_server.url]))
     info = await js.stream_info("K8S_EVENTS")
     assert info.config.subjects == ["other.>"]
     await nc.close()
 
 
-async def test_stream_created_with_the_configured_duplicate_window(nats_server, caplog):
+async def test_stream_created_with_the_configured_shape_and_other_limits_refused(
+    nats_server, caplog
+):
     nc = await nats.connect(nats_server.url)
     js = nc.jetstream()
     s = NatsSettings(servers=[nats_server.url], duplicate_window=3600, max_age=7200)
-    await streams.ensure_stream(js, s)
+    await streams.ensure_stream(nc, s)
     info = await js.stream_info("K8S_EVENTS")
     assert info.config.duplicate_window == 3600
     assert info.config.subjects == ["k8s.events.>"]
     assert info.config.storage == "file"
+    assert info.config.deny_delete and info.config.deny_purge
+    assert not info.config.allow_rollup_hdrs
     caplog.clear()
-    await streams.ensure_stream(js, s)  # same settings: nothing to report
+    await streams.ensure_stream(nc, s)  # same settings: nothing to report
     assert [r for r in caplog.records if r.getMessage() == "stream_config_differs"] == []
-    # a second start with other limits reports, changes nothing
-    await streams.ensure_stream(
-        js, NatsSettings(servers=[nats_server.url], max_age=7000, duplicate_window=3600)
-    )
+    # a second start with other limits is refused, and changes nothing
+    with pytest.raises(StreamConfigMismatch, match="max_age"):
+        await streams.ensure_stream(
+            nc, NatsSettings(servers=[nats_server.url], max_age=7000, duplicate_window=3600)
+        )
     assert (await js.stream_info("K8S_EVENTS")).config.max_age == 7200
     diffs = [r.fields for r in caplog.records if r.getMessage() == "stream_config_differs"]
     assert [d["key"] for d in diffs] == ["max_age"]
@@ -286,7 +291,7 @@ async def test_jetstream_that_never_answers_costs_nothing_per_attempt(nats_serve
 
     nc = await nats.connect(nats_server.url)
     silent = await nc.subscribe("quiet.>", cb=ignore)  # takes the publishes, answers none
-    pub = Publisher(nc, Metrics(), ack_timeout=0.02, max_inflight=64)
+    pub = Publisher(nc, Metrics(), stream="QUIET", ack_timeout=0.02, max_inflight=64)
     await pub.start()
     q: BoundedQueue[Outgoing] = BoundedQueue(200, 1 << 20)
     p = Progress(0)
@@ -327,7 +332,14 @@ async def test_jetstream_that_never_answers_costs_nothing_per_attempt(nats_serve
 async def test_the_window_is_bounded_in_bytes_too(nats_server):
     nc = await nats.connect(nats_server.url)
     silent = await nc.subscribe("quiet.>", cb=ignore)
-    pub = Publisher(nc, Metrics(), ack_timeout=0.05, max_inflight=1000, max_inflight_bytes=65536)
+    pub = Publisher(
+        nc,
+        Metrics(),
+        stream="K8S_EVENTS",
+        ack_timeout=0.05,
+        max_inflight=1000,
+        max_inflight_bytes=65536,
+    )
     await pub.start()
     q: BoundedQueue[Outgoing] = BoundedQueue(200, 1 << 22)
     p = Progress(0)
@@ -353,7 +365,12 @@ async def test_a_publish_nobody_takes_is_tried_again_within_an_ack_timeout(nats_
     nc = await nats.connect(nats_server.url)
     now = [1000.0]
     pub = Publisher(
-        nc, Metrics(), ack_timeout=0.3, max_inflight=4, clock=Clock(monotonic=lambda: now[0])
+        nc,
+        Metrics(),
+        stream="K8S_EVENTS",
+        ack_timeout=0.3,
+        max_inflight=4,
+        clock=Clock(monotonic=lambda: now[0]),
     )
     await pub.start()
     q: BoundedQueue[Outgoing] = BoundedQueue(10, 1 << 20)

@@ -59,7 +59,7 @@ async def stream(nats_server: Any) -> str:
     nc = await nats.connect(nats_server.url)
     try:
         js = nc.jetstream()
-        await ensure_stream(js, NatsSettings(servers=[nats_server.url]))
+        await ensure_stream(nc, NatsSettings(servers=[nats_server.url]))
         for mode, uid in (("structured", "u-1"), ("binary", "u-2")):
             msg = Converter("test", "k8s.events", mode).convert(hostile_event(uid))  # type: ignore[arg-type]
             await js.publish(msg.subject, msg.payload, headers=msg.headers)
@@ -166,7 +166,7 @@ async def team_stream(nats_server: Any) -> str:
     nc = await nats.connect(nats_server.url)
     try:
         js = nc.jetstream()
-        await ensure_stream(js, NatsSettings(servers=[nats_server.url]))
+        await ensure_stream(nc, NatsSettings(servers=[nats_server.url]))
         structured = {"Content-Type": "application/cloudevents+json"}
         # on the other team's subject, though it says payments: the subject filter leaves it
         off = {**enriched("u-0", "payments"), "subject": "Pod/off-slice"}

@@ -133,26 +133,22 @@ def alerting_permissions() -> set[str]:
 def test_the_nats_user_may_use_each_replicas_durable_and_its_read_back(durable: str) -> None:
     """NATS wildcards match whole tokens: ``k8s-event-alerting.>`` is not
     ``k8s-event-alerting-0``, so each durable is named (and the default one, which a config
-    without the StatefulSet's env still uses)."""
+    without the StatefulSet's env still uses). The read-back at start gets messages one by one
+    (no consumer); no consumer may be created: the durables are provisioned (docs/deploy.md),
+    and a create subject would let its holder make a push consumer delivering into any inbox."""
     allowed = alerting_permissions()
-    replay = f"{durable}-replay"
     assert {
         f"$JS.API.CONSUMER.INFO.K8S_EVENTS.{durable}",
-        f"$JS.API.CONSUMER.CREATE.K8S_EVENTS.{durable}",
-        f"$JS.API.CONSUMER.CREATE.K8S_EVENTS.{durable}.>",
         f"$JS.API.CONSUMER.MSG.NEXT.K8S_EVENTS.{durable}",
         f"$JS.ACK.K8S_EVENTS.{durable}.>",
-        f"$JS.API.CONSUMER.CREATE.K8S_EVENTS.{replay}",
-        f"$JS.API.CONSUMER.CREATE.K8S_EVENTS.{replay}.>",
-        f"$JS.API.CONSUMER.MSG.NEXT.K8S_EVENTS.{replay}",
-        f"$JS.API.CONSUMER.DELETE.K8S_EVENTS.{replay}",
+        "$JS.API.STREAM.MSG.GET.K8S_EVENTS",
     } <= allowed
+    assert not [s for s in allowed if ".CREATE." in s or ".UPDATE." in s]
 
 
 def test_the_nats_user_may_use_no_other_consumer() -> None:
     """Least privilege still: every consumer subject names one of these durables."""
     names = {"k8s-event-alerting", *replica_names()}
-    names |= {f"{n}-replay" for n in names}
     for subject in alerting_permissions():
         if subject.startswith(("$JS.API.CONSUMER.", "$JS.ACK.")):
             consumer = subject.removesuffix(".>").split(".")[-1]

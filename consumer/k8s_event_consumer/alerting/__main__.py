@@ -1,4 +1,4 @@
-"""``python -m k8s_event_consumer.alerting [run|check-config] --config FILE``
+"""``python -m k8s_event_consumer.alerting [run|check-config|provision] --config FILE``
 (the ``k8s-event-alerting`` command)."""
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="run",
-        choices=["run", "check-config"],
-        help="run (default) or check-config: validate and print the effective config",
+        choices=["run", "check-config", "provision"],
+        help="run (default); check-config: validate and print the effective config; "
+        "provision: make the durable with exactly its config (an operator's credentials)",
     )
     p.add_argument("--config", help=f"YAML config file (or {settings.CONFIG_FILE_ENV})")
     return p
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(cfg.log.level, cfg.log.format)
     from k8s_event_consumer.alerting import running
 
-    return asyncio.run(running.serve(cfg))
+    return asyncio.run(running.serve(cfg, provision=args.command == "provision"))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import nats.js.errors
 from nats.aio.client import Client as NATS
 
 from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import (
@@ -302,7 +303,9 @@ class Alerting:
         n = 0
         for subject in subjects:
             start = Start.at_time(since)
-            async for d in replay(nc, stream=stream, subject=subject, start=start, name=name):
+            async for d in replay(
+                nc, stream=stream, subject=subject, start=start, name=name, gets=name is None
+            ):
                 try:
                     self.apply(d)
                 except Exception as exc:  # one message the state can not take stops no start
@@ -375,8 +378,9 @@ async def _until(stopping: asyncio.Event, seconds: float) -> bool:
     return stopping.is_set()
 
 
-async def serve(cfg: Settings) -> int:
-    """Run until SIGTERM or SIGINT; the exit code."""
+async def serve(cfg: Settings, provision: bool = False) -> int:
+    """Run until SIGTERM or SIGINT; ``provision``: only make the durable (with an operator's
+    credentials: the subscriber's own may not), then exit. The exit code."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -392,7 +396,7 @@ async def serve(cfg: Settings) -> int:
         resend_interval=cfg.alerts.resend_interval,
     )
     http = HttpServer(metrics)
-    if cfg.http.port is not None:
+    if cfg.http.port is not None and not provision:  # a provision run serves nothing
         await http.start(cfg.http.host, cfg.http.port)
     log.info(
         "starting",
@@ -428,20 +432,26 @@ async def serve(cfg: Settings) -> int:
                         batch=cfg.nats.batch,
                     ),
                     start=Start.all() if cfg.nats.start == "all" else Start.new(),
+                    subject_prefix=cfg.nats.subject_prefix,
                 )
             except ConsumerConflict as exc:
                 log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
+                return EXIT_FAILED
+            except ShapeMismatch as exc:  # each key logged by the kit: stream_config_differs
+                log.error("stream_refused", stream=exc.stream, error=str(exc))
                 return EXIT_FAILED
             except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
                 # the bridge creates the stream: it may not have yet
                 log.warning("stream_unavailable", stream=cfg.nats.stream, error=str(exc))
                 if await _until(stopping, 2.0):
                     return EXIT_OK
+        if provision:
+            log.info("provisioned", durable=cfg.nats.durable)
+            return EXIT_OK
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
-            await alerting.recover(
-                nc, cfg.nats.stream, cfg.nats.filters, window, name=f"{cfg.nats.durable}-replay"
-            )
+            # by message gets, no consumer: its user may create none (docs/deploy.md)
+            await alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
         await alerting.adopt()
         http.ready = True
         log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)

@@ -1,0 +1,299 @@
+"""The shapes of the streams and buckets the programs use, and the check that one in JetStream
+has exactly that shape: no program runs on a stream someone else gave another shape.
+
+A stream's configuration decides what the programs' promises are worth: a stream with
+``allow_rollup_hdrs`` is emptied by one publish with ``Nats-Rollup: all``; a bucket with a
+``republish`` copies every write into any subject, an Event's among them; ``sources``, a
+``mirror`` or a ``subject_transform`` let messages in that no publisher of ours sent;
+``deny_purge: false`` lets a purge through. So each program reads the whole configuration of
+every stream and bucket it uses (``read_config``: JetStream's own JSON, every key, also keys this
+code does not know yet) and compares it with the shape it was built for (``differences``):
+
+- ``event_stream``: the bridge's ``K8S_EVENTS``: limits retention, file storage, the sizes the
+  bridge's settings give, ``deny_delete`` and ``deny_purge`` on, nothing else;
+- ``kv_bucket``: a KV bucket (``KV_<bucket>``): the stream nats-py's ``create_key_value`` makes
+  (rollups, per-message TTLs and discard-new are how KV works), with no republish.
+
+Left unchecked, because they weaken nothing: ``description``, ``metadata`` (the server writes
+its own ``_nats.*`` keys), ``placement``, ``first_seq``, ``compression`` (how the server stores,
+not what), ``allow_direct`` (direct gets read; who may read is the permissions' matter). Any other
+key, a key of a newer server included, must have the shape's value, or be absent or zero-like
+where the shape does not set it.
+
+A difference is a configuration problem: the program names each one (``ShapeMismatch``) and
+stops; an operator fixes the stream (``k8s-event-bridge provision``, docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+API = "$JS.API"
+KV_PREFIX = "KV_"
+
+# keys that weaken nothing, whatever their value (the module docstring says why)
+UNCHECKED = frozenset(
+    {
+        "name",  # compared apart: the stream read is the one named
+        "description",
+        "metadata",
+        "placement",
+        "first_seq",
+        "compression",
+        "allow_direct",
+    }
+)
+# the sizes the bridge's settings give: a subscriber does not know them
+SIZING = frozenset({"max_age", "max_bytes", "num_replicas", "duplicate_window"})
+
+# JetStream's value for a key the request left out (as the server writes it back)
+DEFAULTS: dict[str, Any] = {
+    "retention": "limits",
+    "max_consumers": -1,
+    "max_msgs": -1,
+    "max_bytes": -1,
+    "discard": "old",
+    "discard_new_per_subject": False,
+    "max_age": 0,
+    "max_msgs_per_subject": -1,
+    "max_msg_size": -1,
+    "storage": "file",
+    "num_replicas": 1,
+    "no_ack": False,
+    "sealed": False,
+    "deny_delete": False,
+    "deny_purge": False,
+    "allow_rollup_hdrs": False,
+    "mirror_direct": False,
+    "allow_msg_ttl": False,
+    "allow_msg_schedules": False,
+    "allow_atomic": False,
+    "allow_batched": False,
+    "allow_msg_counter": False,
+    "persist_mode": "default",
+    "subject_delete_marker_ttl": 0,
+    "consumer_limits": {},
+    "sources": [],
+    "subjects": [],
+}
+
+
+def api_prefix(domain: str | None = None) -> str:
+    """The JetStream API's subject prefix: ``$JS.API``, or ``$JS.<domain>.API``."""
+    return f"$JS.{domain}.API" if domain else API
+
+
+def event_stream(
+    name: str,
+    subject_prefix: str,
+    *,
+    max_age: float,
+    max_bytes: int = -1,
+    num_replicas: int = 1,
+    duplicate_window: float,
+) -> StreamConfig:
+    """The bridge's stream: every subject under ``<subject_prefix>.``, kept ``max_age``
+    seconds; nothing deleted or purged but by its limits; nothing in but what is published."""
+    return StreamConfig(
+        name=name,
+        subjects=[f"{subject_prefix}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=max_age,
+        max_bytes=max_bytes,
+        max_msgs=-1,
+        max_msgs_per_subject=-1,
+        max_msg_size=-1,
+        max_consumers=-1,
+        num_replicas=num_replicas,
+        duplicate_window=duplicate_window,
+        deny_delete=True,
+        deny_purge=True,
+        allow_rollup_hdrs=False,
+    )
+
+
+def kv_bucket(
+    bucket: str, *, history: int, ttl: float | None = None, replicas: int = 1
+) -> StreamConfig:
+    """The stream of KV bucket ``bucket``, as nats-py's ``create_key_value`` makes it from
+    ``KeyValueConfig(bucket, history, ttl, replicas)``: no republish, no value-size limit."""
+    duplicate_window = 120.0
+    if ttl and ttl < duplicate_window:
+        duplicate_window = ttl
+    return StreamConfig(
+        name=KV_PREFIX + bucket,
+        subjects=[f"$KV.{bucket}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        deny_purge=False,
+        duplicate_window=duplicate_window,
+        max_age=ttl or 0,
+        max_bytes=-1,
+        max_consumers=-1,
+        max_msg_size=-1,
+        max_msgs=-1,
+        max_msgs_per_subject=history,
+        num_replicas=replicas,
+    )
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One key whose value is not the shape's."""
+
+    key: str
+    have: Any
+    want: Any
+
+    def __str__(self) -> str:
+        return f"{self.key}={show(self.have)} (wanted {show(self.want)})"
+
+
+def show(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+class ShapeMismatch(Exception):
+    """A stream or bucket is there with another shape; ``differences`` names each key."""
+
+    def __init__(self, stream: str, differences: list[Difference]) -> None:
+        self.stream = stream
+        self.differences = differences
+        super().__init__(
+            f"stream {stream} differs from the shape it must have: "
+            + ", ".join(str(d) for d in differences)
+            + " (provision it as docs/deploy.md says; no program of ours changes it)"
+        )
+
+
+def wire(config: StreamConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration as JetStream's JSON has it (durations in nanoseconds)."""
+    if isinstance(config, StreamConfig):
+        return dict(config.as_dict())
+    return dict(config)
+
+
+def _zero_like(v: Any) -> bool:
+    return v is None or v is False or v == 0 or v == -1 or v == "" or v == [] or v == {}
+
+
+def _norm(key: str, v: Any) -> Any:
+    if v is None:
+        return DEFAULTS.get(key)
+    if key == "subjects" and isinstance(v, list):
+        return sorted(v)
+    return v
+
+
+def differences(
+    have: Mapping[str, Any],
+    want: StreamConfig | Mapping[str, Any],
+    *,
+    unchecked: Iterable[str] = (),
+) -> list[Difference]:
+    """Every key of ``have`` (JetStream's JSON of a stream's config) whose value is not
+    ``want``'s, sorted by key; keys in ``UNCHECKED`` and ``unchecked`` are passed over."""
+    w = wire(want)
+    skip = UNCHECKED | frozenset(unchecked)
+    out = []
+    for key in sorted((set(have) | set(w) | set(DEFAULTS)) - skip):
+        a = _norm(key, have.get(key))
+        b = _norm(key, w.get(key))
+        if key not in DEFAULTS and key not in w:
+            # a key this code does not know (a newer server's): only its "off" value passes
+            if not _zero_like(a):
+                out.append(Difference(key, a, None))
+            continue
+        if a != b:
+            out.append(Difference(key, a, b))
+    return out
+
+
+def check(
+    have: Mapping[str, Any],
+    want: StreamConfig | Mapping[str, Any],
+    *,
+    unchecked: Iterable[str] = (),
+) -> None:
+    """Raise ``ShapeMismatch`` naming every difference, if there is one."""
+    diffs = differences(have, want, unchecked=unchecked)
+    if diffs:
+        raise ShapeMismatch(str(wire(want).get("name") or have.get("name")), diffs)
+
+
+async def read_config(
+    nc: NATS, name: str, *, api: str = API, timeout: float = 5.0
+) -> dict[str, Any] | None:
+    """The stream's configuration as JetStream answers it (every key), None when it does not
+    exist. Raises nats-py's errors as ``JetStreamContext.stream_info`` does: ``APIError`` (503:
+    ``ServiceUnavailableError``) for JetStream's answers, ``nats.errors.TimeoutError`` when none
+    came (also when the permissions refuse the request)."""
+    try:
+        msg = await nc.request(f"{api}.STREAM.INFO.{name}", b"", timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise nats.js.errors.ServiceUnavailableError from None
+    resp = json.loads(msg.data)
+    err = resp.get("error")
+    if err is not None:
+        if err.get("code") == 404:
+            return None
+        nats.js.errors.APIError.from_error(err)  # raises
+    config: dict[str, Any] = resp["config"]
+    return config
+
+
+def seen_bucket(bucket: str, *, ttl: float = 7 * 86400.0, replicas: int = 1) -> StreamConfig:
+    """A subscriber's bucket of the CloudEvent ids it handled (one value a key)."""
+    return kv_bucket(bucket, history=1, ttl=ttl, replicas=replicas)
+
+
+async def provision(
+    nc: NATS, want: StreamConfig, *, api: str = API, update: bool = False, timeout: float = 5.0
+) -> str:
+    """Make the stream ``want`` names have exactly its shape, with an operator's credentials:
+    "created" when missing, "unchanged" when it has the shape, "updated" when it differed and
+    ``update`` let JetStream change it. Raises ``ShapeMismatch`` naming each difference when it
+    differs (and ``update`` is false, or JetStream will not change those keys), and nats-py's
+    errors as ``read_config``."""
+    name = str(want.name)
+    have = await read_config(nc, name, api=api, timeout=timeout)
+    body = wire(want)
+    if have is None:
+        await _request(nc, f"{api}.STREAM.CREATE.{name}", body, timeout)
+        status = "created"
+    elif not differences(have, want):
+        return "unchanged"
+    elif not update:
+        check(have, want)
+        return "unchanged"  # not reached: check raised
+    else:
+        kept = {k: have[k] for k in UNCHECKED if k in have and k != "metadata"}
+        await _request(nc, f"{api}.STREAM.UPDATE.{name}", {**kept, **body}, timeout)
+        status = "updated"
+    after = await read_config(nc, name, api=api, timeout=timeout)
+    check(after or {}, want)
+    return status
+
+
+async def _request(nc: NATS, subject: str, body: Mapping[str, Any], timeout: float) -> None:
+    try:
+        msg = await nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise nats.js.errors.ServiceUnavailableError from None
+    err = json.loads(msg.data).get("error")
+    if err is not None:
+        nats.js.errors.APIError.from_error(err)  # raises
