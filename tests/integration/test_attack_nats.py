@@ -126,3 +126,30 @@ async def test_jetstream_answers_sent_into_event_subjects_are_no_events(
         await asyncio.wait_for(run, 30)
     assert consumer.stats.bad == injected
     assert len(handled) == before and not any(s.startswith(TEAM_B) for s in handled)
+
+
+async def test_a_durable_made_headers_only_is_refused(
+    stocked: User, users: Callable[[str], Any]
+) -> None:
+    """The operator made the subscriber's durable ``headers_only`` (the rest as shipped): each
+    message would come without its body, be counted bad and terminated, every Event lost to
+    this subscriber. The subscriber refuses to bind, naming the key."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from k8s_event_consumer.consuming import ConsumerConflict
+
+    operator = await users(OPERATOR)
+    config = READ_OPTIONS.config(ALERTING, ["k8s.events.>"])
+    assert config.ack_policy == AckPolicy.EXPLICIT
+    config.headers_only = True
+    await operator.js.add_consumer(STREAM, config=ConsumerConfig.from_response(config.as_dict()))
+    al = await users(ALERTING)
+    with pytest.raises(ConsumerConflict, match="headers_only"):
+        await Consumer.open(
+            al.nc,
+            stream=STREAM,
+            durable=ALERTING,
+            subjects=["k8s.events.>"],
+            options=READ_OPTIONS,
+            subject_prefix="k8s.events",
+        )
