@@ -16,7 +16,8 @@ import pytest
 
 from k8s_event_common import streams as shapes
 from k8s_event_consumer.consuming import Consumer, Handlers, KVSeen, Start
-from tests.integration.test_nats_permissions import (  # noqa: F401 (fixtures)
+from tests.integration import test_nats_permissions as perms
+from tests.integration.test_nats_permissions import (
     ALERTING,
     OPERATOR,
     READ_OPTIONS,
@@ -26,16 +27,15 @@ from tests.integration.test_nats_permissions import (  # noqa: F401 (fixtures)
     User,
     cloud_events,
     messages,
-    passwords,
     provision_durable,
-    provisioned,
-    server,
-    stocked,
-    users,
 )
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
+
+# the real nats-server with the shipped permissions, and its users (test_nats_permissions.py)
+passwords, server, users = perms.passwords, perms.server, perms.users
+provisioned, stocked = perms.provisioned, perms.stocked
 
 TEAM_B = "k8s.events.team-b.default.Pod.Forged"
 
@@ -56,9 +56,7 @@ async def test_a_bucket_with_direct_gets_lets_no_forged_event_into_the_stream(
     bucket (``allow_direct`` is a difference), and its user may not direct-get at all."""
     operator = await users(OPERATOR)
     await operator.js.delete_key_value(SEEN_BUCKET)
-    await operator.js.create_key_value(
-        bucket=SEEN_BUCKET, history=1, ttl=7 * 86400.0, direct=True
-    )
+    await operator.js.create_key_value(bucket=SEEN_BUCKET, history=1, ttl=7 * 86400.0, direct=True)
     rem = await users(REMEDIATION)
     with pytest.raises(shapes.ShapeMismatch, match="allow_direct"):
         await KVSeen.open(rem.nc, SEEN_BUCKET)
