@@ -5,7 +5,11 @@ A stream's configuration decides what the programs' promises are worth: a stream
 ``allow_rollup_hdrs`` is emptied by one publish with ``Nats-Rollup: all``; a bucket with a
 ``republish`` copies every write into any subject, an Event's among them; ``sources``, a
 ``mirror`` or a ``subject_transform`` let messages in that no publisher of ours sent;
-``deny_purge: false`` lets a purge through. So each program reads the whole configuration of
+``deny_purge: false`` lets a purge through; ``allow_direct`` answers a direct get with the
+stored message itself, body and headers, on whatever reply subject the request names, and
+nats-server checks a request's subject against the permissions, not its reply subject: a
+bucket with direct gets lets whoever may write it and direct-get it store a forged CloudEvent
+in the bridge's stream under any Event subject. So each program reads the whole configuration of
 every stream and bucket it uses (``read_config``: JetStream's own JSON, every key, also keys this
 code does not know yet) and compares it with the shape it was built for (``differences``):
 
@@ -16,7 +20,7 @@ code does not know yet) and compares it with the shape it was built for (``diffe
 
 Left unchecked, because they weaken nothing: ``description``, ``metadata`` (the server writes
 its own ``_nats.*`` keys), ``placement``, ``first_seq``, ``compression`` (how the server stores,
-not what), ``allow_direct`` (direct gets read; who may read is the permissions' matter). Any other
+not what). Any other
 key, a key of a newer server included, must have the shape's value, or be absent or zero-like
 where the shape does not set it.
 
@@ -48,7 +52,6 @@ UNCHECKED = frozenset(
         "placement",
         "first_seq",
         "compression",
-        "allow_direct",
     }
 )
 # the sizes the bridge's settings give: a subscriber does not know them
@@ -72,6 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "deny_delete": False,
     "deny_purge": False,
     "allow_rollup_hdrs": False,
+    "allow_direct": False,  # a direct get answers with the message itself: see above
     "mirror_direct": False,
     "allow_msg_ttl": False,
     "allow_msg_schedules": False,

@@ -299,9 +299,12 @@ class Stats:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-# what a durable of ours sets, and what it must not have (a push consumer's delivery)
+# what a durable of ours sets, and what it must not have: a push consumer's delivery (into
+# anyone's inbox), or only the headers (every message would come without its body: counted bad,
+# terminated, lost to this subscriber)
 DURABLE_KEYS = ("ack_policy", "ack_wait", "max_deliver", "max_ack_pending", "filter_subject")
 PUSH_KEYS = ("deliver_subject", "deliver_group")
+FORBIDDEN_KEYS = (*PUSH_KEYS, "headers_only")
 
 
 def durable_differences(have: ConsumerConfig, want: ConsumerConfig) -> dict[str, tuple[Any, Any]]:
@@ -317,7 +320,7 @@ def durable_differences(have: ConsumerConfig, want: ConsumerConfig) -> dict[str,
             out[key] = (a, b)
     if sorted(have.filter_subjects or []) != sorted(want.filter_subjects or []):
         out["filter_subjects"] = (have.filter_subjects, want.filter_subjects)
-    for key in PUSH_KEYS:
+    for key in FORBIDDEN_KEYS:
         if getattr(have, key):
             out[key] = (getattr(have, key), None)
     return out
@@ -406,8 +409,11 @@ class Consumer:
                 config.opt_start_time = old.opt_start_time
                 config.opt_start_seq = old.opt_start_seq
                 try:
-                    if "deliver_subject" in diffs or "deliver_group" in diffs:
-                        raise nats.js.errors.BadRequestError(description="a push consumer")
+                    forbidden = [k for k in FORBIDDEN_KEYS if k in diffs]
+                    if forbidden:
+                        raise nats.js.errors.BadRequestError(
+                            description=f"{', '.join(forbidden)} set: not changed here"
+                        )
                     await js.add_consumer(stream, config=config)
                 except (nats.js.errors.BadRequestError, nats.errors.TimeoutError) as exc:
                     raise ConsumerConflict(

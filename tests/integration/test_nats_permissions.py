@@ -448,29 +448,24 @@ async def test_the_alerting_subscribers_read_back_reads_a_large_stream_with_no_c
 
 
 @pytest.mark.parametrize("program", [BRIDGE, REMEDIATION])
-async def test_a_bucket_the_operator_made_with_direct_gets_is_read_too(
+async def test_a_bucket_the_operator_made_with_direct_gets_is_refused(
     server: NatsServer, users: Callable[[str], Any], program: str
 ) -> None:
-    """A bucket the operator made with direct gets on (the nats CLI's default) has the shape
-    (``allow_direct`` weakens nothing) and is read through $JS.API.DIRECT.GET; one made by
-    ``provision`` through $JS.API.STREAM.MSG.GET: both allowed."""
+    """A bucket the operator made with direct gets on (the nats CLI's default) is refused by
+    the program that uses it, naming ``allow_direct``: a direct get is answered with the
+    stored message itself on any reply subject, an Event subject too
+    (tests/integration/test_attack_nats.py)."""
     operator = await users(OPERATOR)
     u = await users(program)
     if program == BRIDGE:
         await operator.js.create_key_value(bucket=CHECKPOINT_BUCKET, history=5, direct=True)
-        store = await KvCheckpointStore.open(u.nc, CHECKPOINT_BUCKET)
-        await store.save("test.all", 7)
-        cp = await (await KvCheckpointStore.open(u.nc, CHECKPOINT_BUCKET)).load("test.all")
-        assert cp is not None and cp.resource_version == 7
-        bucket = CHECKPOINT_BUCKET
+        with pytest.raises(StreamConfigMismatch, match="allow_direct"):
+            await KvCheckpointStore.open(u.nc, CHECKPOINT_BUCKET)
     else:
         ttl = 7 * 86400.0
         await operator.js.create_key_value(bucket=SEEN_BUCKET, history=1, ttl=ttl, direct=True)
-        seen = await KVSeen.open(u.nc, SEEN_BUCKET)
-        await seen.add("uid/1")
-        assert await seen.contains("uid/1") and not await seen.contains("uid/2")
-        bucket = SEEN_BUCKET
-    assert (await u.js.stream_info(f"KV_{bucket}")).config.allow_direct
+        with pytest.raises(shapes.ShapeMismatch, match="allow_direct"):
+            await KVSeen.open(u.nc, SEEN_BUCKET)
     assert not u.errors
 
 

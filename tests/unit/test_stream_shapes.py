@@ -51,6 +51,8 @@ def test_the_shape_as_the_server_says_it_has_no_difference() -> None:
         ({"allow_msg_ttl": True}, "allow_msg_ttl"),
         ({"sealed": True}, "sealed"),
         ({"mirror_direct": True}, "mirror_direct"),
+        # a direct get answers with the message itself on any reply subject (an Event's)
+        ({"allow_direct": True}, "allow_direct"),
         ({"persist_mode": "async"}, "persist_mode"),
         ({"allow_msg_schedules": True}, "allow_msg_schedules"),
         ({"a_key_of_a_newer_server": True}, "a_key_of_a_newer_server"),
@@ -67,7 +69,6 @@ def test_a_key_that_weakens_the_stream_is_named(change: dict[str, Any], key: str
 @pytest.mark.parametrize(
     "change",
     [
-        {"allow_direct": True},
         {"compression": "s2"},
         {"description": "made by the platform team"},
         {"metadata": {"_nats.ver": "2.15.1", "owner": "platform"}},
