@@ -1,0 +1,191 @@
+"""Issue 31, the Kubernetes half, attacked again (an independent attacker's variations), on a
+real kube-apiserver with the shipped RBAC and admission policy, a real nats-server, the bridge
+and the remediation worker as real processes.
+
+- A tenant Pod that names a real ReplicaSet of another team's Deployment (its real uid) and
+  copies its labels, ``pod-template-hash`` too: the ReplicaSet's selector selects it and
+  Kubernetes' own ReplicaSet controller would count it one of its replicas, so the owner walk
+  proves Pod → ReplicaSet → Deployment. The Pod runs what the tenant wrote, not the template:
+  OOMKilled with its own 4Mi limit it must not make the worker suggest 6Mi on the Deployment
+  (``pod_not_as_template``); a Pod that does run the template's container still gets its
+  suggestion.
+- The admission policy's claim "everything else is refused": Kubernetes exempts the admission
+  configuration itself from admission policies, so a role widened to it could remove the
+  policy; the docs say so (never grant it), and this shows what they say.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from k8s_event_consumer.remediation.rules import annotation_key, suggest
+from k8s_event_consumer.remediation.settings import MemorySettings
+from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
+from tests.e2e.test_owners import (
+    about,
+    bridge,
+    container,
+    deployment,
+    event,
+    get,
+    pod,
+    replicaset,
+    set_status,
+)
+from tests.e2e.test_subscribers import metric, remediation_config, worker_kubeconfig
+from tests.integration.harness import ConsumerProcess, eventually
+
+pytestmark = pytest.mark.e2e
+
+_n = itertools.count(1)
+
+
+@pytest.mark.timeout(300)
+async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_deployment(
+    control_plane: ControlPlane, nats_server: Any, tmp_path: Path
+) -> None:
+    cp = control_plane
+    ns = f"atk-kube-{next(_n)}"
+    cp.kubectl("create", "namespace", ns)
+    worker_cfg = worker_kubeconfig(cp, ns)
+    payments = deployment(cp, ns, "payments-api", [container("app", "256Mi")])
+    rs = replicaset(cp, ns, payments, "7c9d4")
+    labels = rs["metadata"]["labels"]  # app and pod-template-hash, copied
+    rs_ref = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": rs["metadata"]["name"],
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+    }
+    other_image = {**container("app", "256Mi"), "image": "registry.invalid/tenant:6"}
+    pods = {
+        # the tenant's: its own limit; the template's limit but its own image
+        "tenant-limit": pod(cp, ns, "payments-api-7c9d4-t1", labels, rs_ref, [container()]),
+        "tenant-image": pod(cp, ns, "payments-api-7c9d4-t2", labels, rs_ref, [other_image]),
+        # the genuine one: what the ReplicaSet's template says
+        "genuine": pod(cp, ns, "payments-api-7c9d4-g", labels, rs_ref, [container("app", "256Mi")]),
+    }
+    for p in pods.values():
+        set_status(cp, ns, p["metadata"]["name"], ["app"], oom=True)
+    br = bridge(
+        cp, tmp_path, nats_server.url, cp.deployed_bridge_kubeconfig(), filter={"namespaces": [ns]}
+    )
+    worker = ConsumerProcess(
+        remediation_config(tmp_path, nats_server.url, worker_cfg), tmp_path / "remediation.log"
+    )
+    try:
+        await br.wait_ready(timeout=60)
+        worker.start()
+        await worker.wait_ready(timeout=60)
+        for name in ("tenant-limit", "tenant-image"):
+            event(cp, ns, "OOMKilling", about(pods[name]))
+
+        def refused() -> list[dict[str, Any]]:
+            return [u for u in worker.log_events("untrusted") if u["why"] == "pod_not_as_template"]
+
+        async def judged() -> bool:
+            assert worker.running(), worker.logs()[-3000:]
+            return len(refused()) >= 2 or bool(worker.log_events("acted"))
+
+        await eventually(judged, timeout=120, interval=0.5)
+        # the attack: nothing written onto payments-api
+        after = get(cp, "deployment", "payments-api", ns)["metadata"].get("annotations") or {}
+        assert not [k for k in after if k.startswith("remediation.")], after
+        assert not worker.log_events("acted")
+        details = " ".join(u["detail"] for u in refused())
+        assert "4Mi" in details and "registry.invalid/tenant:6" in details, details
+        counted = await metric(
+            worker, 'k8s_event_remediation_untrusted_total{why="pod_not_as_template"}'
+        )
+        assert counted >= 2
+        # the genuine one still gets its suggestion
+        event(cp, ns, "OOMKilling", about(pods["genuine"]))
+        await eventually(lambda: bool(worker.log_events("acted")), timeout=120, interval=0.5)
+    finally:
+        worker.kill()
+        br.kill()
+    key = annotation_key(MemorySettings().annotation, "app")
+    after = get(cp, "deployment", "payments-api", ns)["metadata"].get("annotations") or {}
+    assert after.get(key) == suggest("256Mi", 1.5) == "384Mi", after
+    cp.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_the_admission_configuration_is_not_the_policys_to_guard(
+    control_plane: ControlPlane,
+) -> None:
+    """Kubernetes does not run admission policies on ValidatingAdmissionPolicies and their
+    bindings: a role widened to them reaches them whatever the policy says. So the policy's
+    comment and docs/consumers.md say it, and that the worker must never be granted
+    admissionregistration.k8s.io."""
+    cp = control_plane
+    worker_kubeconfig(cp)
+    n = next(_n)
+    dummy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"atk-dummy-{n}"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["configmaps"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "true"}],
+        },
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(dummy))
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"atk-admission-{n}"},
+        "rules": [
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingadmissionpolicies"],
+                "verbs": ["delete"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"atk-admission-{n}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"atk-admission-{n}",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": "k8s-event-remediation",
+                "namespace": BRIDGE_NAMESPACE,
+            }
+        ],
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(role))
+    cp.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    try:
+        who = f"system:serviceaccount:{BRIDGE_NAMESPACE}:k8s-event-remediation"
+        done = cp.kubectl(
+            "delete", "validatingadmissionpolicy", f"atk-dummy-{n}", "--as", who, check=False
+        )
+        # Kubernetes exempts it: the policy can not refuse this (the docs say so)
+        assert done.returncode == 0, done.stderr
+        text = (Path(__file__).parents[2] / "deploy/consumers/remediation-policy.yaml").read_text()
+        assert "never grant this ServiceAccount anything in admissionregistration.k8s.io" in text
+    finally:
+        cp.kubectl("delete", "clusterrolebinding", f"atk-admission-{n}", check=False)
+        cp.kubectl("delete", "clusterrole", f"atk-admission-{n}", check=False)
+        cp.kubectl("delete", "validatingadmissionpolicy", f"atk-dummy-{n}", check=False)

@@ -1,0 +1,92 @@
+"""Issue 31's owner proofs attacked again, the pure parts: what a tenant who writes a Pod (or a
+Job) can make the owner walk and the memory rule believe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from k8s_event_common import owners
+from k8s_event_consumer.remediation import rules
+
+
+def _container(name: str = "app", memory: str = "256Mi", image: str = "app:1") -> dict[str, Any]:
+    return {"name": name, "image": image, "resources": {"limits": {"memory": memory}}}
+
+
+def _deployment(*containers: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
+    obj = {"spec": {"template": {"spec": {"containers": list(containers)}}}}
+    return obj, "apps/v1", "Deployment"
+
+
+def _pod(*containers: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"containers": list(containers)}}
+
+
+def test_a_pod_that_runs_the_templates_container_is_as_the_template() -> None:
+    owner = _deployment(_container(memory="0.25Gi"), _container("side", "8Mi"))
+    assert rules.not_as_template(_pod(_container()), owner, ["app"]) == ""
+
+
+def test_a_tenant_pod_with_its_own_limit_image_or_container_is_not() -> None:
+    owner = _deployment(_container())
+    cases = {
+        "memory 4Mi": _pod(_container(memory="4Mi")),
+        "runs evil:1": _pod(_container(image="evil:1")),
+        "not in the Deployment's Pod template": _pod(_container("other")),
+        "memory none": _pod({"name": "app", "image": "app:1"}),
+    }
+    for want, p in cases.items():
+        name = p["spec"]["containers"][0]["name"]
+        assert want in rules.not_as_template(p, owner, [name]), want
+
+
+def test_a_cronjobs_template_is_its_jobtemplates() -> None:
+    obj = {
+        "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [_container()]}}}}}
+    }
+    owner = (obj, "batch/v1", "CronJob")
+    assert rules.not_as_template(_pod(_container()), owner, ["app"]) == ""
+    assert rules.not_as_template(_pod(_container(memory="1Mi")), owner, ["app"])
+
+
+def test_an_owner_without_a_template_claims_no_container() -> None:
+    assert rules.not_as_template(_pod(_container()), ({}, "apps/v1", "Deployment"), ["app"])
+
+
+def _facts(kind: str, name: str, uid: str, labels: dict[str, str], ref: owners.Ref | None,
+           selector: owners.Selector | None = None) -> owners.Facts:  # fmt: skip
+    return owners.Facts(kind, "ns", name, uid, labels, ref, selector)
+
+
+def test_a_statefulsets_name_prefix_is_no_claim_on_another_sets_pods() -> None:
+    """Sets ``web`` and ``web-1``: ``web-1-0`` is ``web-1``'s, never ``web``'s, whatever
+    labels it copies."""
+    sel = owners.Selector((("app", "web"),))
+    web = _facts("StatefulSet", "web", "u-web", {}, None, sel)
+    child = _facts(
+        "Pod", "web-1-0", "p", {"app": "web"}, owners.Ref("apps/v1", "StatefulSet", "web", "u-web")
+    )
+    got = owners.drive(
+        child, owners.CLAIMS, {owners.Want("StatefulSet", "ns", "web", "u-web"): web}
+    )
+    assert got.why == owners.UNCLAIMED and "ordinal" in got.detail
+
+
+def test_a_uid_of_another_case_is_another_uid() -> None:
+    sel = owners.Selector((("app", "web"),))
+    rs = _facts("ReplicaSet", "web-1", "abc", {}, None, sel)
+    child = _facts(
+        "Pod", "p", "p", {"app": "web"}, owners.Ref("apps/v1", "ReplicaSet", "web-1", "ABC")
+    )
+    got = owners.drive(child, owners.CLAIMS, {owners.Want("ReplicaSet", "ns", "web-1", "ABC"): rs})
+    assert got.why == owners.UID
+
+
+def test_a_selector_of_only_notin_selects_what_it_does_not_exclude() -> None:
+    """The owner's own choice (Kubernetes reads it the same way): a DoesNotExist-only selector
+    selects every Pod without that key. Still, a Deployment makes no Pod."""
+    sel = owners.Selector((), (owners.Requirement("tier", "DoesNotExist"),))
+    dep = _facts("Deployment", "d", "u-d", {}, None, sel)
+    child = _facts("Pod", "p", "p", {"any": "x"}, owners.Ref("apps/v1", "Deployment", "d", "u-d"))
+    got = owners.drive(child, owners.CLAIMS, {owners.Want("Deployment", "ns", "d", "u-d"): dep})
+    assert got.why == owners.UNCLAIMED
