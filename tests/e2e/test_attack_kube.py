@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ import pytest
 from k8s_event_consumer.remediation.rules import annotation_key, suggest
 from k8s_event_consumer.remediation.settings import MemorySettings
 from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
+from tests.e2e.test_enrichment import grant_enrichment
 from tests.e2e.test_owners import (
     about,
+    apply,
     bridge,
     container,
     deployment,
@@ -38,6 +41,7 @@ from tests.e2e.test_owners import (
     set_status,
 )
 from tests.e2e.test_subscribers import metric, remediation_config, worker_kubeconfig
+from tests.e2e.truth import stream_events
 from tests.integration.harness import ConsumerProcess, eventually
 
 pytestmark = pytest.mark.e2e
@@ -189,3 +193,93 @@ def test_the_admission_configuration_is_not_the_policys_to_guard(
         cp.kubectl("delete", "clusterrolebinding", f"atk-admission-{n}", check=False)
         cp.kubectl("delete", "clusterrole", f"atk-admission-{n}", check=False)
         cp.kubectl("delete", "validatingadmissionpolicy", f"atk-dummy-{n}", check=False)
+
+
+@pytest.mark.timeout(300)
+async def test_an_event_about_another_namespaces_pod_gets_none_of_its_values(
+    control_plane: ControlPlane, nats_server: Any, tmp_path: Path
+) -> None:
+    """The API server keeps an Event of namespace A whose involvedObject is in namespace B when
+    it has an ``eventTime`` (the events.k8s.io-style fields: only old-style Events must agree):
+    a tenant of A names the genuine Pod of ``payments`` in B, with its uid. The bridge takes
+    none of that Pod's values (``object:invalid``), never its owner, and logs why
+    (``object_refused``); the same Event in B is enriched."""
+    cp = control_plane
+    tenant, victim = f"atk-tenant-{next(_n)}", f"atk-payments-{next(_n)}"
+    for ns in (tenant, victim):
+        cp.kubectl("create", "namespace", ns)
+    kubeconfig = grant_enrichment(cp)
+    payments = deployment(cp, victim, "payments-api", [container()])
+    rs = replicaset(cp, victim, payments, "7c9d4")
+    rs_ref = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": rs["metadata"]["name"],
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+    }
+    genuine = pod(
+        cp, victim, "payments-api-7c9d4-a", rs["metadata"]["labels"], rs_ref, [container()]
+    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+
+    def new_style(ns: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"cross-{next(_n)}", "namespace": ns},
+            "involvedObject": about(genuine),
+            "reason": "BackOff",
+            "message": "made up",
+            "type": "Warning",
+            "eventTime": now,
+            "reportingComponent": "tenant.example.com/forger",
+            "reportingInstance": "forger-1",
+            "action": "Forge",
+        }
+
+    cross = apply(cp, new_style(tenant))
+    # the API server kept it: the attack is possible
+    assert cross["metadata"]["namespace"] == tenant
+    assert cross["involvedObject"]["namespace"] == victim
+    br = bridge(
+        cp,
+        tmp_path,
+        nats_server.url,
+        kubeconfig,
+        filter={"namespaces": [tenant, victim]},
+        enrich={
+            "object": {
+                "labels": {"app": "app"},
+                "owner_kind": "ownerkind",
+                "owner_name": "ownername",
+                "kinds": ["Pod", "ReplicaSet", "Deployment"],
+            },
+            "lookup_timeout": "20s",
+        },
+    )
+    try:
+        await br.wait_ready(timeout=60)
+        same = apply(cp, new_style(victim))
+        names = {cross["metadata"]["name"]: "cross", same["metadata"]["name"]: "same"}
+        got: dict[str, dict[str, Any]] = {}
+
+        async def published() -> bool:
+            assert br.running(), br.logs()[-3000:]
+            for attrs, data in await stream_events(nats_server.url):
+                k = names.get(data["metadata"]["name"])
+                if k is not None:
+                    got[k] = attrs
+            return set(got) == {"cross", "same"} and bool(br.log_events("object_refused"))
+
+        await eventually(published, timeout=90, interval=0.5)
+    finally:
+        br.kill()
+    assert got["cross"].get("k8senrichmissing") == "object:invalid", got["cross"]
+    assert not {"app", "ownerkind", "ownername"} & set(got["cross"]), got["cross"]
+    assert got["same"].get("ownername") == "payments-api", got["same"]
+    assert got["same"].get("k8senriched") == "complete", got["same"]
+    refused = br.log_events("object_refused")
+    assert any(r["why"] == "invalid" and r["involved_namespace"] == victim for r in refused)
+    for ns in (tenant, victim):
+        cp.kubectl("delete", "namespace", ns, "--wait=false")
