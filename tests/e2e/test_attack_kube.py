@@ -283,3 +283,149 @@ async def test_an_event_about_another_namespaces_pod_gets_none_of_its_values(
     assert any(r["why"] == "invalid" and r["involved_namespace"] == victim for r in refused)
     for ns in (tenant, victim):
         cp.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+# what a role widened further than test_remediation_policy.WIDENED grants
+FURTHER = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "k8s-event-remediation-further"},
+    "rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "deletecollection"]},
+        {
+            "apiGroups": [""],
+            "resources": ["pods/exec", "pods/attach", "pods/portforward", "pods/binding"],
+            "verbs": ["get", "create"],
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments", "replicasets"],
+            "verbs": ["get", "list", "create", "update", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["update", "patch", "delete"]},
+    ],
+}
+
+
+@pytest.mark.timeout(300)
+async def test_a_role_widened_to_other_verbs_and_patch_types_reaches_no_further(
+    control_plane: ControlPlane,
+) -> None:
+    """The policy under a role widened to deletecollection, exec, attach, port-forward, binding,
+    every patch type and server-side apply: a healthy Pod survives a deletecollection (the
+    crash-looping one may go: what the worker does), exec/attach/portforward/binding are refused,
+    a JSON patch or a server-side apply that adds our annotation and changes the spec, or
+    creates a Deployment, is refused, an Event can not be changed; the annotation alone, by any
+    patch type, passes."""
+    cp = control_plane
+    ns = f"atk-policy-{next(_n)}"
+    cp.kubectl("create", "namespace", ns)
+    kubeconfig = worker_kubeconfig(cp, ns)
+    cp.kubectl("apply", "-f", "-", input=json.dumps(FURTHER))
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "k8s-event-remediation-further", "namespace": ns},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "k8s-event-remediation-further",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": "k8s-event-remediation",
+                "namespace": BRIDGE_NAMESPACE,
+            }
+        ],
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    for name in ("looping", "healthy"):
+        cp.kubectl("run", name, "-n", ns, "--image=registry.invalid/app:1")
+    set_status(cp, ns, "looping", ["looping"], oom=False)
+    running = {"status": {"phase": "Running"}}  # port-forward asks nothing of a Pending Pod
+    cp.kubectl(
+        "patch", "pod", "healthy", "-n", ns, "--subresource=status", "--type=merge",
+        "-p", json.dumps(running),
+    )  # fmt: skip
+    cp.kubectl("create", "deployment", "web", "-n", ns, "--image=registry.invalid/app:1")
+    ev = event(cp, ns, "BackOff", about(get(cp, "pod", "looping", ns)))
+    policy = "the remediation worker may not"
+
+    def as_worker(*args: str, input: str | None = None) -> str:
+        proc = cp.kubectl("-n", ns, *args, input=input, kubeconfig=kubeconfig, check=False)
+        return proc.stderr if proc.returncode else ""
+
+    async def in_force() -> bool:
+        probe = ["patch", "deployment", "web", "--type=merge", "-p", '{"spec":{"replicas":0}}']
+        return policy in as_worker(*probe, "--dry-run=server")
+
+    await eventually(in_force, timeout=60, interval=0.5, what="the policy in force")
+    key = "remediation.k8s-event-bridge.io/suggested-memory-limit.app"
+    json_patch = [
+        {"op": "add", "path": "/metadata/annotations", "value": {key: "6Mi"}},
+        {"op": "replace", "path": "/spec/replicas", "value": 0},
+    ]
+    apply_spec = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns, "annotations": {key: "7Mi"}},
+        "spec": {"replicas": 0},
+    }
+    created = {
+        **apply_spec,
+        "metadata": {"name": "new", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/evil:1"}]},
+            },
+        },
+    }
+    binding_body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "healthy", "namespace": ns},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+    }
+    ev_name = ev["metadata"]["name"]
+    attacks = {
+        "exec": ["exec", "healthy", "--", "true"],
+        "attach": ["attach", "healthy"],
+        "portforward": ["port-forward", "pod/healthy", "0:80", "--pod-running-timeout=5s"],
+        "binding": [
+            "create", "--raw", f"/api/v1/namespaces/{ns}/pods/healthy/binding", "-f", "-",
+        ],
+        "json patch": ["patch", "deployment", "web", "--type=json", "-p", json.dumps(json_patch)],
+        "server-side apply": [
+            "apply", "--server-side", "--force-conflicts", "--field-manager=x", "-f", "-",
+        ],
+        "server-side apply create": ["apply", "--server-side", "--field-manager=x", "-f", "-"],
+        "replicaset create": ["create", "deployment", "evil", "--image=registry.invalid/e:1"],
+        "event patch": ["patch", "event", ev_name, "--type=merge", "-p", '{"count": 99}'],
+        "event delete": ["delete", "event", ev_name],
+    }  # fmt: skip
+    stdin = {
+        "binding": json.dumps(binding_body),
+        "server-side apply": json.dumps(apply_spec),
+        "server-side apply create": json.dumps(created),
+    }
+    through = {}
+    for what, args in attacks.items():
+        out = as_worker(*args, input=stdin.get(what))
+        if policy not in out:
+            through[what] = out[-300:]
+    # deletecollection: the policy sees each Pod's DELETE
+    out = as_worker("delete", "pods", "--all", "--wait=false")
+    healthy_left = cp.kubectl("get", "pod", "healthy", "-n", ns, check=False).returncode == 0
+    assert not through, through
+    assert healthy_left, out
+    dep = get(cp, "deployment", "web", ns)
+    assert dep["spec"]["replicas"] == 1 and key not in (dep["metadata"].get("annotations") or {})
+    assert cp.kubectl("get", "deployment", "new", "-n", ns, check=False).returncode != 0
+    # the annotation alone passes, by JSON patch too
+    alone = [{"op": "add", "path": "/metadata/annotations", "value": {key: "6Mi"}}]
+    assert as_worker("patch", "deployment", "web", "--type=json", "-p", json.dumps(alone)) == ""
+    cp.kubectl("delete", "rolebinding", "k8s-event-remediation-further", "-n", ns, check=False)
+    cp.kubectl("delete", "namespace", ns, "--wait=false")
