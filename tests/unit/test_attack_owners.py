@@ -90,3 +90,17 @@ def test_a_selector_of_only_notin_selects_what_it_does_not_exclude() -> None:
     child = _facts("Pod", "p", "p", {"any": "x"}, owners.Ref("apps/v1", "Deployment", "d", "u-d"))
     got = owners.drive(child, owners.CLAIMS, {owners.Want("Deployment", "ns", "d", "u-d"): dep})
     assert got.why == owners.UNCLAIMED
+
+
+def test_a_container_named_as_another_ones_cut_key_gets_a_key_of_its_own() -> None:
+    """A 63-character container's key is cut and hashed; a second container of the same
+    template named exactly as that cut form (40 characters: it fits) must not get the same
+    key (one suggestion would overwrite the other)."""
+    base = "remediation.k8s-event-bridge.io/suggested-memory-limit"
+    long = "memory-hungry-" + "x" * 48 + "1"
+    cut = rules.annotation_key(base, long)
+    # the cut form as a container may spell it (a DNS label: a-z 0-9 -)
+    twin = cut.split("/")[1][len("suggested-memory-limit.") :].replace("_", "-")
+    assert len(twin) <= 63
+    assert rules.annotation_key(base, twin) != cut
+    assert "_" in cut.split("/")[1]  # never in a container name (a DNS label)

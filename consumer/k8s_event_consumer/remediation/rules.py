@@ -229,15 +229,17 @@ def not_as_template(
 MAX_KEY_NAME = 63  # the name part of an annotation key (after prefix/)
 HASHED = 8  # hex digits of the hash that keeps a cut container name distinct
 MAX_BASE_NAME = settings.MAX_BASE_NAME  # memory.annotation's name part, at most
-assert MAX_BASE_NAME == MAX_KEY_NAME - HASHED - 3  # "." + a cut name + "-" + the hash
+assert MAX_BASE_NAME == MAX_KEY_NAME - HASHED - 3  # "." + a cut name + "_" + the hash
 _KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def annotation_key(base: str, container: str) -> str:
     """``<base>.<container>``, a valid annotation key for any container name: ``prefix/name``,
     the name at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends. A name
-    that does not fit is cut and given a hash of the whole (distinct containers, distinct
-    keys). ``base``'s name part is at most ``MAX_BASE_NAME`` (settings.py checks it)."""
+    that does not fit is cut and given a hash of the whole after a ``_`` (distinct containers,
+    distinct keys: a container name, a DNS label, has no ``_``, so no name that fits reads as
+    another's cut one). ``base``'s name part is at most ``MAX_BASE_NAME`` (settings.py checks
+    it)."""
     prefix, slash, name = base.rpartition("/")
     whole = f"{name}.{container}"
     if len(whole) <= MAX_KEY_NAME and _KEY_NAME.fullmatch(whole):
@@ -245,7 +247,7 @@ def annotation_key(base: str, container: str) -> str:
     digest = hashlib.sha256(container.encode()).hexdigest()[:HASHED]
     room = MAX_KEY_NAME - len(name) - 2 - HASHED
     kept = re.sub(r"[^-A-Za-z0-9_.]", "-", container)[: max(room, 0)].strip("-_.")
-    return f"{prefix}{slash}{name}.{kept}-{digest}" if kept else f"{prefix}{slash}{name}.{digest}"
+    return f"{prefix}{slash}{name}.{kept}_{digest}" if kept else f"{prefix}{slash}{name}._{digest}"
 
 
 def plan(
