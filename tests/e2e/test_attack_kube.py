@@ -103,7 +103,7 @@ async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_dep
         assert not [k for k in after if k.startswith("remediation.")], after
         assert not worker.log_events("acted")
         details = " ".join(u["detail"] for u in refused())
-        assert "4Mi" in details and "registry.invalid/tenant:6" in details, details
+        assert "4Mi" in details and "image registry.invalid/tenant:6" in details, details
         counted = await metric(
             worker, 'k8s_event_remediation_untrusted_total{why="pod_not_as_template"}'
         )

@@ -31,7 +31,9 @@ def test_a_tenant_pod_with_its_own_limit_image_or_container_is_not() -> None:
     owner = _deployment(_container())
     cases = {
         "memory 4Mi": _pod(_container(memory="4Mi")),
-        "runs evil:1": _pod(_container(image="evil:1")),
+        "image evil:1": _pod(_container(image="evil:1")),
+        "command ['sh'": _pod({**_container(), "command": ["sh", "-c", "eat memory"]}),
+        "args ['--hog']": _pod({**_container(), "args": ["--hog"]}),
         "not in the Deployment's Pod template": _pod(_container("other")),
         "memory none": _pod({"name": "app", "image": "app:1"}),
     }

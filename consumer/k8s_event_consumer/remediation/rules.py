@@ -197,8 +197,8 @@ def not_as_template(
     pod: dict[str, Any], owner: tuple[dict[str, Any], str, str], names: list[str]
 ) -> str:
     """Why the containers ``names`` of ``pod`` are not what its top controller's Pod template
-    says ("" when they are): each must be in the template, with its image and its memory
-    limit. A Pod that names a real ReplicaSet and copies its labels is proven the
+    says ("" when they are): each must be in the template, with its image, command, args and
+    memory limit. A Pod that names a real ReplicaSet and copies its labels is proven the
     ReplicaSet's (Kubernetes' own controller would count it), yet runs what its author wrote:
     its OOMKill says nothing about the owner's limit."""
     obj, _, kind = owner
@@ -212,11 +212,12 @@ def not_as_template(
         c, t = containers.get(name) or {}, template.get(name)
         if t is None:
             return f"container {name[:63]} is not in the {kind}'s Pod template"
-        if c.get("image") != t.get("image"):
-            return (
-                f"container {name[:63]} runs {str(c.get('image'))[:200]}, the {kind}'s template "
-                f"{str(t.get('image'))[:200]}"
-            )
+        for what in ("image", "command", "args"):
+            if c.get(what) != t.get(what):
+                return (
+                    f"container {name[:63]} has {what} {str(c.get(what))[:200]}, the {kind}'s "
+                    f"template {str(t.get(what))[:200]}"
+                )
         mine, theirs = _memory(c), _memory(t)
         if not mine or not _same_quantity(mine, theirs):
             return (

@@ -21,10 +21,10 @@ checks the claim before anything else:
   child. A Pod may name any Deployment of its namespace as its controller: that alone is
   ``owner_unproven``;
 - for the memory rule, each OOMKilled container is what that owner's Pod template says: the
-  same name, image and memory limit (``rules.not_as_template``). A Pod that names a real
-  ReplicaSet and copies its labels, ``pod-template-hash`` too, is the ReplicaSet's by every
-  proof (Kubernetes' ReplicaSet controller would count it), yet runs what its author wrote:
-  its OOMKill is ``pod_not_as_template``.
+  same name, image, command, args and memory limit (``rules.not_as_template``). A Pod that
+  names a real ReplicaSet and copies its labels, ``pod-template-hash`` too, is the
+  ReplicaSet's by every proof (Kubernetes' ReplicaSet controller would count it), yet runs
+  what its author wrote: its OOMKill is ``pod_not_as_template``.
 
 A claim that fails is acked and never retried nor acted on, logged once as ``untrusted`` with
 why (a fixed set: ``UNTRUSTED``), counted in ``untrusted_total{why}``, and its id is not
@@ -119,7 +119,8 @@ UNTRUSTED = (
     "pod_not_oom_killed",  # an OOMKilling on a Pod none of whose containers was OOMKilled
     "owner_unproven",  # the controller the Pod names does not claim it (owners.walk's why)
     # an OOMKilled container not as its proven owner's Pod template has it (name, image,
-    # memory limit): a Pod that copies a ReplicaSet's labels runs what its author wrote
+    # command, args, memory limit): a Pod that copies a ReplicaSet's labels runs what its
+    # author wrote
     "pod_not_as_template",
 )
 # the controllers the owner walk reads (deploy/consumers/remediation-rbac.yaml grants get)
