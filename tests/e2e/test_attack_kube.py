@@ -7,8 +7,10 @@ and the remediation worker as real processes.
   Kubernetes' own ReplicaSet controller would count it one of its replicas, so the owner walk
   proves Pod → ReplicaSet → Deployment. The Pod runs what the tenant wrote, not the template:
   OOMKilled with its own 4Mi limit it must not make the worker suggest 6Mi on the Deployment
-  (``pod_not_as_template``); a Pod that does run the template's container still gets its
-  suggestion.
+  (``pod_not_as_template``), nor with the template's limit in its own image, nor through a
+  ReplicaSet of its own that the Deployment's selector claims (its template is the tenant's:
+  the Pod is compared with the top owner's template); a Pod that does run the template's
+  container still gets its suggestion.
 - The admission policy's claim "everything else is refused": Kubernetes exempts the admission
   configuration itself from admission policies, so a role widened to it could remove the
   policy; the docs say so (never grant it), and this shows what they say.
@@ -68,10 +70,34 @@ async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_dep
         "controller": True,
     }
     other_image = {**container("app", "256Mi"), "image": "registry.invalid/tenant:6"}
+    # a ReplicaSet of the tenant's own, its template the tenant's, claimed by payments-api (its
+    # selector selects the ReplicaSet's labels): its Pod matches its template, not the
+    # Deployment's
+    own = {**payments, "spec": {**payments["spec"]}}
+    own["spec"]["template"] = {
+        "metadata": {"labels": {"app": "payments-api"}},
+        "spec": {"containers": [container()]},
+    }
+    tenant_rs = replicaset(cp, ns, own, "evil1")
+    tenant_rs_ref = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": tenant_rs["metadata"]["name"],
+        "uid": tenant_rs["metadata"]["uid"],
+        "controller": True,
+    }
     pods = {
         # the tenant's: its own limit; the template's limit but its own image
         "tenant-limit": pod(cp, ns, "payments-api-7c9d4-t1", labels, rs_ref, [container()]),
         "tenant-image": pod(cp, ns, "payments-api-7c9d4-t2", labels, rs_ref, [other_image]),
+        "tenant-rs": pod(
+            cp,
+            ns,
+            "payments-api-evil1-t3",
+            tenant_rs["metadata"]["labels"],
+            tenant_rs_ref,
+            [container()],
+        ),
         # the genuine one: what the ReplicaSet's template says
         "genuine": pod(cp, ns, "payments-api-7c9d4-g", labels, rs_ref, [container("app", "256Mi")]),
     }
@@ -87,7 +113,7 @@ async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_dep
         await br.wait_ready(timeout=60)
         worker.start()
         await worker.wait_ready(timeout=60)
-        for name in ("tenant-limit", "tenant-image"):
+        for name in ("tenant-limit", "tenant-image", "tenant-rs"):
             event(cp, ns, "OOMKilling", about(pods[name]))
 
         def refused() -> list[dict[str, Any]]:
@@ -95,7 +121,7 @@ async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_dep
 
         async def judged() -> bool:
             assert worker.running(), worker.logs()[-3000:]
-            return len(refused()) >= 2 or bool(worker.log_events("acted"))
+            return len(refused()) >= 3 or bool(worker.log_events("acted"))
 
         await eventually(judged, timeout=120, interval=0.5)
         # the attack: nothing written onto payments-api
@@ -107,7 +133,8 @@ async def test_a_tenant_pod_in_a_real_replicaset_gets_no_suggestion_onto_its_dep
         counted = await metric(
             worker, 'k8s_event_remediation_untrusted_total{why="pod_not_as_template"}'
         )
-        assert counted >= 2
+        assert counted >= 3
+        assert "payments-api-evil1-t3" in details
         # the genuine one still gets its suggestion
         event(cp, ns, "OOMKilling", about(pods["genuine"]))
         await eventually(lambda: bool(worker.log_events("acted")), timeout=120, interval=0.5)
