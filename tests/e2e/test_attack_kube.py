@@ -456,3 +456,51 @@ async def test_a_role_widened_to_other_verbs_and_patch_types_reaches_no_further(
     assert as_worker("patch", "deployment", "web", "--type=json", "-p", json.dumps(alone)) == ""
     cp.kubectl("delete", "rolebinding", "k8s-event-remediation-further", "-n", ns, check=False)
     cp.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_impersonation_is_not_the_policys_to_guard(control_plane: ControlPlane) -> None:
+    """A role widened to ``impersonate`` makes the worker's token act as another user, whom the
+    policy (matching the worker's user name) does not see: the docs say never to grant it."""
+    cp = control_plane
+    ns = f"atk-impersonate-{next(_n)}"
+    cp.kubectl("create", "namespace", ns)
+    kubeconfig = worker_kubeconfig(cp, ns)
+    n = next(_n)
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"atk-impersonate-{n}"},
+        "rules": [{"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"atk-impersonate-{n}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"atk-impersonate-{n}",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": "k8s-event-remediation",
+                "namespace": BRIDGE_NAMESPACE,
+            }
+        ],
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(role))
+    cp.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    try:
+        as_other = ["--as=someone-else", "--as-group=system:masters"]
+        args = ["create", "configmap", "x", "-n", ns, *as_other]
+        done = cp.kubectl(*args, kubeconfig=kubeconfig, check=False)
+        assert done.returncode == 0, done.stderr  # the policy does not see it: never grant it
+        plain = cp.kubectl("create", "configmap", "y", "-n", ns, kubeconfig=kubeconfig, check=False)
+        assert plain.returncode != 0
+        text = (Path(__file__).parents[2] / "deploy/consumers/remediation-policy.yaml").read_text()
+        assert "impersonate" in text
+    finally:
+        cp.kubectl("delete", "clusterrolebinding", f"atk-impersonate-{n}", check=False)
+        cp.kubectl("delete", "clusterrole", f"atk-impersonate-{n}", check=False)
+        cp.kubectl("delete", "namespace", ns, "--wait=false")
