@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from k8s_event_common import owners
 from k8s_event_consumer.remediation import rules
+from k8s_event_consumer.remediation.kube import Invalid, Kube
+from k8s_event_consumer.remediation.settings import KubernetesSettings
 
 
 def _container(name: str = "app", memory: str = "256Mi", image: str = "app:1") -> dict[str, Any]:
@@ -106,3 +110,23 @@ def test_a_container_named_as_another_ones_cut_key_gets_a_key_of_its_own() -> No
     assert len(twin) <= 63
     assert rules.annotation_key(base, twin) != cut
     assert "_" in cut.split("/")[1]  # never in a container name (a DNS label)
+
+
+async def test_the_worker_never_sends_a_request_for_an_empty_name() -> None:
+    """An empty name is the collection's path: a DELETE of it would be a deletecollection."""
+    sent: list[str] = []
+
+    class Recording(Kube):
+        async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+            sent.append(f"{method} {path}")
+            return {}
+
+    kube = Recording(KubernetesSettings(cluster="prod"))
+    for call in (
+        kube.delete_pod("shop", "", "uid", False),
+        kube.get("v1", "Pod", "shop", ""),
+        kube.annotate("apps/v1", "Deployment", "shop", "", "uid", {"a/b": "c"}, False),
+    ):
+        with pytest.raises(Invalid):
+            await call
+    assert sent == []
