@@ -39,10 +39,12 @@ from bridge.core.clock import SYSTEM, Clock
 from bridge.core.enrichment import (
     ERROR,
     FORBIDDEN,
+    INVALID,
     NOTFOUND,
     NOUID,
     OVERSIZED,
     OVERSIZED_MARK,
+    SCOPE,
     TIMEOUT,
     UNKNOWN,
     UNPROVEN,
@@ -64,6 +66,10 @@ from bridge.runtime.ports import ObjectReader, Staged
 from bridge.runtime.staging import Converting
 from bridge.settings import Settings
 from k8s_event_common import owners
+
+# the whys of an object not read that say the Event names one it may not (an Event in a
+# namespace about another's object, a Node from a namespace not trusted for it, no uid)
+REFUSED: Final = frozenset({INVALID, NOUID, SCOPE})
 
 log = logs.get("enriching")
 
@@ -242,6 +248,17 @@ class Enricher:
                 chain = TIMEOUT
         if isinstance(chain, str):
             out.miss("object", chain)
+            if chain in REFUSED:
+                # an Event the bridge takes no object's values for: why, sampled
+                log.warn_sampled(
+                    f"object_refused:{chain}",
+                    "object_refused",
+                    why=chain,
+                    event_name=ev.view.metadata.name,
+                    namespace=ev.view.metadata.namespace,
+                    involved_namespace=str(ev.view.involvedObject.namespace)[:253],
+                    involved_kind=str(ev.view.involvedObject.kind)[:100],
+                )
         elif chain is not None:
             self._apply(chain, ev, out)
         for item in out.missing:

@@ -83,7 +83,14 @@ def pod(
 DEPLOYMENT = (
     {
         "metadata": {"name": "web", "namespace": "shop", "uid": "dep-uid", "generation": 3},
-        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "spec": {
+                    "containers": [{"name": "app", "resources": {"limits": {"memory": "128Mi"}}}]
+                }
+            },
+        },
     },
     "apps/v1",
     "Deployment",

@@ -52,11 +52,15 @@ __all__ = [
 _PLURALS = {"Event": "events"} | {kind: KINDS[kind].resource for kind in ("Pod", *sorted(CLAIMS))}
 
 
-def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
+def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """An object's path (``name``), or its collection's (None: only to create in it). An empty
+    name is ``Invalid``: it would be the collection's path, and a DELETE of it every Pod's."""
     plural = _PLURALS.get(kind)
     if plural is None:
         raise Refused(f"kind {kind!r:.80} is not one the worker knows")
-    return object_path(api_version, plural, namespace or "", name)  # never cluster-scoped
+    if name is not None and not name:
+        raise Invalid(f"an empty {kind} name")
+    return object_path(api_version, plural, namespace or "", name or "")  # never cluster-scoped
 
 
 class Kube:

@@ -165,18 +165,82 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def template_containers(obj: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """The containers of a controller's Pod template by name (a CronJob's: its jobTemplate's)."""
+    spec = _dict(obj.get("spec"))
+    if kind == "CronJob":
+        spec = _dict(_dict(spec.get("jobTemplate")).get("spec"))
+    out = _dict(_dict(spec.get("template")).get("spec")).get("containers")
+    if not isinstance(out, list):
+        return {}
+    return {c["name"]: c for c in out if isinstance(c, dict) and isinstance(c.get("name"), str)}
+
+
+def _memory(c: dict[str, Any]) -> str:
+    res = _dict(c.get("resources"))
+    memory = _dict(res.get("limits")).get("memory") or _dict(res.get("requests")).get("memory")
+    return str(memory or "")
+
+
+def _same_quantity(a: str, b: str) -> bool:
+    try:
+        return memory_bytes(a) == memory_bytes(b)
+    except ValueError:
+        return False
+
+
+def not_as_template(
+    pod: dict[str, Any], owner: tuple[dict[str, Any], str, str], names: list[str]
+) -> str:
+    """Why the containers ``names`` of ``pod`` are not what its top controller's Pod template
+    says ("" when they are): each must be in the template, with its image, command, args and
+    memory limit. A Pod that names a real ReplicaSet and copies its labels is proven the
+    ReplicaSet's (Kubernetes' own controller would count it), yet runs what its author wrote:
+    its OOMKill says nothing about the owner's limit."""
+    obj, _, kind = owner
+    template = template_containers(obj, kind)
+    containers = {
+        c.get("name"): c
+        for c in (pod.get("spec") or {}).get("containers") or []
+        if isinstance(c, dict)
+    }
+    for name in names:
+        c, t = containers.get(name) or {}, template.get(name)
+        if t is None:
+            return f"container {name[:63]} is not in the {kind}'s Pod template"
+        for what in ("image", "command", "args"):
+            if c.get(what) != t.get(what):
+                return (
+                    f"container {name[:63]} has {what} {str(c.get(what))[:200]}, the {kind}'s "
+                    f"template {str(t.get(what))[:200]}"
+                )
+        mine, theirs = _memory(c), _memory(t)
+        if not mine or not _same_quantity(mine, theirs):
+            return (
+                f"container {name[:63]} has memory {mine[:40] or 'none'}, the {kind}'s template "
+                f"{theirs[:40] or 'none'}"
+            )
+    return ""
+
+
 MAX_KEY_NAME = 63  # the name part of an annotation key (after prefix/)
 HASHED = 8  # hex digits of the hash that keeps a cut container name distinct
 MAX_BASE_NAME = settings.MAX_BASE_NAME  # memory.annotation's name part, at most
-assert MAX_BASE_NAME == MAX_KEY_NAME - HASHED - 3  # "." + a cut name + "-" + the hash
+assert MAX_BASE_NAME == MAX_KEY_NAME - HASHED - 3  # "." + a cut name + "_" + the hash
 _KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def annotation_key(base: str, container: str) -> str:
     """``<base>.<container>``, a valid annotation key for any container name: ``prefix/name``,
     the name at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends. A name
-    that does not fit is cut and given a hash of the whole (distinct containers, distinct
-    keys). ``base``'s name part is at most ``MAX_BASE_NAME`` (settings.py checks it)."""
+    that does not fit is cut and given a hash of the whole after a ``_`` (distinct containers,
+    distinct keys: a container name, a DNS label, has no ``_``, so no name that fits reads as
+    another's cut one). ``base``'s name part is at most ``MAX_BASE_NAME`` (settings.py checks
+    it)."""
     prefix, slash, name = base.rpartition("/")
     whole = f"{name}.{container}"
     if len(whole) <= MAX_KEY_NAME and _KEY_NAME.fullmatch(whole):
@@ -184,7 +248,7 @@ def annotation_key(base: str, container: str) -> str:
     digest = hashlib.sha256(container.encode()).hexdigest()[:HASHED]
     room = MAX_KEY_NAME - len(name) - 2 - HASHED
     kept = re.sub(r"[^-A-Za-z0-9_.]", "-", container)[: max(room, 0)].strip("-_.")
-    return f"{prefix}{slash}{name}.{kept}-{digest}" if kept else f"{prefix}{slash}{name}.{digest}"
+    return f"{prefix}{slash}{name}.{kept}_{digest}" if kept else f"{prefix}{slash}{name}._{digest}"
 
 
 def plan(

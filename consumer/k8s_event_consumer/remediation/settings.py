@@ -90,7 +90,7 @@ class MemorySettings(Section):
     annotation: str = "remediation.k8s-event-bridge.io/suggested-memory-limit"
     """The annotation key (prefix/name, the name at most 52 characters) the suggestion is
     written under, `.<container>` appended; a container name that would make the key's name
-    part longer than 63 is cut and ends in a hash of the whole name (`.<cut>-<8 hex>`)."""
+    part longer than 63 is cut and ends in a hash of the whole name (`.<cut>_<8 hex>`)."""
 
     @field_validator("annotation")
     @classmethod

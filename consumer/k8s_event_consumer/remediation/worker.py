@@ -19,7 +19,12 @@ checks the claim before anything else:
   the Pod's ownerReferences name, through ``Kube.get``, and counts it only when it exists with
   that uid, in the Pod's namespace and its kind's API group, and its selector selects the
   child. A Pod may name any Deployment of its namespace as its controller: that alone is
-  ``owner_unproven``.
+  ``owner_unproven``;
+- for the memory rule, each OOMKilled container is what that owner's Pod template says: the
+  same name, image, command, args and memory limit (``rules.not_as_template``). A Pod that
+  names a real ReplicaSet and copies its labels, ``pod-template-hash`` too, is the
+  ReplicaSet's by every proof (Kubernetes' ReplicaSet controller would count it), yet runs
+  what its author wrote: its OOMKill is ``pod_not_as_template``.
 
 A claim that fails is acked and never retried nor acted on, logged once as ``untrusted`` with
 why (a fixed set: ``UNTRUSTED``), counted in ``untrusted_total{why}``, and its id is not
@@ -92,7 +97,8 @@ COUNTERS = (
         "untrusted_total",
         "messages the API server did not confirm, never acted on, by why: "
         "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
-        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven",
+        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven, "
+        "pod_not_as_template",
     ),
     (
         "owner_unproven_total",
@@ -112,6 +118,10 @@ UNTRUSTED = (
     "pod_not_crash_looping",  # no container of the Pod restarted min_count times
     "pod_not_oom_killed",  # an OOMKilling on a Pod none of whose containers was OOMKilled
     "owner_unproven",  # the controller the Pod names does not claim it (owners.walk's why)
+    # an OOMKilled container not as its proven owner's Pod template has it (name, image,
+    # command, args, memory limit): a Pod that copies a ReplicaSet's labels runs what its
+    # author wrote
+    "pod_not_as_template",
 )
 # the controllers the owner walk reads (deploy/consumers/remediation-rbac.yaml grants get)
 OWNER_KINDS = frozenset(owners.CLAIMS)
@@ -283,6 +293,9 @@ class Worker:
         oom = rules.oom_killed(pod)
         if mem.enabled and confirmed.reason in mem.reasons and oom:
             owner = await self._proven_owner(pod)
+            problem = rules.not_as_template(pod, owner, oom) if owner is not None else ""
+            if problem:
+                raise Untrusted("pod_not_as_template", f"Pod {inv.namespace}/{inv.name}: {problem}")
         elif rst.enabled and confirmed.reason in rst.reasons and ev.count >= rst.min_count:
             if confirmed.count < rst.min_count:
                 raise Untrusted(
