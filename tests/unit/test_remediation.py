@@ -198,6 +198,7 @@ class FakeKube:
         self.fail_delete_once = False
         self.annotated = 0
         self.owner_annotations: dict[str, str] = {}
+        self.deployment_refs: list[dict[str, Any]] = []  # the Deployment's ownerReferences
 
     def _check(self) -> None:
         if self.down:
@@ -208,6 +209,8 @@ class FakeKube:
         self.reads.append((kind, namespace, name))
         dep = copy.deepcopy(DEPLOYMENT[0])
         dep["metadata"]["annotations"] = dict(self.owner_annotations)
+        if self.deployment_refs:
+            dep["metadata"]["ownerReferences"] = copy.deepcopy(self.deployment_refs)
         found = {
             "Event": self.events,
             "Pod": self.pods,
@@ -705,6 +708,43 @@ async def test_a_pod_of_a_real_deployment_gets_its_deployment_annotated_and_is_d
     await w.on_event(kube_event(count=9, rv=2), delivery())
     assert kube.deleted == [("pod-uid", False)]
     assert ("Deployment", "shop", "web") in kube.reads  # its owner found, up to the top
+
+
+OPERATOR_REF = {
+    "apiVersion": "apps.example.com/v1",
+    "kind": "WebApp",
+    "name": "web",
+    "uid": "webapp-uid",
+    "controller": True,
+}
+
+
+async def test_a_deployment_an_operator_manages_is_still_its_pods_proven_owner() -> None:
+    """The walk stops at a kind it does not read (an operator's custom resource controls the
+    Deployment): Pod → ReplicaSet → Deployment is proven all the same, and the worker acts on
+    that; a Pod a custom resource controls directly has no proven controller."""
+    kube = FakeKube()
+    kube.deployment_refs = [OPERATOR_REF]
+    kube.pods["web-1"] = pod(oom=True)
+    kube.events["web-1.abc"] = api_event(kube_event(reason="OOMKilling", count=1))
+    w, now = worker(kube)
+    await w.on_event(kube_event(reason="OOMKilling", count=1), delivery())
+    assert kube.annotated == 1  # the Deployment, the farthest owner proven
+    kube.pods["web-1"] = pod()
+    kube.events["web-1.abc"] = api_event(kube_event(count=9))
+    now[0] += 10_000
+    await w.on_event(kube_event(count=9, rv=2), delivery())
+    assert kube.deleted == [("pod-uid", False)]
+
+    kube = FakeKube()
+    direct = pod()
+    direct["metadata"]["ownerReferences"] = [OPERATOR_REF]
+    kube.pods["web-1"] = direct
+    w, _ = worker(kube)
+    with pytest.raises(Discard):
+        await w.on_event(kube_event(count=9), delivery())
+    assert kube.deleted == []
+    assert w.metrics._families["owner_unproven_total"].values[(("why", "kind"),)] == 1
 
 
 @pytest.mark.parametrize("length", [1, 40, 41, 63])

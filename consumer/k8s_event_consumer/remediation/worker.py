@@ -327,7 +327,8 @@ class Worker:
 
     async def _proven_owner(self, pod: dict[str, Any]) -> tuple[dict[str, Any], str, str] | None:
         """The Pod's top controller (object, apiVersion, kind), every link proven by
-        ``owners.walk`` from what ``Kube.get`` reads; None when the Pod has no controller.
+        ``owners.walk`` from what ``Kube.get`` reads (or the farthest proven, when the next
+        controller is of a kind the walk does not read); None when the Pod has no controller.
         Untrusted (``owner_unproven``) when a link is not proven; a read the API server
         refuses is ``Refused``, one it can not answer ``Unavailable`` (held)."""
         read: dict[tuple[str, str], dict[str, Any]] = {}
@@ -351,7 +352,12 @@ class Worker:
         except StopIteration as done:
             walked: owners.Owners = done.value
         meta = pod.get("metadata") or {}
-        if not walked.proven:
+        # a proven chain that ends below a controller of a kind the walk does not read (an
+        # operator's custom resource controlling a Deployment): its farthest owner proven is
+        # the one the worker may act on; nothing proven (the Pod's own controller such a
+        # kind) is not
+        beyond = walked.why in (owners.KIND, owners.GROUP) and walked.top is not None
+        if not walked.proven and not beyond:
             self.metrics.inc("owner_unproven_total", why=walked.why)
             raise Untrusted(
                 "owner_unproven",
