@@ -111,6 +111,12 @@ def refuse_differences(have: dict[str, Any], want: StreamConfig, *, what: str = 
     diffs = shapes.differences(have, want)
     if not diffs:
         return
+    log_differences(diffs, want, what)
+    raise StreamConfigMismatch(str(shapes.ShapeMismatch(str(want.name), diffs)))
+
+
+def log_differences(diffs: list[shapes.Difference], want: StreamConfig, what: str) -> None:
+    """One ``stream_config_differs`` line for each key that differs."""
     for d in diffs:
         log.error(
             "stream_config_differs",
@@ -120,7 +126,6 @@ def refuse_differences(have: dict[str, Any], want: StreamConfig, *, what: str = 
             existing=shapes.show(d.have),
             wanted=shapes.show(d.want),
         )
-    raise StreamConfigMismatch(str(shapes.ShapeMismatch(str(want.name), diffs)))
 
 
 def recreating(
@@ -184,15 +189,7 @@ async def provision(
                 status = await shapes.provision(conn.nc, want, api=api, update=update)
             except shapes.ShapeMismatch as exc:
                 failed = True
-                for d in exc.differences:
-                    log.error(
-                        "stream_config_differs",
-                        what=what,
-                        stream=want.name,
-                        key=d.key,
-                        existing=shapes.show(d.have),
-                        wanted=shapes.show(d.want),
-                    )
+                log_differences(exc.differences, want, what)
                 continue
             except (nats.errors.Error, nats.js.errors.APIError) as exc:
                 failed = True
