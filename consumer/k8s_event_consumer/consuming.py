@@ -44,6 +44,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from k8s_event_common import streams as shapes
 from k8s_event_consumer import events
 from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
+from k8s_event_consumer.metrics import Metrics
 
 log = logging.getLogger("k8s_event_consumer")
 
@@ -297,6 +298,29 @@ class Stats:
     bad: int = 0
     discarded: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+
+    # what each count is, as ``messages_total{result}`` says it
+    RESULTS = (
+        ("handled", "handled"),
+        ("duplicate", "skipped_duplicates"),
+        ("retried", "retried"),
+        ("failed", "failed"),
+        ("bad", "bad"),
+        ("discarded", "discarded"),
+    )
+
+    def export(self, metrics: Metrics) -> None:
+        """Exported as ``<prefix>messages_total{result}``: handled, duplicate (already handled),
+        retried, failed (not settled), bad (not a CloudEvent of the bridge: a forged message,
+        or a JetStream answer someone sent into an Event subject; terminated, logged
+        ``bad_message``), discarded."""
+        metrics.gauge(
+            "messages_total",
+            "messages of the stream by result: handled, duplicate, retried, failed, bad "
+            "(not the bridge's CloudEvent: terminated), discarded",
+            lambda: {(("result", r),): float(getattr(self, a)) for r, a in self.RESULTS},
+            kind="counter",
+        )
 
 
 # what a durable of ours sets, and what it must not have: a push consumer's delivery (into

@@ -222,6 +222,12 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
 
     await eventually(alerting_read_all, timeout=30)
     assert "nats_permission_denied" not in alerting.logs() + worker.logs() + bridge.logs()
+    # the kit's counts exported by both: every message read handled, none bad
+    for proc, prefix in ((worker, "k8s_event_remediation"), (alerting, "k8s_event_alerting")):
+        handled = f'{prefix}_messages_total{{result="handled"}}'
+        assert await consumer_metric(proc, handled) >= len(w.ids)
+        _, text = await proc.get("/metrics")
+        assert f'{prefix}_messages_total{{result="bad"}} 0' in text
 
 
 async def test_a_jwt_expiring_while_connected_fails_readiness_not_the_process(

@@ -453,6 +453,7 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
             # by message gets, no consumer: its user may create none (docs/deploy.md)
             await alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
         await alerting.adopt()
+        consumer.stats.export(metrics)
         http.ready = True
         log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)
         tasks = [

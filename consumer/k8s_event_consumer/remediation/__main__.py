@@ -101,6 +101,7 @@ async def run(settings: Settings, provision: bool = False) -> int:
             log.info("provisioned", durable=nats_cfg.durable, bucket=nats_cfg.seen_bucket)
             return 0
         stopper = loop.create_task(_stop_on(stopping, consumer))
+        consumer.stats.export(metrics)
         http.ready = True
         log.info(
             "started",

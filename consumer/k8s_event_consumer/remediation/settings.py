@@ -156,7 +156,7 @@ class Settings(configuring.SubscriberSettings):
     """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound, also
     while the API server is down), /metrics (prefix `k8s_event_remediation_`:
     `actions_total{action,result}`, `held_total`, `events_total{result}`,
-    `untrusted_total{why}`, `owner_unproven_total{why}`)."""
+    `untrusted_total{why}`, `owner_unproven_total{why}`, `messages_total{result}`)."""
     log: LogSettings = LogSettings()
 
 
