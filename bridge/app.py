@@ -115,6 +115,7 @@ class Bridge:
                 max_inflight_bytes=s.nats.max_inflight_bytes,
                 on_no_stream=streams.recreating(nc, s.nats, self.clock),
                 stream=s.nats.stream,
+                domain=s.nats.domain,
                 clock=self.clock,
             )
             publisher.set_connected(nc.is_connected)

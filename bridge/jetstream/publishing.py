@@ -9,8 +9,9 @@ that JetStream refused for a passing reason, is sent again with the **same** ``N
 so the stream's duplicate window drops it if an earlier attempt was stored after all. The
 first ack for any attempt settles the message.
 
-An ack counts only when it names the bridge's stream (``stream``): one from any other stream
-(made to take the bridge's subjects while its own is missing) is counted as a failure
+An ack counts only when it names the bridge's stream (``stream``), with a sequence, and (with
+``nats.domain``) the bridge's JetStream domain: one from any other stream (made to take the
+bridge's subjects while its own is missing) or domain is counted as a failure
 (``wrong_stream``), logged, and the message sent again, as for a refusal. The stream's shape is
 checked again when no stream answers and every ``recheck_every`` seconds (``on_no_stream``);
 found remade in another shape, no ack counts any more and the bridge stops (``refuse``).
@@ -57,6 +58,7 @@ class _PubAck(msgspec.Struct):
     seq: Any = None
     duplicate: Any = None
     error: Any = None
+    domain: Any = None
 
 
 _decode_ack = msgspec.json.Decoder(_PubAck).decode
@@ -93,10 +95,12 @@ class Publisher:
         on_no_stream: Callable[[], Coroutine[Any, Any, None]] | None = None,
         fast_path: bool = True,
         stream: str,
+        domain: str | None = None,
         recheck_every: float = 30.0,
     ) -> None:
         self._nc = nc
         self.stream = stream  # the stream every ack must name
+        self.domain = domain  # with nats.domain: the JetStream domain every ack must name
         self.refused: str | None = None  # why no ack is taken any more (``refuse``)
         # ``on_no_stream`` also runs this often: a stream deleted and remade by someone between
         # two publishes answers them, in whatever shape it has now
@@ -352,6 +356,19 @@ class Publisher:
             # missing), or an answer that is no ack of ours: not stored where it must be
             self._retry_later(
                 p, "wrong_stream", f"acked by stream {resp.stream!r}, not {self.stream!r}"
+            )
+            return
+        seq = resp.seq
+        if seq.__class__ is not int or seq < 1:
+            # a stored message has a sequence: an answer without one stored nothing
+            self._retry_later(
+                p, "wrong_stream", f"an ack of stream {resp.stream!r} with seq {seq!r}"
+            )
+            return
+        if self.domain is not None and resp.domain != self.domain:
+            # stored by the stream of that name in another JetStream domain
+            self._retry_later(
+                p, "wrong_stream", f"acked in domain {resp.domain!r}, not {self.domain!r}"
             )
             return
         m = self._m

@@ -121,6 +121,20 @@ def test_an_ack_from_another_stream_is_refused_and_counted() -> None:
     assert out.settled and progress.safe_rv == 1
 
 
+def test_an_ack_without_a_sequence_or_of_another_domain_is_refused() -> None:
+    pub, out, _ = publisher_with_one_in_flight()
+    for answer in (b'{"stream":"K8S_EVENTS"}', b'{"stream":"K8S_EVENTS","seq":0}'):
+        pub._ack(out.token, answer, False)
+        assert not out.settled
+    pub.domain = "edge"
+    pub._ack(out.token, b'{"stream":"K8S_EVENTS","seq":1,"domain":"hub"}', False)
+    pub._ack(out.token, b'{"stream":"K8S_EVENTS","seq":1}', False)
+    assert not out.settled
+    assert pub._m.failed.labels("wrong_stream")._value.get() == 4
+    pub._ack(out.token, b'{"stream":"K8S_EVENTS","seq":1,"domain":"edge"}', False)
+    assert out.settled
+
+
 def test_an_answer_naming_no_stream_is_no_ack() -> None:
     pub, out, _ = publisher_with_one_in_flight()
     pub._ack(out.token, b'{"seq":1}', False)
