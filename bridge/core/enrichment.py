@@ -159,9 +159,8 @@ class Plan:
                     labels[key] = v
         # the walk's facts: all labels only where a selector may be matched against them (an
         # object with a controller) or where it claims others; bounded by the cache's bytes
-        walked = owners.facts(kind, obj, keep_labels=False)
-        if self.follows_owners and walked.controller is not None:
-            walked = owners.facts(kind, obj)
+        keep = self.follows_owners and owners.controller_ref(meta) is not None
+        walked = owners.facts(kind, obj, keep_labels=keep)
         return ObjectInfo(uid if isinstance(uid, str) else "", labels, walked)
 
     def target(

@@ -247,15 +247,9 @@ async def read_config(
     ``ServiceUnavailableError``) for JetStream's answers, ``nats.errors.TimeoutError`` when none
     came (also when the permissions refuse the request)."""
     try:
-        msg = await nc.request(f"{api}.STREAM.INFO.{name}", b"", timeout=timeout)
-    except nats.errors.NoRespondersError:
-        raise nats.js.errors.ServiceUnavailableError from None
-    resp = json.loads(msg.data)
-    err = resp.get("error")
-    if err is not None:
-        if err.get("code") == 404:
-            return None
-        nats.js.errors.APIError.from_error(err)  # raises
+        resp = await _request(nc, f"{api}.STREAM.INFO.{name}", None, timeout)
+    except nats.js.errors.NotFoundError:
+        return None
     config: dict[str, Any] = resp["config"]
     return config
 
@@ -279,11 +273,10 @@ async def provision(
     if have is None:
         await _request(nc, f"{api}.STREAM.CREATE.{name}", body, timeout)
         status = "created"
-    elif not differences(have, want):
+    elif not (diffs := differences(have, want)):
         return "unchanged"
     elif not update:
-        check(have, want)
-        return "unchanged"  # not reached: check raised
+        raise ShapeMismatch(name, diffs)
     else:
         kept = {k: have[k] for k in UNCHECKED if k in have and k != "metadata"}
         await _request(nc, f"{api}.STREAM.UPDATE.{name}", {**kept, **body}, timeout)
@@ -293,11 +286,19 @@ async def provision(
     return status
 
 
-async def _request(nc: NATS, subject: str, body: Mapping[str, Any], timeout: float) -> None:
+async def _request(
+    nc: NATS, subject: str, body: Mapping[str, Any] | None, timeout: float
+) -> dict[str, Any]:
+    """One JetStream API request, its answer's JSON; an error answer raised as nats-py raises
+    it (``APIError.from_error``: 404 ``NotFoundError``, 503 ``ServiceUnavailableError`` ...), no
+    responder as 503."""
+    payload = b"" if body is None else json.dumps(body).encode()
     try:
-        msg = await nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+        msg = await nc.request(subject, payload, timeout=timeout)
     except nats.errors.NoRespondersError:
         raise nats.js.errors.ServiceUnavailableError from None
-    err = json.loads(msg.data).get("error")
+    resp: dict[str, Any] = json.loads(msg.data)
+    err = resp.get("error")
     if err is not None:
         nats.js.errors.APIError.from_error(err)  # raises
+    return resp

@@ -181,6 +181,7 @@ def template_containers(obj: dict[str, Any], kind: str) -> dict[str, dict[str, A
 
 
 def _memory(c: dict[str, Any]) -> str:
+    """A container's memory limit, else its request ("" for none)."""
     res = _dict(c.get("resources"))
     memory = _dict(res.get("limits")).get("memory") or _dict(res.get("requests")).get("memory")
     return str(memory or "")
@@ -277,14 +278,9 @@ def plan(
         containers = {c["name"]: c for c in (pod.get("spec") or {}).get("containers") or []}
         annotations = {}
         for name in oom:
-            res = (containers.get(name) or {}).get("resources") or {}
-            current = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get(
-                "memory"
-            )
+            current = _memory(containers.get(name) or {})
             if current:
-                annotations[annotation_key(mem.annotation, name)] = suggest(
-                    str(current), mem.factor
-                )
+                annotations[annotation_key(mem.annotation, name)] = suggest(current, mem.factor)
         if not annotations:
             return None
         carried = (obj.get("metadata") or {}).get("annotations") or {}
