@@ -2,11 +2,12 @@
 # Build the real parts of the e2e tier from the Go module proxy, cached outside the repo and keyed
 # by version:
 #
-#   e2e/build-control-plane.sh [--living] [newest|oldest|all|vX.Y.Z ...]      (default: newest)
+#   e2e/build-control-plane.sh [--living] [--node] [newest|oldest|all|vX.Y.Z ...]   (default: newest)
 #
 #   $cache/controlplane/kubernetes-<k8s>/bin   kube-apiserver kubectl (the control plane), with
 #                                              --living also kube-scheduler kube-controller-manager
-#                                              (the living cluster), and symlinks to:
+#                                              (the living cluster), with --node also kubelet
+#                                              kube-proxy (a real node: tests/node), and symlinks to:
 #   $cache/controlplane/etcd-<etcd>/bin/etcd
 #   $cache/controlplane/kwok-<kwok>/bin/kwok   (--living only)
 #   where $cache = ${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}
@@ -22,7 +23,7 @@
 # `go install`ed (its go.mod has no replaces). Versions: e2e/versions.env.
 #
 # What is cached and answers --version is not built again (a version built with --living serves
-# a plain call too; a plain build asked again with --living builds the four commands). Any
+# a plain call too; asked for more commands than are cached, it builds only those missing). Any
 # failure exits non-zero with a message. stdout: one bin directory per version asked for, in
 # order (the last line is the last).
 # Needs: go (>= the go directive of kubernetes' go.mod), access to the Go module proxy.
@@ -43,10 +44,17 @@ die() { echo "build-control-plane: ERROR: $*" >&2; exit 1; }
 current="setup"
 trap 'rc=$?; [ $rc -eq 0 ] || echo "build-control-plane: FAILED (exit $rc) building $current" >&2' EXIT
 
-living=""
-if [ "${1:-}" = "--living" ]; then living=1; shift; fi
+living=""; node=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --living) living=1; shift ;;
+    --node) node=1; shift ;;
+    *) break ;;
+  esac
+done
 cmds=(kube-apiserver kubectl)
 [ -z "$living" ] || cmds+=(kube-scheduler kube-controller-manager)
+[ -z "$node" ] || cmds+=(kubelet kube-proxy)
 
 wanted=()
 [ $# -gt 0 ] || set -- newest
@@ -60,13 +68,20 @@ for a in "$@"; do
   esac
 done
 
+cmd_ok() {
+  local bin="$1" c="$2"
+  [ -x "$bin/$c" ] || return 1
+  if [ "$c" = kubectl ]; then "$bin/kubectl" version --client >/dev/null 2>&1
+  else "$bin/$c" --version >/dev/null 2>&1; fi
+}
 k8s_ok() {
   local bin="$1" c
-  for c in "${cmds[@]}"; do
-    [ -x "$bin/$c" ] || return 1
-    if [ "$c" = kubectl ]; then "$bin/kubectl" version --client >/dev/null 2>&1 || return 1
-    else "$bin/$c" --version >/dev/null 2>&1 || return 1; fi
-  done
+  for c in "${cmds[@]}"; do cmd_ok "$bin" "$c" || return 1; done
+}
+# the commands asked for that are not cached (or do not run)
+missing() {
+  local bin="$1" c
+  for c in "${cmds[@]}"; do cmd_ok "$bin" "$c" || echo "$c"; done
 }
 etcd_bin="$cache_root/etcd-${ETCD_VERSION}/bin"
 kwok_bin="$cache_root/kwok-${KWOK_VERSION}/bin"
@@ -86,6 +101,8 @@ need_go() {
 build_kubernetes() {
   local version="$1" dest="$cache_root/kubernetes-$1"
   local bin="$dest/bin" kw="$dest/work"
+  local todo
+  mapfile -t todo < <(missing "$bin")
   current="kubernetes ${version} (work dir: $kw)"
   need_go
   mkdir -p "$bin"
@@ -120,8 +137,8 @@ build_kubernetes() {
     echo ")"
   } > "$kw/go.mod"
   local pkgs=() c
-  for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  log "resolving ${cmds[*]} ${version}"
+  for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  log "resolving ${todo[*]} ${version}"
   (cd "$kw" && go get "${pkgs[@]/%/@${version}}") || die "go get of k8s.io/kubernetes ${version} commands failed"
 
   commit="$(printf '%s\n' "$mod_json" | sed -n 's/^[[:space:]]*"Hash":[[:space:]]*"\([0-9a-f]*\)".*/\1/p' | head -1)"
@@ -131,11 +148,11 @@ build_kubernetes() {
     ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
     [ -z "$commit" ] || ldflags+=" -X ${pkg}.gitCommit=${commit}"
   done
-  log "compiling ${cmds[*]} ${version}"
+  log "compiling ${todo[*]} ${version}"
   rm -rf "$kw/out"; mkdir -p "$kw/out"
   (cd "$kw" && go build -trimpath -ldflags "$ldflags" -o "$kw/out/" "${pkgs[@]}") \
     || die "go build of k8s.io/kubernetes ${version} commands failed"
-  for c in "${cmds[@]}"; do mv -f "$kw/out/$c" "$bin/$c"; done
+  for c in "${todo[@]}"; do mv -f "$kw/out/$c" "$bin/$c"; done
   rm -rf "$kw"
 }
 
