@@ -581,6 +581,7 @@ class Scan:
     files: dict[str, Entry]  # the image's filesystem: path (no leading "/") -> entry
     layers: list[str]  # the layers' names in the archive, bottom first
     secrets: list[tuple[int, str, str]] = field(default_factory=list)  # (layer, path, what)
+    written: list[dict[str, Entry]] = field(default_factory=list)  # what each layer wrote
 
 
 def _entry_type(member: tarfile.TarInfo) -> str:
@@ -688,6 +689,9 @@ def scan(archive: Path) -> Scan:
                     for what in secrets_in(path, data):
                         result.secrets.append((index, path, what))
             apply_layer(result.files, index, members)
+            own: dict[str, Entry] = {}
+            apply_layer(own, index, members)
+            result.written.append(own)
     return result
 
 
@@ -700,21 +704,21 @@ _PIP = re.compile(
     r"(^|/)pip-[^/]*\.whl$|(^|/)ensurepip/"
 )
 _SIMULATOR = re.compile(r"(^|/)(k8s_event_sim|k8s_event_bridge_sim-[^/]*\.dist-info)(/|$)")
-_TESTS = re.compile(
-    r"^(src/|tests/)|(site|dist)-packages/tests/|(^|/)tests/(unit|integration|e2e|node)/"
-)
+_TESTS = re.compile(r"^tests/|(site|dist)-packages/tests/|(^|/)tests/(unit|integration|e2e|node)/")
+_CONTEXT = re.compile(r"^src/")  # the build stage's WORKDIR: the checkout
 _GIT = re.compile(r"(^|/)\.git(/|$)")
 
 
 def unwanted(files: dict[str, Entry]) -> dict[str, list[str]]:
     """What the image must not hold, found among its files: a compiler, pip, the simulator,
-    the tests, a git repository."""
+    the tests, a git repository, the build stage's copy of the checkout."""
     checks = {
         "compiler": _COMPILER,
         "pip": _PIP,
         "simulator": _SIMULATOR,
         "tests": _TESTS,
         "git": _GIT,
+        "build context": _CONTEXT,
     }
     out: dict[str, list[str]] = {}
     for what, pattern in checks.items():

@@ -115,6 +115,13 @@ def test_the_image_holds_the_programs_and_no_compiler_pip_simulator_tests_or_git
     assert unwanted(files) == {}
 
 
+def test_the_base_s_pip_is_in_a_lower_layer_and_gone_from_the_image(scanned: Scan) -> None:
+    """Both bases bring pip (the official one in /usr/local, the stand-in as ensurepip's
+    wheels): the scan sees it in the layer that wrote it, and the final stage removed it."""
+    assert any("pip" in unwanted(layer) for layer in scanned.written)
+    assert "pip" not in unwanted(scanned.files)
+
+
 def test_no_layer_and_no_setting_of_the_image_holds_a_secret(scanned: Scan) -> None:
     assert len(scanned.layers) >= 3  # the base's, the user's, the venv's
     assert scanned.secrets == []
