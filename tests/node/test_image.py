@@ -29,7 +29,7 @@ from k8s_event_sim.kubeconfig import write_kubeconfig
 from tests.integration.harness import BridgeProcess, Writer, all_of, bridge_config, readyz
 from tools.image import Engine, Image, Scan, build_image, config_secrets, engine, scan, unwanted
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]  # a cold build: minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20

@@ -95,8 +95,9 @@ def _layer(paths: list[str]) -> list[tarfile.TarInfo]:
 
 def test_a_layer_s_whiteouts_remove_what_lower_layers_wrote() -> None:
     files: dict[str, Entry] = {}
-    apply_layer(files, 0, _layer(["usr/", "usr/bin/", "usr/bin/pip", "usr/lib/", "usr/lib/a/", "usr/lib/a/x",
-                                  "etc/", "etc/keep", "etc/old/", "etc/old/y"]))  # fmt: skip
+    lower = ["usr/", "usr/bin/", "usr/bin/pip", "usr/lib/", "usr/lib/a/", "usr/lib/a/x",
+             "etc/", "etc/keep", "etc/old/", "etc/old/y"]  # fmt: skip
+    apply_layer(files, 0, _layer(lower))
     apply_layer(
         files,
         1,
