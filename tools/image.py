@@ -319,7 +319,7 @@ class Engine:
         with contextlib.suppress(OSError, ValueError):
             pid = int(self.pidfile.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if _alive(pid) and str(self.data_root).encode() in cmdline:
+            if _alive(pid) and f"--data-root={self.data_root}".encode() in cmdline:
                 say(f"stopping dockerd {pid}, left on {self.data_root} by an earlier run")
                 children = _children(pid)
                 _stop_pid(pid, 30)
@@ -355,13 +355,22 @@ class Engine:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            if self.socket.exists() and self.docker("version", check=False).returncode == 0:
+            if self._answers():
                 self.containerd = next(
                     (c for c in _children(self.proc.pid) if _comm(c) == "containerd"), None
                 )
                 return True
             time.sleep(0.2)
         raise ImageError(f"dockerd did not answer in {timeout:.0f} s: {self._log_tail()}")
+
+    def _answers(self) -> bool:
+        """The dockerd started here (its pid in the pidfile) answers on the socket."""
+        assert self.proc is not None
+        try:
+            ours = self.pidfile.read_text().strip() == str(self.proc.pid)
+        except OSError:
+            return False
+        return ours and self.docker("version", check=False).returncode == 0
 
     def _log_tail(self) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -377,6 +386,9 @@ class Engine:
             for pid in {*children, *([self.containerd] if self.containerd else [])}:
                 _stop_pid(pid, 10)
             self.proc = None
+            # what dockerd leaves mounted there when it stops short (netns/default)
+            for mount in sorted(_mounts_below(self.exec_root), reverse=True):
+                subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
             shutil.rmtree(self.exec_root, ignore_errors=True)
             for parent in Path("/sys/fs/cgroup").glob(f"*/{self.cgroup_parent}"):
                 below = [p for p in parent.rglob("*") if p.is_dir()]  # buildkit/, <container>/
@@ -386,6 +398,11 @@ class Engine:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+
+def _mounts_below(path: Path) -> list[str]:
+    points = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]
+    return [p for p in points if p == str(path) or p.startswith(f"{path}/")]
 
 
 def _comm(pid: int) -> str:
