@@ -27,7 +27,8 @@ import pytest
 
 from k8s_event_sim.kubeconfig import write_kubeconfig
 from tests.integration.harness import BridgeProcess, Writer, all_of, bridge_config, readyz
-from tools.image import Engine, Image, Scan, build_image, config_secrets, engine, scan, unwanted
+from tools.image import Engine, Image, build_image, engine
+from tools.imagelayers import Scan, config_secrets, scan, unwanted
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]  # a cold build: minutes
 
