@@ -12,8 +12,9 @@ tools/imagelayers.py reads what a saved image holds.
 The engine is Debian's ``dockerd`` (package ``docker.io``, installed with apt-get when missing)
 with its own data-root under the cache (``~/.cache/k8s-event-bridge/docker``: the layers stay
 cached between runs), socket, exec-root, pidfile and cgroup parent, no iptables rules and no
-bridge; overlay2 where an overlay mount works, vfs otherwise. A machine-wide ``flock`` on the
-data-root makes a second engine wait. It stops by its pid, and so does its containerd child.
+bridge; overlay2 where an overlay mount works, vfs otherwise (``K8S_EVENT_BRIDGE_DOCKER_STORAGE``
+chooses). A machine-wide ``flock`` on the data-root makes a second engine wait. It stops by its
+pid, and so does its containerd child.
 
 The base: ``K8S_EVENT_BRIDGE_IMAGE_BASE`` when set (a tag, or ``standin``); else the
 Dockerfile's default (the official ``python:3.11-slim``) when the engine has it or pulls it
@@ -50,6 +51,7 @@ PULL_TIMEOUT = 60.0  # seconds: "can be pulled quickly"; a registry out of reach
 DOCKER = "/usr/bin/docker"  # Debian's client: BuildKit without the buildx plugin
 DOCKERD = "/usr/sbin/dockerd"
 BASE_ENV = "K8S_EVENT_BRIDGE_IMAGE_BASE"
+DRIVER_ENV = "K8S_EVENT_BRIDGE_DOCKER_STORAGE"  # overlay2 or vfs: else overlay2 where it works
 BUILD_CACHE = "2GB"  # BuildKit's cache kept in the engine's data-root
 KEEP_ARCHIVES = 3  # saved images of one tag kept in the cache, the last used
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -310,7 +312,9 @@ class Engine:
         self._take_lock()
         try:
             self._stop_leftover()
-            self.driver = "overlay2" if overlay_works(self.data_root) else "vfs"
+            self.driver = os.environ.get(DRIVER_ENV) or (
+                "overlay2" if overlay_works(self.data_root) else "vfs"
+            )
             if not self._run(timeout) and self.driver == "overlay2":
                 say("dockerd did not start with overlay2; vfs instead")
                 self.driver = "vfs"
