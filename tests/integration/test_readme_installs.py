@@ -15,9 +15,10 @@ install`` outside a shell block, or one in an inline code span that is not one o
 commands, fails ``test_every_pip_install_in_the_docs_is_run`` naming it. (A ```` ```dockerfile
 ```` block is the image's install: tests/integration/test_install.py runs that.)
 
-Needs PyPI or pip's cache (the user's, reused). Each install takes what a real one takes
-(15-30 s: the index asked, the local wheels built in isolation); the seven run two at a time,
-about 2 1/4 minutes on two busy cores.
+Needs PyPI (pip asks the index as a user's pip does; pip's cache, the user's, is reused for
+the files). Each install takes what a real one takes (15-40 s: the index asked, the local
+wheels built in isolation, 35 packages unpacked); the docs' eight run two at a time, 2-3
+minutes on two busy cores.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 SHELLS = {"sh", "bash", "shell", "console", "zsh"}
 WORKERS = 2  # installs side by side (they are mostly CPU: resolving, building, unpacking)
+PYTHON = Path(sys.base_prefix) / "bin" / "python3"  # the machine's python, not this venv's
 IMAGE_BLOCKS = {"dockerfile", "containerfile"}  # the image's install: test_install.py
 
 
@@ -444,8 +446,7 @@ def run(install: Install, root: Path) -> Ran:
 
     src, venv, elsewhere = clean_copy(root / "src"), root / "venv", root / "run"
     elsewhere.mkdir()
-    python = Path(sys.base_prefix) / "bin" / "python3"  # the machine's python, not this venv's
-    if step("python3 -m venv venv", [str(python), "-m", "venv", str(venv)], root, _env()) is None:
+    if step("python3 -m venv venv", [str(PYTHON), "-m", "venv", str(venv)], root, _env()) is None:
         return ran("python3 -m venv")
     for c in install.commands:
         if step(c.text, ["bash", "-c", c.text], src, _env(venv)) is None:
