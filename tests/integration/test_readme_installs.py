@@ -2,8 +2,9 @@
 (```` ```sh ````) of every markdown file git tracks (README.md, docs/*.md, the packages'
 READMEs, ...), each run in a fresh venv of the base Python on a clean copy of the checkout (the
 files git tracks, as a fresh clone has them), from its root, with the venv's ``bin`` first on
-``PATH`` as an activated venv has it; then ``pip check``, and what it installed is run:
-``k8s-event-bridge --version`` and ``check-config`` for the bridge (``.``), ``import
+``PATH`` as an activated venv has it; then ``pip check``, each package of this repository it
+names is checked to come from the copy (PEP 610's ``direct_url.json``), and what it installed
+is run: ``k8s-event-bridge --version`` and ``check-config`` for the bridge (``.``), ``import
 k8s_event_consumer`` for the subscribers' kit (``./consumer``), ``check-config`` of each
 subscriber its extras name (``[alerting]``, ``[remediation]``, ``[all]``), ``import
 k8s_event_common`` for the shared package, ``k8s-event-bridge-demo --help`` for the simulator.
@@ -11,8 +12,10 @@ k8s_event_common`` for the shared package, ``k8s-event-bridge-demo --help`` for 
 Each ``pip install`` line is one install of its own, in its own venv; a line with
 ``--no-deps`` continues the line before it in its block (it takes its dependencies from it:
 the lock, then the local packages). An install this test can not run or check, a ``pip
-install`` outside a shell block, or one in an inline code span that is not one of the blocks'
-commands, fails ``test_every_pip_install_in_the_docs_is_run`` naming it. (A ```` ```dockerfile
+install`` outside a shell block, one in an inline code span that is not one of the blocks'
+commands, or one naming a package that requires another of this repository without naming that
+one too (no index has it: pip fails, or takes whatever someone else put there under its name),
+fails ``test_every_pip_install_in_the_docs_is_run`` naming it. (A ```` ```dockerfile
 ```` block is the image's install: tests/integration/test_install.py runs that.)
 
 Needs PyPI (pip asks the index as a user's pip does; pip's cache, the user's, is reused for
@@ -35,6 +38,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -86,6 +90,7 @@ class Install:
 
     commands: tuple[Command, ...]
     checks: tuple[Check, ...]
+    packages: tuple[Local, ...]  # the packages of this repository it names
 
     @property
     def id(self) -> str:
@@ -168,12 +173,10 @@ def _checks(project: str, extras: set[str]) -> list[Check]:
     raise LookupError(f"{project}: no check known for it (add one here)")
 
 
-def _extras(pyproject: dict[str, object], asked: set[str]) -> set[str]:
+def _extras(pyproject: dict[str, Any], asked: set[str]) -> set[str]:
     """``asked`` and the extras they name of the project itself (``all`` -> ``alerting`` ...)."""
-    project = pyproject["project"]
-    assert isinstance(project, dict)
-    name = canonicalize_name(project["name"])
-    optional: dict[str, list[str]] = project.get("optional-dependencies", {})
+    name = canonicalize_name(pyproject["project"]["name"])
+    optional: dict[str, list[str]] = pyproject["project"].get("optional-dependencies", {})
     out, todo = set(), list(asked)
     while todo:
         extra = todo.pop()
@@ -186,6 +189,35 @@ def _extras(pyproject: dict[str, object], asked: set[str]) -> set[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Local:
+    """A package of this repository a command names: ``'./consumer[alerting]'``."""
+
+    name: str  # canonical, from its pyproject
+    path: str  # as written, relative to the repository's root: ".", "./common"
+    extras: frozenset[str]  # asked, and those they name
+    requires: frozenset[str]  # the canonical names it requires, with those extras
+
+    @classmethod
+    def read(cls, path: str, asked: set[str]) -> Local:
+        pyproject = tomllib.loads((ROOT / path / "pyproject.toml").read_text())
+        project = pyproject["project"]
+        extras = _extras(pyproject, asked)
+        reqs = list(project.get("dependencies", []))
+        for extra in extras:
+            reqs += project.get("optional-dependencies", {}).get(extra, [])
+        name = canonicalize_name(project["name"])
+        requires = {canonicalize_name(Requirement(r).name) for r in reqs} - {name}
+        return cls(name, path, frozenset(extras), frozenset(requires))
+
+
+# the packages of this repository, which no index has: by name, where they are
+LOCAL = {
+    Local.read(p, set()).name: p
+    for p in (".", *(f"./{d.parent.name}" for d in ROOT.glob("*/pyproject.toml")))
+}
+
+
 # pip install's options that take a value (the rest are flags)
 _VALUED = {
     "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
@@ -195,15 +227,15 @@ _VALUED = {
 }  # fmt: skip
 
 
-def checks_of(command: Command) -> list[Check]:
-    """What ``command`` installs, run: each local package (``./common``, ``.``,
-    ``'./consumer[alerting]'``, ``-e ./sim``) by its pyproject's name; a requirements file
-    (``-r``) installs nothing to run by itself. Anything else is refused (``LookupError``)."""
+def named(command: Command) -> list[Local]:
+    """The packages of this repository ``command`` installs (``./common``, ``.``,
+    ``'./consumer[alerting]'``, ``-e ./sim``); a requirements file (``-r``) names none.
+    Anything else is refused (``LookupError``)."""
     words = command.words
     start = _pip_install_at(words)
     assert start is not None
     args = words[words.index("install", start) + 1 :]
-    out: list[Check] = []
+    out: list[Local] = []
     i = 0
     while i < len(args):
         word = args[i]
@@ -218,12 +250,10 @@ def checks_of(command: Command) -> list[Check]:
         m = re.fullmatch(r"(\.{1,2}(?:/[^\[]*)?)(?:\[([\w,-]*)\])?", word)
         if not m:
             raise LookupError(f"{word!r}: not a local package of this repository")
-        pyproject_path = ROOT / m.group(1) / "pyproject.toml"
-        if not pyproject_path.is_file():
+        if not (ROOT / m.group(1) / "pyproject.toml").is_file():
             raise LookupError(f"{word!r}: no pyproject.toml at {m.group(1)}")
-        pyproject = tomllib.loads(pyproject_path.read_text())
         asked = {e.strip() for e in (m.group(2) or "").split(",") if e.strip()}
-        out += _checks(canonicalize_name(pyproject["project"]["name"]), _extras(pyproject, asked))
+        out.append(Local.read(m.group(1), asked))
     return out
 
 
@@ -234,22 +264,31 @@ class Found:
 
 
 def _install(commands: list[Command], found: Found) -> None:
-    """The install ``commands`` give, added to ``found``, or what keeps it from being run."""
-    checks: list[Check] = []
-    for c in commands:
-        try:
-            checks += checks_of(c)
-        except LookupError as e:
-            found.problems.append(f"{c.doc}:{c.line}: {c.text!r}: {e}")
-            return
+    """The install ``commands`` give, added to ``found``, or what keeps it from being run: a
+    package it can not check, none at all, or a package of this repository required by one
+    it names but not named with it (no index has it: pip would fail, or take someone
+    else's)."""
+    first = commands[0]
+    where = f"{first.doc}:{first.line}: {' / '.join(c.text for c in commands)!r}"
+    try:
+        packages = [p for c in commands for p in named(c)]
+        checks = [c for p in packages for c in _checks(p.name, set(p.extras))]
+    except LookupError as e:
+        found.problems.append(f"{where}: {e}")
+        return
     if not checks:
-        c = commands[0]
         found.problems.append(
-            f"{c.doc}:{c.line}: {c.text!r} installs nothing this test can run (no local "
-            "package): not covered"
+            f"{where} installs nothing this test can run (no local package): not covered"
         )
         return
-    found.installs.append(Install(tuple(commands), tuple(checks)))
+    names = {p.name for p in packages}
+    for p in packages:
+        for missing in sorted((p.requires & LOCAL.keys()) - names):
+            found.problems.append(
+                f"{where}: {p.name} requires {missing}, which is {LOCAL[missing]!r} here and on "
+                "no index: name it in the same command"
+            )
+    found.installs.append(Install(tuple(commands), tuple(checks), tuple(packages)))
 
 
 PIP_INSTALL = re.compile(r"\bpip3?\s+install\b")
@@ -347,6 +386,8 @@ def test_every_pip_install_in_the_docs_is_run() -> None:
         ("Run pip install . first.\n", "in prose"),
         ("```sh\npip install ./common .\n```\nor `pip install .`\n", "`pip install .` is not"),
         ("```sh\npip install ./nowhere\n```\n", "no pyproject.toml"),
+        ("```sh\npip install .\n```\n", "requires k8s-event-bridge-common, which is './common'"),
+        ("```sh\npip install ./common ./sim\n```\n", "requires k8s-event-bridge, which is '.'"),
     ],
 )
 def test_an_install_it_can_not_run_is_named(doc: str, problem: str) -> None:
@@ -426,6 +467,13 @@ class Ran:
     seconds: float
 
 
+# where pip took a package from (PEP 610: a local directory's file URL; none from an index)
+FROM = (
+    "import importlib.metadata as m, json; d = m.distribution({name!r}).read_text("
+    "'direct_url.json'); print(json.loads(d)['url'] if d else 'an index')"
+)
+
+
 def run(install: Install, root: Path) -> Ran:
     started = time.monotonic()
     log: list[str] = []
@@ -453,6 +501,12 @@ def run(install: Install, root: Path) -> Ran:
             return ran(c.text)
     if step("pip check", [str(venv / "bin" / "pip"), "check"], src, _env(venv)) is None:
         return ran("pip check")
+    for p in install.packages:  # each from this checkout, none from an index
+        url = (src / p.path).resolve().as_uri()
+        argv = [str(venv / "bin" / "python"), "-c", FROM.format(name=p.name)]
+        out = step(f"where {p.name} comes from", argv, elsewhere, _env())
+        if out != url + "\n":
+            return ran(f"{p.name} installed from {out!r}, not {url}")
     for check in install.checks:
         argv = [str(venv / "bin" / check.argv[0]), *check.argv[1:]]
         out = step(str(check), argv, elsewhere, _env(None, **dict(check.env)))
@@ -495,4 +549,5 @@ def test_the_install_works_as_written(install: Install, ran: dict[str, Future[Ra
     if result.failed is not None:
         commands = "\n".join(f"{c.doc}:{c.line}: {c.text}" for c in install.commands)
         pytest.fail(f"{commands}\nfailed at: {result.failed}\n\n{result.log}", pytrace=False)
-    assert result.log.count("# exit 0,") == 2 + len(install.commands) + len(install.checks)
+    steps = 2 + len(install.commands) + len(install.packages) + len(install.checks)
+    assert result.log.count("# exit 0,") == steps
