@@ -120,6 +120,7 @@ def test_a_container_killed_from_the_host_is_restarted_by_the_kubelet(
             namespace,
             node.image,
             {"command": ["python", "-c", "import signal; print('up', flush=True); signal.pause()"]},
+            terminationGracePeriodSeconds=1,  # PID 1 ignores SIGTERM: no 30 s wait at the end
         )
     )
     node.wait_pod(namespace, "sleeper")
