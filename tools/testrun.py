@@ -29,7 +29,7 @@ Why the node tier takes no slot: it is long (about 12 minutes) and nearly all of
 on the wall clock, not work: a service-account token of 600 s must reach the 80 % of its life at
 which the kubelet rotates it, a drain runs out its grace period, a standby waits out the leader's
 Lease. Its processes (etcd, kube-apiserver, the controller-manager, the scheduler, containerd,
-the kubelet, a few Pods) idle at a few percent of one core (docs/e2e.md has the figures). In a
+the kubelet, kube-proxy, a few Pods) idle at about 5 % of one core (docs/e2e.md, the node tier). In a
 slot it would hold one of the two pytest processes for those 12 minutes and lengthen the warm
 run by about that much; beside them it costs the others a few percent of CPU and ends well before
 the longest of them. It shares nothing with them: its API server is its own, on the host's
