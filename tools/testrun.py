@@ -26,15 +26,15 @@ At most ``--jobs`` (2) pytest processes run at once, lint and the node tier besi
 tiers ready and waiting, the first in that order goes first.
 
 Why the node tier takes no slot: it is long (about 12 minutes) and nearly all of it is waiting
-on the wall clock, not work: a service-account token of 600 s must reach the 80 % of its life at
-which the kubelet rotates it, a drain runs out its grace period, a standby waits out the leader's
-Lease. Its processes (etcd, kube-apiserver, the controller-manager, the scheduler, containerd,
-the kubelet, kube-proxy, a few Pods) idle at about 5 % of one core (docs/e2e.md, the node tier). In a
-slot it would hold one of the two pytest processes for those 12 minutes and lengthen the warm
-run by about that much; beside them it costs the others a few percent of CPU and ends well before
-the longest of them. It shares nothing with them: its API server is its own, on the host's
-address; its iptables rules touch only its Service range and the host's address; one node per
-machine (a lock).
+on the wall clock, not work: a service-account token of 600 s must reach the 80 % of its life
+at which the kubelet rotates it, a drain runs out its grace period, a standby waits out the
+leader's Lease. Its processes (etcd, kube-apiserver, the controller-manager, the scheduler,
+containerd, the kubelet, kube-proxy, a few Pods) idle at about 5 % of one core (docs/e2e.md,
+the node tier). In a slot it would hold one of the two pytest processes for those 12 minutes
+and lengthen the warm run by about that much; beside them it costs the others a few percent of
+CPU and ends well before the longest of them. It shares nothing with them: its API server is
+its own, on the host's address; its iptables rules touch only its Service range and the host's
+address; one node per machine (a lock).
 Each tier writes its log and a JUnit report to the output directory; at the end each tier's
 log is printed whole (with ``--durations=30``: where the time goes), then each tier's pytest
 summary, then one line counting every tier: ``N passed, N failed, N skipped`` (a tier that
