@@ -16,6 +16,7 @@ says where).
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -147,7 +148,8 @@ def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostNats]:
 def namespace(node: Node, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for the test (its ``default`` ServiceAccount and ``kube-root-ca.crt``
     there), deleted with everything in it afterwards."""
-    name = "t-" + request.node.name.lower().replace("_", "-")[5:45].strip("-")
+    words = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
+    name = "t-" + words[:50].strip("-")
     node.create_namespace(name)
     try:
         yield name
