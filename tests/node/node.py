@@ -546,6 +546,11 @@ class Node:
             args.append("--previous")
         return self.kubectl(*args)
 
+    def exec(self, namespace: str, pod: str, *command: str, container: str | None = None) -> str:
+        """``kubectl exec`` (through the kubelet and containerd's stream server); stdout."""
+        args = ["exec", pod, "-n", namespace, *(["-c", container] if container else [])]
+        return self.kubectl(*args, "--", *command)
+
     def events(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
         """The core/v1 Events in ``namespace`` (about the object ``name`` when given), oldest
         first."""
