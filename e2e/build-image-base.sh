@@ -37,6 +37,7 @@ key="$( { sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1; echo "$suite $packages 
 cache="${K8S_EVENT_BRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-event-bridge}/images"
 tarball="$cache/base-standin-$suite-$key.tar"
 if [ -s "$tarball" ]; then
+  touch "$tarball"  # in use: see the pruning below
   echo "$tarball"
   exit 0
 fi
@@ -66,7 +67,7 @@ url="$(mirror | head -n1)"
 if ! command -v debootstrap >/dev/null 2>&1; then
   log "installing debootstrap (apt-get)"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2 \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >&2 \
     || die "debootstrap is missing and apt-get could not install it"
 fi
 
@@ -104,5 +105,8 @@ rm -f "$rootfs"/etc/apt/sources.list.d/* "$rootfs/etc/hostname" "$rootfs/etc/res
 tar --numeric-owner -C "$rootfs" -cf "$work/base.tar" .
 mv "$work/packages" "$tarball.packages"
 mv "$work/base.tar" "$tarball"
+# other stand-ins (another checkout's version of this script) unused for a week
+find "$cache" -maxdepth 1 -name "base-standin-$suite-*.tar" ! -path "$tarball" -mtime +7 \
+  -exec rm -f {} {}.packages \;
 log "STAND-IN base built in $(( $(date +%s) - start )) s: $tarball ($(du -m "$tarball" | cut -f1) MiB, Python $have)"
 echo "$tarball"

@@ -12,8 +12,9 @@ tools/imagelayers.py reads what a saved image holds.
 The engine is Debian's ``dockerd`` (package ``docker.io``, installed with apt-get when missing)
 with its own data-root under the cache (``~/.cache/k8s-event-bridge/docker``: the layers stay
 cached between runs), socket, exec-root, pidfile and cgroup parent, no iptables rules and no
-bridge; overlay2 where an overlay mount works, vfs otherwise. A machine-wide ``flock`` on the
-data-root makes a second engine wait. It stops by its pid, and so does its containerd child.
+bridge; overlay2 where an overlay mount works, vfs otherwise (``K8S_EVENT_BRIDGE_DOCKER_STORAGE``
+chooses). A machine-wide ``flock`` on the data-root makes a second engine wait. It stops by its
+pid, and so does its containerd child.
 
 The base: ``K8S_EVENT_BRIDGE_IMAGE_BASE`` when set (a tag, or ``standin``); else the
 Dockerfile's default (the official ``python:3.11-slim``) when the engine has it or pulls it
@@ -50,6 +51,9 @@ PULL_TIMEOUT = 60.0  # seconds: "can be pulled quickly"; a registry out of reach
 DOCKER = "/usr/bin/docker"  # Debian's client: BuildKit without the buildx plugin
 DOCKERD = "/usr/sbin/dockerd"
 BASE_ENV = "K8S_EVENT_BRIDGE_IMAGE_BASE"
+DRIVER_ENV = "K8S_EVENT_BRIDGE_DOCKER_STORAGE"  # overlay2 or vfs: else overlay2 where it works
+BUILD_CACHE = "2GB"  # BuildKit's cache kept in the engine's data-root
+KEEP_ARCHIVES = 3  # saved images of one tag kept in the cache, the last used
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -194,19 +198,34 @@ def overlay_works(where: Path) -> bool:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
 def ensure_installed() -> None:
     """Debian's docker.io (dockerd, containerd, runc and its own client), installed with
-    apt-get as root when missing."""
+    apt-get as root when missing, without its recommends and without starting the system's
+    Docker service (a policy-rc.d that refuses, only while apt-get runs, when none is there)."""
     if Path(DOCKERD).exists() and Path(DOCKER).exists():
         return
     if os.geteuid() != 0:
         raise ImageError(f"{DOCKERD} or {DOCKER} is missing: apt-get install docker.io (as root)")
     say("installing docker.io (apt-get)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "docker.io"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise ImageError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "docker.io"]
+    policy = not POLICY_RC_D.exists()
+    if policy:
+        POLICY_RC_D.write_text(
+            "#!/bin/sh\n# tools/image.py: no service started by apt-get\nexit 101\n"
+        )
+        POLICY_RC_D.chmod(0o755)
+    try:
+        for cmd in (["apt-get", "update", "-qq"], install):
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise ImageError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    finally:
+        if policy:
+            POLICY_RC_D.unlink(missing_ok=True)
 
 
 @dataclass
@@ -293,7 +312,9 @@ class Engine:
         self._take_lock()
         try:
             self._stop_leftover()
-            self.driver = "overlay2" if overlay_works(self.data_root) else "vfs"
+            self.driver = os.environ.get(DRIVER_ENV) or (
+                "overlay2" if overlay_works(self.data_root) else "vfs"
+            )
             if not self._run(timeout) and self.driver == "overlay2":
                 say("dockerd did not start with overlay2; vfs instead")
                 self.driver = "vfs"
@@ -488,9 +509,32 @@ def standin_base(eng: Engine, cache: Path) -> str:
     return tag
 
 
-def archive_name(tag: str, standin: bool) -> str:
+def _prune(eng: Engine, cache: Path, archive: Path) -> None:
+    """What earlier builds left: archives of the same name but the KEEP_ARCHIVES used last,
+    stand-in bases whose tarball the script has pruned (unused for a week), untagged images,
+    build cache beyond BUILD_CACHE (the newest stays)."""
+    same = archive.name.rsplit("-", 1)[0]
+    older = sorted(
+        (p for p in archive.parent.glob(f"{same}-*.tar") if p.name.rsplit("-", 1)[0] == same),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in older[KEEP_ARCHIVES:]:
+        if old != archive:
+            old.unlink(missing_ok=True)
+    listed = eng.docker("image", "ls", "--format={{.Repository}}:{{.Tag}}", STANDIN_REPOSITORY)
+    for ref in listed.stdout.split():
+        if not (cache / "images" / f"base-{ref.partition(':')[2]}.tar").exists():
+            eng.docker("rmi", ref, check=False)
+    eng.docker("image", "prune", "--force", check=False)
+    eng.docker("builder", "prune", "--force", f"--keep-storage={BUILD_CACHE}", check=False)
+
+
+def archive_name(tag: str, standin: bool, image_id: str) -> str:
+    """``<tag>[-standin]-<id>.tar``: named by what it holds, so a build of another checkout
+    sharing the cache never replaces an archive that a test is reading."""
     name = re.sub(r"[^\w.-]+", "-", tag)
-    return f"{name}{'-standin' if standin else ''}.tar"
+    return f"{name}{'-standin' if standin else ''}-{image_id.removeprefix('sha256:')[:12]}.tar"
 
 
 _built: dict[tuple[str, str | None, Path, Path], Image] = {}
@@ -559,14 +603,15 @@ def build_image(
         lap("build")
         inspected = json.loads(eng.docker("image", "inspect", tag).stdout)[0]
         image_id, size = str(inspected["Id"]), int(inspected["Size"])
-        archive = images / archive_name(tag, choice.standin)
-        saved = archive.with_name(archive.name + ".id")
-        if not (archive.exists() and saved.exists() and saved.read_text().strip() == image_id):
+        archive = images / archive_name(tag, choice.standin, image_id)
+        if archive.exists():
+            archive.touch()  # in use: see _prune
+        else:
             partial = archive.with_name(archive.name + ".partial")
             eng.docker("save", "--output", str(partial), tag)
             partial.replace(archive)
-            saved.write_text(image_id + "\n")
         lap("save")
+        _prune(eng, cache, archive)
     image = Image(tag, archive, chosen, choice.standin, size, image_id, tuple(timings))
     say(f"built {image.describe()}; saved to {archive} ({_seconds(timings)})")
     _built[key] = image

@@ -11,6 +11,7 @@ tests/node/test_image.py reads the image tools/image.py builds with it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tarfile
@@ -37,6 +38,7 @@ class Scan:
     layers: list[str]  # the layers' names in the archive, bottom first
     secrets: list[tuple[int, str, str]] = field(default_factory=list)  # (layer, path, what)
     written: list[dict[str, Entry]] = field(default_factory=list)  # what each layer wrote
+    id: str = ""  # the image's id: sha256 of its config, as the engine names it
 
 
 def _entry_type(member: tarfile.TarInfo) -> str:
@@ -111,10 +113,10 @@ def config_secrets(config: dict[str, Any]) -> list[str]:
     return [s for s in settings if SECRET_SETTING.search(s)]
 
 
-def _outer(archive: Path) -> tuple[dict[str, Any], list[str]]:
+def _outer(archive: Path) -> tuple[bytes, list[str]]:
     with tarfile.open(archive) as tar:
         manifest = json.load(_member(tar, "manifest.json"))[0]
-        config = json.load(_member(tar, manifest["Config"]))
+        config = _member(tar, manifest["Config"]).read()
     return config, list(manifest["Layers"])
 
 
@@ -129,7 +131,7 @@ def scan(archive: Path) -> Scan:
     """Read a ``docker save`` archive: the config, the image's filesystem, and every secret
     of every layer (a file removed by a later layer is still in its own)."""
     config, names = _outer(archive)
-    result = Scan(config, {}, names)
+    result = Scan(json.loads(config), {}, names, id=f"sha256:{hashlib.sha256(config).hexdigest()}")
     with tarfile.open(archive) as outer:
         for index, name in enumerate(names):
             with tarfile.open(fileobj=_member(outer, name), mode="r:*") as layer:

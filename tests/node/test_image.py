@@ -73,15 +73,24 @@ def built(request: pytest.FixtureRequest) -> Image:
 
 @pytest.fixture(scope="module")
 def scanned(built: Image) -> Scan:
-    return scan(built.archive)
+    found = scan(built.archive)
+    assert found.id == built.id, f"{built.archive} holds another build than {built.id}"
+    return found
+
+
+def _id(eng: Engine, tag: str) -> str:
+    done = eng.docker("image", "inspect", "--format={{.Id}}", tag, check=False)
+    return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def eng(built: Image) -> Iterator[Engine]:
-    """The engine that built it, running for this module's containers."""
+    """The engine that built it, running for this module's containers, with that build under
+    its tag (loaded from the archive if another build took the tag meanwhile)."""
     with engine() as e:
-        if not e.has(built.tag):
+        if _id(e, built.tag) != built.id:
             e.docker("load", "--input", str(built.archive))
+        assert _id(e, built.tag) == built.id, f"{built.archive} holds another build"
         yield e
 
 

@@ -58,7 +58,12 @@ def test_the_base_is_the_official_one_unless_it_cannot_be_had(
     assert asked == ([OFFICIAL] if override is None and not present else [])
 
 
-def test_an_archive_is_named_after_its_tag_and_says_stand_in() -> None:
-    assert archive_name("k8s-event-bridge:test", True) == "k8s-event-bridge-test-standin.tar"
-    assert archive_name("k8s-event-bridge:test", False) == "k8s-event-bridge-test.tar"
-    assert archive_name("a/b:c", False) == "a-b-c.tar"
+def test_an_archive_is_named_after_its_tag_its_image_and_says_stand_in() -> None:
+    image_id = "sha256:" + "0123456789ab" + "f" * 52
+    assert archive_name("k8s-event-bridge:test", True, image_id) == (
+        "k8s-event-bridge-test-standin-0123456789ab.tar"
+    )
+    assert archive_name("k8s-event-bridge:test", False, image_id) == (
+        "k8s-event-bridge-test-0123456789ab.tar"
+    )
+    assert archive_name("a/b:c", False, image_id) == "a-b-c-0123456789ab.tar"
