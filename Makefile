@@ -52,11 +52,11 @@ demo-cluster: $(BIN)/.installed
 	$(BIN)/python -m tests.e2e.demo_cluster --version $(K8S)
 
 # build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions (the
-# newest with the living cluster: docs/e2e.md), the Alertmanager the alerting subscriber's tests
+# newest with the living cluster and the node's kubelet and kube-proxy: docs/e2e.md), the Alertmanager the alerting subscriber's tests
 # send to, promtool (the alert rules' tests) and helm (the chart's), natsauth and the benchmark's
 # Go reference (bench/goref)
 control-plane:
-	bash e2e/build-control-plane.sh --living newest
+	bash e2e/build-control-plane.sh --living --node newest
 	bash e2e/build-control-plane.sh oldest
 	bash e2e/build-alertmanager.sh
 	bash e2e/build-go-tool.sh promtool
