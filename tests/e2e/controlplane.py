@@ -96,6 +96,8 @@ ADMIN_USER = "e2e-admin"
 CONTROL_PLANE_BINARIES = ("kube-apiserver", "kubectl", "etcd")
 LIVING_BINARIES = ("kube-scheduler", "kube-controller-manager", "kwok")
 BINARIES = CONTROL_PLANE_BINARIES + LIVING_BINARIES
+# what a real node adds (tests/node/node.py: ``--node``)
+NODE_BINARIES = ("kubelet", "kube-proxy")
 VERSIONS_ENV = "K8S_EVENT_BRIDGE_E2E_VERSIONS"
 # the versions the tier runs the living cluster on (docs/e2e.md: by default the newest only)
 LIVING_ENV = "K8S_EVENT_BRIDGE_E2E_LIVING"
@@ -182,17 +184,20 @@ def binaries_present(version: str | None = None, living: bool = True) -> bool:
     return all(os.access(d / name, os.X_OK) for name in names)
 
 
-def ensure_binaries(version: str | None = None, stream: bool = False, living: bool = False) -> Path:
+def ensure_binaries(
+    version: str | None = None, stream: bool = False, living: bool = False, node: bool = False
+) -> Path:
     """Run e2e/build-control-plane.sh for ``version`` (default: the newest; instant when
     cached) and return its bin directory: the control plane's binaries, with ``living`` the
-    living cluster's too (``--living``).
+    living cluster's too (``--living``), with ``node`` the kubelet and kube-proxy (``--node``).
 
     Raises ControlPlaneError with the end of the build output if the build fails: the e2e tier
     must fail loudly, never skip.
     """
     version = version or kubernetes_version("newest")
-    names = BINARIES if living else CONTROL_PLANE_BINARIES
-    cmd = ["bash", str(BUILD_SCRIPT), *(["--living"] if living else []), version]
+    names = (BINARIES if living else CONTROL_PLANE_BINARIES) + (NODE_BINARIES if node else ())
+    flags = [*(["--living"] if living else []), *(["--node"] if node else [])]
+    cmd = ["bash", str(BUILD_SCRIPT), *flags, version]
     if stream:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
         err = ""
@@ -203,8 +208,8 @@ def ensure_binaries(version: str | None = None, stream: bool = False, living: bo
     if proc.returncode != 0 or not lines:
         tail = "\n".join(err.strip().splitlines()[-40:])
         raise ControlPlaneError(
-            f"e2e/build-control-plane.sh {version} failed (exit {proc.returncode}); the e2e "
-            f"tier needs {', '.join(names)}.\n{tail}"
+            f"e2e/build-control-plane.sh {' '.join([*flags, version])} failed "
+            f"(exit {proc.returncode}); the e2e tier needs {', '.join(names)}.\n{tail}"
         )
     path = Path(lines[-1])
     for name in names:
@@ -234,9 +239,13 @@ def _kill(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 class Certs:
-    """CA, serving cert, admin client cert and the service-account key pair, as PEM files."""
+    """CA, serving cert, admin client cert and the service-account key pair, as PEM files.
 
-    def __init__(self, directory: Path) -> None:
+    ``hosts``: more IP addresses the serving cert is valid for (a real node's apiserver listens
+    on the host's address); :meth:`issue` signs more leaves with the same CA (a kubelet's client
+    and serving certs)."""
+
+    def __init__(self, directory: Path, hosts: Sequence[str] = ()) -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -246,6 +255,8 @@ class Certs:
         self.dir = directory
         now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
         later = now + dt.timedelta(days=2)
+
+        self._now, self._later = now, later
 
         def write_key(path: Path, key: Any) -> None:
             path.write_bytes(
@@ -319,6 +330,7 @@ class Certs:
                 x509.DNSName("kubernetes.default.svc"),
                 x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                 x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                *(x509.IPAddress(ipaddress.ip_address(h)) for h in hosts),
             ],
         )
         admin_key, admin_cert = leaf(
@@ -333,6 +345,7 @@ class Certs:
         )
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
+        self._leaf, self._write_key, self._write_cert = leaf, write_key, write_cert
         self.ca_cert = directory / "ca.crt"
         self.ca_key = directory / "ca.key"
         self.serving_cert = directory / "apiserver.crt"
@@ -353,6 +366,35 @@ class Certs:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         )
+
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        *,
+        organization: str | None = None,
+        server_ips: Sequence[str] = (),
+        server_names: Sequence[str] = (),
+    ) -> tuple[Path, Path]:
+        """Another certificate from the CA: a client cert for ``common_name`` (in
+        ``organization``), or with ``server_ips`` / ``server_names`` a serving cert for them.
+        Written as ``<name>.crt`` and ``<name>.key``; returns both paths."""
+        from cryptography import x509
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        if organization:
+            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+        sans: list[x509.GeneralName] = [
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
+            *(x509.DNSName(n) for n in server_names),
+        ]
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if sans else ExtendedKeyUsageOID.CLIENT_AUTH
+        key, cert = self._leaf(x509.Name(attrs), usage, sans or None)
+        crt_path, key_path = self.dir / f"{name}.crt", self.dir / f"{name}.key"
+        self._write_cert(crt_path, cert)
+        self._write_key(key_path, key)
+        return crt_path, key_path
 
     def admin_ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_cert))
@@ -449,6 +491,9 @@ class ApiServer:
         extra_args: Sequence[str],
         kubectl_binary: Path,
         service_account_admission: bool = False,
+        address: str = "127.0.0.1",
+        authorization_mode: str = "RBAC",
+        admission_plugins: Sequence[str] = (),
     ) -> None:
         self.binary = binary
         self.kubectl_binary = kubectl_binary
@@ -461,8 +506,11 @@ class ApiServer:
         self.events_watch_cache = events_watch_cache
         self.extra_args = list(extra_args)
         self.service_account_admission = service_account_admission
+        self.address = address
+        self.authorization_mode = authorization_mode
+        self.admission_plugins = list(admission_plugins)
         self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.url = f"https://{address}:{self.port}"
         self.issuer = issuer or f"{self.url}/"
         self.log_path = workdir / f"{name}.log"
         self.cert_dir = workdir / f"{name}-certs"
@@ -489,14 +537,20 @@ class ApiServer:
             f"--tls-private-key-file={c.serving_key}",
             f"--client-ca-file={c.ca_cert}",
             f"--secure-port={self.port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             # 1.37 refuses a loopback advertise address for the `kubernetes` Service's endpoints
-            # ("may not be in the loopback range"); nothing here reaches the apiserver that way
-            "--endpoint-reconciler-type=none",
+            # ("may not be in the loopback range"); nothing here reaches the apiserver that way.
+            # On another address (a real node's Pods reach it through the Service) it keeps them.
+            *(["--endpoint-reconciler-type=none"] if _loopback(self.address) else []),
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--authorization-mode=RBAC",
+            f"--authorization-mode={self.authorization_mode}",
+            *(
+                [f"--enable-admission-plugins={','.join(self.admission_plugins)}"]
+                if self.admission_plugins
+                else []
+            ),
             *(
                 []
                 if self.service_account_admission
@@ -881,6 +935,10 @@ class ControlPlane:
             raise ControlPlaneError(
                 f"watch from RV {rv} did not get 410 in {timeout}s: {last}"
             ) from None
+
+
+def _loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
 
 
 def _b64(s: str) -> str:
