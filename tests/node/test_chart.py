@@ -30,7 +30,7 @@ from tests.node.workloads import (
     uninstall,
 )
 
-pytest_plugins = ["tests.node.workloads"]
+pytest_plugins = ["tests.node.installs"]
 
 CRD_NAMES = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 

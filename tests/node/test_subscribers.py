@@ -53,7 +53,7 @@ from tests.node.workloads import (
     secret,
 )
 
-pytest_plugins = ["tests.node.workloads"]
+pytest_plugins = ["tests.node.installs"]
 
 ALERTING = "k8s-event-alerting"
 REMEDIATION = "k8s-event-remediation"

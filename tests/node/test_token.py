@@ -29,7 +29,7 @@ from tests.node.workloads import (
     timestamp,
 )
 
-pytest_plugins = ["tests.node.workloads"]
+pytest_plugins = ["tests.node.installs"]
 
 LIFE = 600
 

@@ -12,12 +12,10 @@ back (tests/node/test_chart.py, test_deploy.py, test_subscribers.py, test_token.
   (``SelfSubjectReview``), a Pod's last status as a watch delivers it (:class:`PodWatch`), and
   :class:`Truth`, tests/e2e/truth.py's independent watch of every Event version, in a thread.
 - :func:`assert_carried`: every Event version the API server had is in the stream once.
-- Session fixtures, one per session whichever module asks first (a test module registers this
-  module with ``pytest_plugins``): :func:`deployed` (deploy/ with its NATS), :func:`cluster_events`
-  (what makes the cluster write Warnings: an unschedulable Pod, a crash loop, an OOM kill) and
-  :func:`chart_release` (the chart as docs/deploy.md installs it, left running for
-  tests/node/test_token.py: the token's life is the longest wait of the tier, so the release
-  that waits for it is the first thing installed).
+- What the session fixtures of tests/node/installs.py install and undo: :func:`deploy` (deploy/
+  with its NATS), :func:`warnings_of_the_cluster` (what makes the cluster write Warnings: an
+  unschedulable Pod, a crash loop, an OOM kill) and :func:`installed` (the chart by a page's
+  command).
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from k8s_event_sim.natsserver import binary as nats_binary
@@ -679,13 +676,12 @@ def secret(node: Any, namespace: str, name: str, **data: str) -> None:
     node.kubectl("-n", namespace, "create", "secret", "generic", name, *literals)
 
 
-@pytest.fixture(scope="session")
-def deployed(node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+@contextlib.contextmanager
+def deploy(node: Any, work: Path) -> Iterator[Deployed]:
     """deploy/ installed as docs/deploy.md says: NATS with the shipped permissions, the stream
     and buckets provisioned by ``k8s-event-bridge provision`` with the operator's credentials,
     the bridge's password in the Secret ``k8s-event-bridge-nats``, ``kubectl apply -k`` of the
     overlay, ``kubectl rollout status``; then the truth of the cluster's Events recorded."""
-    work = tmp_path_factory.mktemp("deploy")
     nats = SecuredNats(node.host, work / "nats").start()
     api = Api(Path(node.kubeconfig))
     truth = Truth(api)
@@ -781,8 +777,8 @@ class ClusterEvents:
         return pods(self.node, self.namespace, f"app={app}")
 
 
-@pytest.fixture(scope="session")
-def cluster_events(node: Any, deployed: Deployed) -> Iterator[ClusterEvents]:
+@contextlib.contextmanager
+def warnings_of_the_cluster(node: Any) -> Iterator[ClusterEvents]:
     """Started once the bridge of deploy/ leads, left running for the session (the crash loop
     and the OOM kill are what the remediation worker acts on later, and their counts grow):
 
@@ -849,7 +845,7 @@ class Release:
         return str(path.read_text())
 
 
-def install(node: Any, work: Path, page: Path, release: str, crds: bool = False) -> Release:
+def install(node: Any, work: Path, page: Path, release: str) -> Release:
     """The chart installed with ``page``'s ``helm install`` command (:func:`as_run_here`), as
     the docs say around it: NATS with the shipped permissions, the stream provisioned with the
     config the chart renders, the bridge's password in ``<fullname>-nats``; Ready."""
@@ -894,11 +890,10 @@ def uninstall(node: Any, release: str, namespace: str, nats: SecuredNats) -> Non
     nats.stop()
 
 
-@pytest.fixture(scope="session")
-def chart_release(node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """The chart as docs/deploy.md's ``helm install`` installs it, for the whole session
-    (tests/node/test_token.py checks it last, after its first token expired)."""
-    r = install(node, tmp_path_factory.mktemp("chart-docs"), REPO / "docs" / "deploy.md", "docs")
+@contextlib.contextmanager
+def installed(node: Any, work: Path, page: Path, release: str) -> Iterator[Release]:
+    """:func:`install`, then :func:`uninstall`."""
+    r = install(node, work, page, release)
     try:
         yield r
     finally:
