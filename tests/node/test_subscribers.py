@@ -6,7 +6,7 @@ credentials, the passwords in the Secrets the manifests name.
 
 - the alerting pair (a StatefulSet of two, each on its own durable, no API token) and the
   remediation worker (its RBAC, its ValidatingAdmissionPolicy, its projected token) get Ready;
-- the alerting pair sends the Warnings the cluster wrote (tests/node/workloads.py
+- the alerting pair sends the Warnings the cluster wrote (tests/node/installs.py
   ``cluster_events``) to a real Alertmanager on the host, both replicas;
 - the worker, with ``dry_run: false`` (the base's own switch, which it says to turn), acts on a
   real workload: it deletes the Pod of the image that crash-loops, and annotates the Deployment
@@ -238,8 +238,12 @@ def test_the_worker_deletes_the_crash_looping_pod_under_its_policy(
 
     (record, *_) = eventually_sync(deleted, 480, 5, what="the crash-looping Pod deleted")
     assert record.get("reportingComponent") == REMEDIATION, record
+    # the record is written first, then the Pod deleted (its uid as the precondition)
     uid = record["involvedObject"]["uid"]
-    assert all(p["metadata"]["uid"] != uid for p in cluster_events.pods_of(CRASH_LOOP))
+    eventually_sync(
+        lambda: all(p["metadata"]["uid"] != uid for p in cluster_events.pods_of(CRASH_LOOP)),
+        60, 1, what=f"the Pod {uid} gone",
+    )  # fmt: skip
     log = s.node.pod_logs(NAMESPACE, s.remediation_pod()["metadata"]["name"])
     acted = [
         line for line in log_lines(log)

@@ -1,5 +1,5 @@
 """The short-lived service-account token, for real: the chart's release of docs/deploy.md
-(tests/node/workloads.py ``chart_release``, installed by the tier's first test and never
+(tests/node/installs.py ``chart_release``, installed by the tier's first test and never
 disturbed since) mounts a projected token of 600 s (the API server's minimum). The kubelet
 writes a new one at 80 % of its life; the API server refuses the first once it expired. Then the
 same containers, never restarted, still work: the leader renews its Lease and publishes Events
@@ -13,6 +13,7 @@ they are killed and deleted on purpose there.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -53,10 +54,11 @@ def test_the_token_rotates_and_the_same_containers_work_after_the_first_expired(
         return all(r.token(n) != r.first[n]["token"] for n in names)
 
     eventually_sync(rotated, max(60, expiry - time.time()), 2, what="the tokens rotated")
-    # the API server refuses the first tokens once they expired (about 10 minutes in)
+    # the API server refuses the first tokens once they expired (about 10 minutes in; it
+    # takes a token up to a minute past its exp, go-jose's leeway, and caches an answer 10 s)
     eventually_sync(
         lambda: all(api.whoami(r.first[n]["token"])[0] == 401 for n in names),
-        max(60, expiry - time.time() + 60), 2, what="the first tokens refused",
+        max(90, expiry - time.time() + 120), 2, what="the first tokens refused",
     )  # fmt: skip
     expired_at = time.time()
     for name in names:
@@ -98,9 +100,10 @@ def test_the_token_rotates_and_the_same_containers_work_after_the_first_expired(
         code, text = http_get(p, "/metrics")
         assert code == 200
         assert metric(text, "k8s_event_bridge_kube_auth_failures_total", status="401") == 0
+        # a refusal is logged with the status 401 or the error Unauthorized
         refused = [
             line for line in log_lines(node.pod_logs(r.namespace, name, "bridge"))
-            if "401" in str(line) or "Unauthorized" in str(line)
+            if "Unauthorized" in json.dumps(line) or str(line.get("status")) == "401"
         ]  # fmt: skip
         assert not refused, refused[:5]
     node.kubectl("-n", r.namespace, "delete", "pod", pod, "--wait=false")
