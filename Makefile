@@ -64,6 +64,15 @@ control-plane:
 	bash e2e/build-go-tool.sh natsauth
 	bash e2e/build-go-tool.sh goref
 
+# the image the tests build and run (tools/image.py, docs/deploy.md "The image"): a Docker
+# Engine of its own (Debian's docker.io, installed if missing) builds k8s-event-bridge:test on
+# the official base, or on a STAND-IN from Debian's packages where that cannot be pulled
+# (e2e/build-image-base.sh), saves it to ~/.cache/k8s-event-bridge/images/ and stops.
+# make image [IMAGE_BASE=standin|<image>]
+.PHONY: image
+image: $(BIN)/.installed
+	$(BIN)/python -m tools.image $(if $(IMAGE_BASE),--base $(IMAGE_BASE))
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check bridge common consumer sim tests tools fuzz soak bench
 	$(BIN)/ruff check bridge common consumer sim tests tools fuzz soak bench

@@ -1,11 +1,14 @@
 """``make test`` (and CI's ``.ci/run``): every check and every test, the Go builds overlapped
-with the tests that need none, two pytest processes side by side.
+with the tests that need none, two pytest processes side by side (and the node tier beside them).
 
 One thread builds, one step after another and at low priority (``nice``), what the tests run
 besides Python: what the e2e tiers, the longest, need first (helm, Alertmanager, the newest
-Kubernetes with the living cluster, ``--living``, then the oldest's control plane: docs/e2e.md),
-then the tools only the go-tools tier runs (natsauth, goref, promtool). Meanwhile the tiers
-start as soon as what they need is there:
+Kubernetes with the living cluster and the node's kubelet and kube-proxy, ``--living --node``,
+then the oldest's control plane: docs/e2e.md), then the tools only the go-tools tier runs
+(natsauth, goref, promtool). Another thread builds the application image meanwhile
+(``python -m tools.image``: its own Docker Engine, started and stopped; mostly downloads and
+unpacking, not the compiler the Go builds keep busy). The tiers start as soon as what they
+need is there:
 
 =============  ====================================================  ==============================
 tier           what                                                  waits for
@@ -15,10 +18,23 @@ unit+integ     tests/unit and tests/integration, without Go tools    nothing
 e2e-newest     tests/e2e on the newest Kubernetes                    its build, helm, Alertmanager
 go-tools       the tests of unit and integration that run a Go tool  the small tools
 e2e-oldest     tests/e2e on the oldest Kubernetes                    its build, helm, Alertmanager
+node           tests/node: the image as real Pods on a real kubelet  newest, helm, Alertmanager,
+                                                                     the image
 =============  ====================================================  ==============================
 
-At most ``--jobs`` (2) pytest processes run at once (lint beside them); of the tiers ready and
-waiting, the first in that order goes first.
+At most ``--jobs`` (2) pytest processes run at once, lint and the node tier beside them; of the
+tiers ready and waiting, the first in that order goes first.
+
+Why the node tier takes no slot: it is long (about 12 minutes) and nearly all of it is waiting
+on the wall clock, not work: a service-account token of 600 s must reach the 80 % of its life
+at which the kubelet rotates it, a drain runs out its grace period, a standby waits out the
+leader's Lease. Its processes (etcd, kube-apiserver, the controller-manager, the scheduler,
+containerd, the kubelet, kube-proxy, a few Pods) idle at about 5 % of one core (docs/e2e.md,
+the node tier). In a slot it would hold one of the two pytest processes for those 12 minutes
+and lengthen the warm run by about that much; beside them it costs the others a few percent of
+CPU and ends well before the longest of them. It shares nothing with them: its API server is
+its own, on the host's address; its iptables rules touch only its Service range and the host's
+address; one node per machine (a lock).
 Each tier writes its log and a JUnit report to the output directory; at the end each tier's
 log is printed whole (with ``--durations=30``: where the time goes), then each tier's pytest
 summary, then one line counting every tier: ``N passed, N failed, N skipped`` (a tier that
@@ -155,7 +171,7 @@ def builds() -> list[Build]:
         # version), the tools only the short go-tools tier runs last
         Build("helm", [*nice, "e2e/build-go-tool.sh", "helm"]),
         Build("alertmanager", [*nice, "e2e/build-alertmanager.sh"]),
-        Build("newest", [*nice, "e2e/build-control-plane.sh", "--living", "newest"]),
+        Build("newest", [*nice, "e2e/build-control-plane.sh", "--living", "--node", "newest"]),
         Build("oldest", [*nice, "e2e/build-control-plane.sh", "oldest"]),
         Build("natsauth", [*nice, "e2e/build-go-tool.sh", "natsauth"]),
         Build("goref", [*nice, "e2e/build-go-tool.sh", "goref"]),
@@ -163,7 +179,14 @@ def builds() -> list[Build]:
     ]
 
 
+def image_builds() -> list[Build]:
+    """Built beside the Go builds, in their own thread (see the module's docstring)."""
+    return [Build("image", ["nice", "-n", "10", str(BIN / "python"), "-m", "tools.image"])]
+
+
 TOOLS = ["natsauth", "goref", "alertmanager", "promtool", "helm"]
+# the tiers that take no pytest slot (lint runs no pytest; the node tier mostly waits)
+BESIDE = ("lint", "node")
 
 
 def tiers(extra: list[str], out: Path) -> list[Tier]:
@@ -190,6 +213,11 @@ def tiers(extra: list[str], out: Path) -> list[Tier]:
             [*pytest, junit("e2e-oldest"), "tests/e2e"],
             ["helm", "alertmanager", "oldest"],
             {"K8S_EVENT_BRIDGE_E2E_VERSIONS": "oldest"},
+        ),
+        Tier(
+            "node",
+            [*pytest, junit("node"), "tests/node"],
+            ["helm", "alertmanager", "newest", "image"],
         ),
     ]
 
@@ -243,13 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="k8s-event-bridge-test-"))
     out.mkdir(parents=True, exist_ok=True)
     procs = Processes()
-    steps = {b.name: b for b in builds()}
+    chains = [builds(), image_builds()]
+    steps = {b.name: b for chain in chains for b in chain}
     run = tiers(extra, out)
     started = time.monotonic()
     say(f"logs and reports in {out}; {args.jobs} pytest processes at once")
 
-    def build_all() -> None:
-        for b in steps.values():
+    def build_all(chain: list[Build]) -> None:
+        for b in chain:
             if args.no_builds:
                 b.ok = True
                 b.done.set()
@@ -275,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tier.summary = f"not run: the build of {why} failed; its {n} tests count as failed"
             return
         log = out / f"{tier.name}.log"
-        uses_slot = tier.name != "lint"
+        uses_slot = tier.name not in BESIDE
         with slots.take(tier.name) if uses_slot else contextlib.nullcontext():
             say(f"{tier.name}: started")
             t0 = time.monotonic()
@@ -289,10 +318,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    builder = threading.Thread(target=build_all, name="builds", daemon=True)
+    builders = [
+        threading.Thread(target=build_all, args=(chain,), name=f"builds-{i}", daemon=True)
+        for i, chain in enumerate(chains)
+    ]
     threads = [threading.Thread(target=run_tier, args=(t,), name=t.name, daemon=True) for t in run]
     try:
-        builder.start()
+        for builder in builders:
+            builder.start()
         for t in threads:
             t.start()
         for t in threads:
@@ -301,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if t.is_alive():
                     busy = [x.name for x in threads if x.is_alive()]
                     say(f"{time.monotonic() - started:.0f}s: waiting on {', '.join(busy)}")
-        builder.join()
+        for builder in builders:
+            builder.join()
     except KeyboardInterrupt:
         say("interrupted")
         return 130

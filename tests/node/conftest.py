@@ -16,6 +16,8 @@ says where).
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +26,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.controlplane import ControlPlaneError, ensure_binaries, kubernetes_version
-from tests.node.node import HostNats, Node, host_address
+from tests.node.host import address
+from tests.node.node import HostNats, Node
 
 HERE = Path(__file__).resolve().parent
 NODE_TIMEOUT = 900
@@ -112,20 +115,29 @@ def node(request: pytest.FixtureRequest, image: Any) -> Iterator[Node]:
     """The real node, the image imported (``node.image`` is its tag); undone at the end."""
     bin_path = _get("bin") if "bin" in _built else None
     n = Node(image, bin_path=bin_path, say=_say(request.config))
+    # a SIGTERM (tools/testrun.py stopping the run) unwinds through the teardown
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     _state["node"] = n
-    n.start()
     try:
+        n.start()
         yield n
     finally:
         n.keep_logs = n.keep_logs or _state["failed"]
         _state["node"] = None
-        n.stop()
+        try:
+            n.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostNats]:
     """A nats-server with JetStream on the host's address and a free port (``nats.url``)."""
-    server = HostNats(host_address(), str(tmp_path_factory.mktemp("nats"))).start()
+    server = HostNats(address(), str(tmp_path_factory.mktemp("nats"))).start()
     try:
         yield server
     finally:
@@ -136,7 +148,8 @@ def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostNats]:
 def namespace(node: Node, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for the test (its ``default`` ServiceAccount and ``kube-root-ca.crt``
     there), deleted with everything in it afterwards."""
-    name = "t-" + request.node.name.lower().replace("_", "-")[5:45].strip("-")
+    words = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))
+    name = "t-" + words[:50].strip("-")
     node.create_namespace(name)
     try:
         yield name

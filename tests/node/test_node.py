@@ -120,6 +120,7 @@ def test_a_container_killed_from_the_host_is_restarted_by_the_kubelet(
             namespace,
             node.image,
             {"command": ["python", "-c", "import signal; print('up', flush=True); signal.pause()"]},
+            terminationGracePeriodSeconds=1,  # PID 1 ignores SIGTERM: no 30 s wait at the end
         )
     )
     node.wait_pod(namespace, "sleeper")
@@ -127,6 +128,11 @@ def test_a_container_killed_from_the_host_is_restarted_by_the_kubelet(
     with open(f"/proc/{pid}/status") as f:
         uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
     assert uids[0] == "65532"  # the host's view of the container's main process
+    # the same process seen from inside (its PID 1, through kubectl exec) and from the host
+    script = "print(open('/proc/1/cmdline').read().replace(chr(0), ' '))"
+    inside = node.exec(namespace, "sleeper", "python", "-c", script).strip()
+    with open(f"/proc/{pid}/cmdline") as f:
+        assert inside == f.read().replace("\0", " ").strip()
     assert node.restart_count(namespace, "sleeper", "main") == 0
 
     os.kill(pid, signal.SIGKILL)

@@ -1,13 +1,16 @@
-"""The image's promises, read from the Dockerfile without Docker: two stages, the build stage
-fetching nothing the lock does not hash, a final stage of wheels alone run by a numeric
-non-root user, its OCI labels, ENTRYPOINT and CMD as docs/deploy.md says; and the manifests
+"""The image's promises, read from the Dockerfile without Docker: two stages on one selectable
+base (``ARG BASE``, the official Python image by default), no frontend fetched (no ``# syntax=``
+line), the build stage fetching nothing the lock does not hash, a final stage of wheels alone
+installed by the build stage's pip (the base's own removed) and run by a numeric non-root
+user, its OCI labels, ENTRYPOINT and CMD as docs/deploy.md says; and the manifests
 that run it (deploy/deployment.yaml, deploy/consumers/, the Helm chart rendered) with a
 read-only root filesystem, an emptyDir where the programs write and the Dockerfile's user.
 
 The parser is small and says what it does not read: it takes the instructions (keyword and
 arguments, continuation lines joined, comment lines dropped), the stages (``FROM image [AS
 name]``), exec-form JSON, and the ``KEY=value`` lists of ENV, LABEL and ARG; a heredoc or
-another escape character is refused, not misread.
+another escape character is refused, not misread. tests/node/test_image.py checks the image
+built from it.
 """
 
 from __future__ import annotations
@@ -123,6 +126,16 @@ def instructions(text: str) -> list[Instruction]:
         parts = []
     if parts:
         raise ValueError(f"line {start}: the last instruction ends in a continuation")
+    return out
+
+
+def global_args(text: str) -> dict[str, str]:
+    """The ``ARG``s before the first FROM (what a ``FROM ${NAME}`` may use), with defaults."""
+    out: dict[str, str] = {}
+    for i in instructions(text):
+        if i.keyword == "FROM":
+            break
+        out.update(i.pairs())
     return out
 
 
@@ -294,6 +307,7 @@ def test_parser_joins_continuations_drops_comments_and_splits_stages() -> None:
         "CMD run --config x\n"
     )
     build, last = stages(text)
+    assert global_args(text) == {"BASE": "python:3.11-slim"}
     assert (build.base, build.name, last.base, last.name) == (
         "python:3.11-slim",
         "build",
@@ -346,16 +360,32 @@ def test_pip_commands_are_read_with_their_options() -> None:
 # --- the Dockerfile -------------------------------------------------------------------------
 
 
-def test_two_stages_on_one_base_the_wheels_built_for_the_python_that_runs_them(
+def test_two_stages_on_one_selectable_base_the_official_python_by_default(
     dockerfile: list[Stage],
 ) -> None:
+    """Both stages are ``FROM ${BASE}``: the wheels are built for the Python that runs them.
+    BASE defaults to the official image users build on; tools/image.py reads the same default
+    and builds on a stand-in only where that one cannot be pulled."""
+    from tools.image import official_base
+
     build, final = dockerfile
     assert build.name == "build"
     assert build.base == final.base
+    assert re.fullmatch(r"\$\{?BASE\}?", final.base), final.base
+    default = global_args(DOCKERFILE.read_text())["BASE"]
     # a digest may pin it (python:3.11-slim@sha256:...)
-    assert re.fullmatch(r"python:3\.11-slim(@sha256:[0-9a-f]{64})?", final.base), final.base
+    assert re.fullmatch(r"python:3\.11-slim(@sha256:[0-9a-f]{64})?", default), default
+    assert official_base(DOCKERFILE.read_text()) == default
     requires = pyproject()["requires-python"]
     assert requires == ">=3.11", "the base image's Python must satisfy requires-python"
+    assert "--build-arg BASE=" in image_section(), "docs/deploy.md does not say how to choose it"
+
+
+def test_no_frontend_is_fetched_to_build_it() -> None:
+    """A ``# syntax=`` line makes BuildKit pull a frontend image from a registry; the built-in
+    frontend builds ``RUN --mount``."""
+    head = DOCKERFILE.read_text().split("\nFROM", 1)[0]
+    assert not re.search(r"^#\s*syntax\s*=", head, re.M | re.I)
 
 
 def test_the_build_stage_fetches_only_what_the_lock_hashes(dockerfile: list[Stage]) -> None:
@@ -418,18 +448,42 @@ def test_the_final_stage_installs_the_wheels_alone_with_no_build_tools(final: St
     assert not final.all("COPY") and not final.all("ADD"), "only the wheels come in"
     mounts = [i.args for i in final.all("RUN") if "--mount=" in i.args]
     assert any("from=build" in m and "source=/wheels" in m for m in mounts)
+    # the build stage's venv is mounted: its pip installs, and stays in no layer
+    assert any("from=build" in m and "source=/build," in m for m in mounts)
     words = [w for run in final.all("RUN") for c in commands(run) for w in c]
     for tool in ("apt-get", "apt", "apk", "dnf", "yum", "gcc", "cc", "make", "git", "curl"):
         assert tool not in words, f"{tool} in the final stage"
+    pip_commands = [c for run in final.all("RUN") for c in commands(run) if pip(c) is not None]
+    assert pip_commands and all(c[0] == "/build/bin/pip" for c in pip_commands), pip_commands
     seen = pips(final)
     assert [p.subcommand for p in seen] == ["install", "check"]
     install = seen[0]
     assert {"--no-index", "--no-deps"} <= install.flags
     assert install.positional == ["/wheels/*.whl"]
+    assert install.options["--python"] == ["/opt/venv/bin/python"]
     # the venv it runs from has no pip and no setuptools
     venvs = [c for run in final.all("RUN") for c in commands(run) if c[1:3] == ["-m", "venv"]]
     assert venvs and all("--without-pip" in c for c in venvs)
     assert final.env()["PATH"].startswith("/opt/venv/bin:")
+    assert not [k for k in final.env() if k.startswith("PIP_")], "pip's settings, and no pip"
+
+
+def test_the_final_stage_removes_the_base_s_pip_and_proves_it_gone(final: Stage) -> None:
+    """The official base ships pip, setuptools and wheel in /usr/local; ensurepip bundles pip
+    wheels (Debian's in /usr/share/python-wheels). The last RUN removes them all, then fails
+    the build if ``import pip`` works in either Python."""
+    run = [c for i in final.all("RUN") for c in commands(i)]
+    removed = {w for c in run if c[:2] == ["rm", "-rf"] for w in c[2:]}
+    for path in (
+        "/usr/local/bin/pip",
+        "/usr/local/lib/python3.*/site-packages/*",
+        "/usr/local/lib/python3.*/ensurepip",
+        "/usr/lib/python3.*/ensurepip",
+        "/usr/share/python-wheels",
+    ):
+        assert path in removed, f"{path} is not removed"
+    for python in ("/usr/local/bin/python", "/opt/venv/bin/python"):
+        assert ["!", python, "-c", "import pip"] in run, f"{python} is not checked for pip"
 
 
 def test_the_image_runs_as_a_numeric_non_root_user(final: Stage) -> None:
