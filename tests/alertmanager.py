@@ -139,7 +139,8 @@ def config(
 
 @dataclass
 class Alertmanager:
-    """``alertmanager`` as a real child process on a free loopback port."""
+    """``alertmanager`` as a real child process on a free port of ``host`` (loopback unless told:
+    the node tier's Pods reach it on the host's address)."""
 
     workdir: Path
     webhook_url: str
@@ -147,10 +148,11 @@ class Alertmanager:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     config_overrides: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -176,7 +178,7 @@ class Alertmanager:
                     str(self.binary),
                     f"--config.file={cfg}",
                     f"--storage.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    f"--web.listen-address={self.host}:{self.port}",
                     "--cluster.listen-address=",  # no gossip: one instance, no peers
                     "--log.level=debug",
                 ],

@@ -209,6 +209,14 @@ def test_helm_lint_strict_passes(tmp_path: Path, values: dict[str, Any]) -> None
         ({"config": {"htpp": {"port": 8081}}}, "additional properties 'htpp' not allowed"),
         ({"serviceMonitor": {"interval": "30 s"}}, "at '/serviceMonitor/interval'"),
         (
+            {"serviceAccount": {"tokenExpirationSeconds": 599}},
+            "at '/serviceAccount/tokenExpirationSeconds': minimum: got 599, want 600",
+        ),
+        (
+            {"serviceAccount": {"tokenExpirationSeconds": 3607}},
+            "not 3607: the API server extends a token asked for exactly 3607 s to a year",
+        ),
+        (
             {"config": {"leader_election": {"enabled": True}}},
             "set leaderElection.*, not config.leader_election",
         ),
@@ -225,6 +233,8 @@ def test_helm_lint_strict_passes(tmp_path: Path, values: dict[str, Any]) -> None
         "nats-url-without-scheme",
         "misspelt-config-section",
         "bad-scrape-interval",
+        "token-below-the-api-minimum",
+        "token-the-api-server-extends",
         "config-leader-election",
     ],
 )

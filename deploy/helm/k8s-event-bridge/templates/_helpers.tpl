@@ -56,6 +56,39 @@ app.kubernetes.io/component: bridge
 {{- end }}
 {{- end }}
 
+{{/* The API server's token, its CA and the namespace, where the in-cluster config reads them:
+what Kubernetes mounts by itself (kube-api-access-<random>), but with a token of
+serviceAccount.tokenExpirationSeconds (600: the API server's minimum) instead of 3607 s, which
+the API server extends to a year. The kubelet writes a new token at 80 % of its life; the bridge
+and the remediation worker read the file again at most a minute after it changed. The Pods set
+automountServiceAccountToken: false and mount this volume (apiAccessMount) instead. */}}
+{{- define "k8s-event-bridge.apiAccessVolume" -}}
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: {{ .Values.serviceAccount.tokenExpirationSeconds | int }}
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end }}
+
+{{- define "k8s-event-bridge.apiAccessMount" -}}
+- name: kube-api-access
+  mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+  readOnly: true
+{{- end }}
+
 {{/* The HTTP port: config.http.port, else 8080. */}}
 {{- define "k8s-event-bridge.httpPort" -}}
 {{- dig "http" "port" 8080 .Values.config | int }}
