@@ -15,6 +15,9 @@ code does not know yet) and compares it with the shape it was built for (``diffe
 
 - ``event_stream``: the bridge's ``K8S_EVENTS``: limits retention, file storage, the sizes the
   bridge's settings give, ``deny_delete`` and ``deny_purge`` on, nothing else;
+- ``dead_letter_stream``: where a subscriber puts a message its endpoint refused for good
+  (``K8S_EVENTS_DEAD``): limits retention, file storage, ``deny_delete`` on, purges allowed
+  (an operator clears what was dealt with), each message id kept for the duplicate window;
 - ``kv_bucket``: a KV bucket (``KV_<bucket>``): the stream nats-py's ``create_key_value`` makes
   (rollups, per-message TTLs and discard-new are how KV works), with no republish.
 
@@ -122,6 +125,37 @@ def event_stream(
         duplicate_window=duplicate_window,
         deny_delete=True,
         deny_purge=True,
+        allow_rollup_hdrs=False,
+    )
+
+
+def dead_letter_stream(
+    name: str,
+    subjects: list[str],
+    *,
+    max_age: float,
+    num_replicas: int = 1,
+    duplicate_window: float = 120.0,
+) -> StreamConfig:
+    """A subscriber's dead letters: the messages its endpoint refused for good, with the
+    endpoint's reason in their headers, kept ``max_age`` seconds (0: until purged); a message
+    id (``Nats-Msg-Id``, the CloudEvent id) stored once within ``duplicate_window``."""
+    return StreamConfig(
+        name=name,
+        subjects=list(subjects),
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=max_age,
+        max_bytes=-1,
+        max_msgs=-1,
+        max_msgs_per_subject=-1,
+        max_msg_size=-1,
+        max_consumers=-1,
+        num_replicas=num_replicas,
+        duplicate_window=duplicate_window,
+        deny_delete=True,
+        deny_purge=False,
         allow_rollup_hdrs=False,
     )
 

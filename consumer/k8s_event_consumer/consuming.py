@@ -19,6 +19,11 @@ subscriber killed between its action and its ack), and the bridge's stream itsel
 id once. A redelivered id already handled is acked and skipped, not handled twice; ``KVSeen``
 keeps that memory in a JetStream KV bucket across restarts, ``MemorySeen`` in the process.
 
+``run_batches(on_batch)`` is the same consumer for a handler that works on many messages at
+once (the OTLP subscriber sends them as one request): the messages in hand are decoded, the
+ids already handled acked and skipped, the rest handed over together, kept from redelivery
+(``in_progress``) while the handler works, and settled each by the outcome it returns.
+
 ``replay`` reads a stretch of the stream (from a time or a sequence) without a durable.
 """
 
@@ -189,6 +194,9 @@ class Delivery:
     stream_sequence: int
     num_delivered: int
     timestamp: datetime | None
+    # the message as stored (a dead letter carries it on unchanged); empty where not kept
+    headers: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    body: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -197,6 +205,11 @@ class Delivery:
 
 E = TypeVar("E", KubeEvent, Status)
 Callback = Callable[[Any, Delivery], Awaitable[None]]
+# a batch's outcome, one per delivery in its order: None (done: remembered and acked), a
+# ``Retry`` (nak'd with its delay) or a ``Discard`` (acked, not remembered)
+Outcome = Retry | Discard | None
+BatchCallback = Callable[[list[Delivery]], Awaitable[Sequence[Outcome]]]
+MIN_FETCH_WAIT = 0.2  # seconds: nats-py's pull request expires 0.1 s before its timeout
 
 
 @dataclass(frozen=True)
@@ -473,12 +486,122 @@ class Consumer:
                     self.stats.failed += 1
                     log.warning("settle_failed %s: %s", type(exc).__name__, exc)
 
+    async def run_batches(self, on_batch: BatchCallback, *, linger: float = 1.0) -> None:
+        """Until ``stop``: gather up to ``options.batch`` messages (after the first one, for at
+        most ``linger`` seconds more), decode them (one that is no CloudEvent of the bridge is
+        terminated, an id already handled acked and skipped), hand the rest to ``on_batch`` in
+        the stream's order and settle each by its outcome. While ``on_batch`` works, the
+        messages are marked in progress every third of ``ack_wait``, so JetStream delivers none
+        of them again however long the handler waits (on a slow or absent endpoint); one batch
+        is in hand at a time, so memory is bounded by the batch. ``on_batch`` raising: every
+        message nak'd with the back-off step of its delivery count."""
+        while not self._stopping.is_set():
+            msgs = await self._gather(linger)
+            if not msgs:
+                continue
+            try:
+                await self.handle_batch(msgs, on_batch)
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                # NATS away while settling: what is not acked JetStream delivers again
+                self.stats.failed += 1
+                log.warning("settle_failed %s: %s", type(exc).__name__, exc)
+
+    async def _gather(self, linger: float) -> list[Msg]:
+        """Up to ``options.batch`` messages: what the first fetch brings, then more for at most
+        ``linger`` seconds while the batch is not full."""
+        msgs: list[Msg] = []
+        deadline: float | None = None
+        loop = asyncio.get_running_loop()
+        while len(msgs) < self.options.batch and not self._stopping.is_set():
+            if deadline is None:
+                wait = self.options.fetch_timeout
+            else:
+                wait = deadline - loop.time()
+                if wait <= 0:
+                    break
+            try:
+                got = await self._sub.fetch(
+                    self.options.batch - len(msgs), timeout=max(wait, MIN_FETCH_WAIT)
+                )
+            except (nats.errors.TimeoutError, TimeoutError):
+                if msgs or deadline is None:
+                    break
+                continue
+            except nats.errors.Error as exc:  # reconnecting: nats-py reconnects by itself
+                log.warning("fetch_failed %s: %s", type(exc).__name__, exc)
+                if not msgs:
+                    await self._pause(1.0)
+                break
+            msgs.extend(got)
+            if deadline is None:
+                deadline = loop.time() + linger
+        return msgs
+
+    async def handle_batch(self, msgs: Sequence[Msg], on_batch: BatchCallback) -> None:
+        """Messages in hand: decode, skip what was handled, ``on_batch`` the rest, settle."""
+        todo: list[tuple[Msg, Delivery]] = []
+        for msg in msgs:
+            d = await self._take(msg)
+            if d is not None:
+                todo.append((msg, d))
+        if not todo:
+            return
+        try:
+            async with self._kept([m for m, _ in todo]):
+                outcomes = list(await on_batch([d for _, d in todo]))
+        except Exception as exc:
+            self.stats.failed += len(todo)
+            log.error("batch_failed messages=%s %s: %s", len(todo), type(exc).__name__, exc)
+            for msg, d in todo:
+                await msg.nak(delay=self.options.delay(d.num_delivered))
+            return
+        if len(outcomes) != len(todo):
+            raise ValueError(f"on_batch gave {len(outcomes)} outcomes for {len(todo)} messages")
+        for (msg, d), outcome in zip(todo, outcomes, strict=True):
+            if isinstance(outcome, Retry):
+                self.stats.retried += 1
+                await msg.nak(delay=outcome.delay)
+            elif isinstance(outcome, Discard):
+                self.stats.discarded += 1
+                await msg.ack()
+            else:
+                await self.seen.add(d.id)
+                await msg.ack()
+                self.stats.handled += 1
+                kind = "event" if d.decoded.event is not None else d.decoded.status.what  # type: ignore[union-attr]
+                self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
+
+    @contextlib.asynccontextmanager
+    async def _kept(self, msgs: Sequence[Msg]) -> AsyncIterator[None]:
+        """``msgs`` kept from redelivery (``_keep``) while the block runs."""
+        tasks = [asyncio.create_task(self._keep(msgs), name="in-progress")]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _keep(self, msgs: Sequence[Msg]) -> None:
+        """Mark ``msgs`` in progress every third of ``ack_wait`` until cancelled."""
+        every = max(self.options.ack_wait / 3, 0.1)
+        while True:
+            await asyncio.sleep(every)
+            for msg in msgs:
+                try:
+                    await msg.in_progress()
+                except (nats.errors.Error, TimeoutError, OSError) as exc:
+                    log.warning("in_progress_failed %s: %s", type(exc).__name__, exc)
+                    break
+
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    async def handle(self, msg: Msg, handlers: Handlers) -> None:
-        """One message: decode, skip if already handled, call its handler, settle it."""
+    async def _take(self, msg: Msg) -> Delivery | None:
+        """The message decoded, or None when it is settled already: one that is no CloudEvent
+        of the bridge terminated (logged), an id already handled acked."""
         meta = msg.metadata
         try:
             decoded = events.decode(msg.subject, msg.headers, msg.data)
@@ -491,12 +614,23 @@ class Consumer:
                 exc,
             )
             await msg.term()
-            return
-        d = Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
+            return None
+        d = Delivery(
+            decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp, msg.headers, msg.data
+        )
         if await self.seen.contains(d.id):
             self.stats.skipped_duplicates += 1
             await msg.ack()
+            return None
+        return d
+
+    async def handle(self, msg: Msg, handlers: Handlers) -> None:
+        """One message: decode, skip if already handled, call its handler, settle it."""
+        d = await self._take(msg)
+        if d is None:
             return
+        decoded = d.decoded
+        meta = msg.metadata
         handler, payload = handlers.pick(decoded)
         kind = "event" if decoded.event is not None else decoded.status.what  # type: ignore[union-attr]
         try:

@@ -1,0 +1,193 @@
+"""The running subscriber: settings → the OTLP client → NATS → the stream checked, the
+dead-letter stream checked (made, with an operator's credentials) → the durable bound → batches
+shipped until SIGTERM or SIGINT → the batch in hand settled → stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import ssl
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+
+import nats.errors
+import nats.js.errors
+
+from k8s_event_common import streams
+from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.streams import ShapeMismatch
+from k8s_event_consumer import logs
+from k8s_event_consumer.connecting import connect_until
+from k8s_event_consumer.consuming import Consumer, ConsumerConflict, Start, ensure_shape
+from k8s_event_consumer.metrics import Metrics
+from k8s_event_consumer.otlp import sender
+from k8s_event_consumer.otlp.settings import Settings
+from k8s_event_consumer.otlp.shipping import Backoff, DeadLetters, Shipper
+from k8s_event_consumer.serving import HttpServer
+
+log = logs.get("otlp")
+
+METRICS_PREFIX = "k8s_event_otlp_"
+COUNTERS = (
+    (
+        "records_total",
+        "records by result: accepted (the endpoint took it), dead_lettered (refused for good, "
+        "stored on the dead-letter subject), dead_letter_failed (not stored: sent again later)",
+    ),
+    (
+        "requests_total",
+        "export requests by result: accepted, partial (a 2xx refusing some records), refused "
+        "(400, 413, 422), unavailable (429, 502, 503, 504, no answer), blocked (any other)",
+    ),
+    ("splits_total", "requests split in halves, by why: size, refused, partial"),
+    (
+        "resent_records_total",
+        "records sent again after a partial success had possibly taken them (duplicates with "
+        "the same cloudevents.event_id)",
+    ),
+)
+UNLABELLED = ("resent_records_total",)
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+STOP_TIMEOUT = 20.0  # seconds the batch in hand may take to settle after SIGTERM
+
+
+def _version() -> str:
+    try:
+        return package_version("k8s-event-bridge-consumer")
+    except PackageNotFoundError:
+        return ""
+
+
+def client(cfg: Settings) -> sender.Client:
+    o = cfg.otlp
+    ctx: ssl.SSLContext | None = None
+    if o.tls.ca_file or o.tls.cert_file:
+        ctx = ssl.create_default_context(cafile=o.tls.ca_file)
+        if o.tls.cert_file and o.tls.key_file:
+            ctx.load_cert_chain(o.tls.cert_file, o.tls.key_file)
+    return sender.Client(
+        o.url,
+        timeout=o.timeout,
+        headers={k: v.get_secret_value() for k, v in o.headers.items()},
+        compression=o.compression,
+        ssl_context=ctx,
+    )
+
+
+async def serve(cfg: Settings, provision: bool = False) -> int:
+    """Run until SIGTERM or SIGINT; ``provision``: only make the durable and the dead-letter
+    stream (an operator's credentials: the subscriber's own may not), then exit."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
+    try:
+        otlp = client(cfg)
+    except (OSError, ssl.SSLError) as exc:  # a TLS file that does not load
+        log.error("config_error", error=f"otlp.tls: {exc}")
+        return EXIT_CONFIG
+    http = HttpServer(metrics)
+    if cfg.http.port is not None and not provision:  # a provision run serves nothing
+        await http.start(cfg.http.host, cfg.http.port)
+    nc = None
+    try:
+        try:
+            nc = await connect_until(cfg.nats.options(), stopping)
+        except (CredentialError, TLSGuardUnavailable) as exc:
+            log.error("config_error", error=f"nats: {exc}")
+            return EXIT_CONFIG
+        if nc is None:
+            return EXIT_OK
+        http.watch(nc)
+        dl = cfg.dead_letter
+        consumer = None
+        while consumer is None:
+            try:
+                await ensure_shape(
+                    nc,
+                    streams.dead_letter_stream(dl.stream, [dl.subject], max_age=dl.max_age),
+                    "dead-letter stream",
+                    unchecked=["num_replicas"],
+                )
+                consumer = await Consumer.open(
+                    nc,
+                    stream=cfg.nats.stream,
+                    durable=cfg.nats.durable,
+                    subjects=cfg.nats.filters,
+                    options=cfg.nats.consumer_options(max_deliver=-1),
+                    start=Start.all() if cfg.nats.start == "all" else Start.new(),
+                    subject_prefix=cfg.nats.subject_prefix,
+                )
+            except ConsumerConflict as exc:
+                log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
+                return EXIT_FAILED
+            except ShapeMismatch as exc:  # each key logged by the kit: stream_config_differs
+                log.error("stream_refused", stream=exc.stream, error=str(exc))
+                return EXIT_FAILED
+            except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
+                # the bridge makes its stream, an operator the dead-letter one: not yet
+                log.warning("stream_unavailable", error=str(exc))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), 2.0)
+                if stopping.is_set():
+                    return EXIT_OK
+        if provision:
+            log.info("provisioned", durable=cfg.nats.durable, dead_letter_stream=dl.stream)
+            return EXIT_OK
+        shipper = Shipper(
+            otlp,
+            DeadLetters(nc.jetstream(), dl.subject, cfg.otlp.url),
+            metrics,
+            stopping,
+            max_request_bytes=cfg.otlp.max_request_bytes,
+            backoff=Backoff(cfg.otlp.backoff_initial, cfg.otlp.backoff_max),
+            resource=tuple(sorted(cfg.otlp.resource_attributes.items())),
+            version=_version(),
+        )
+        metrics.gauge(
+            "held_records", "records in hand, not yet settled", lambda: {(): float(shipper.held)}
+        )
+        metrics.gauge(
+            "endpoint_up",
+            "1 while the endpoint takes requests, 0 after it did not answer or refused",
+            lambda: {(): 1.0 if shipper.endpoint_up else 0.0},
+        )
+        consumer.stats.export(metrics)
+        http.ready = True
+        log.info(
+            "consuming",
+            stream=cfg.nats.stream,
+            durable=cfg.nats.durable,
+            subjects=cfg.nats.filters,
+            endpoint=cfg.otlp.url,
+            dead_letter_subject=dl.subject,
+        )
+        running = asyncio.create_task(
+            consumer.run_batches(shipper.ship, linger=cfg.otlp.flush_interval), name="consuming"
+        )
+        stop_wait = asyncio.create_task(stopping.wait(), name="stopping")
+        done, _ = await asyncio.wait([running, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if running in done and running.exception() is not None:
+            log.error("task_failed", task="consuming", error=repr(running.exception()))
+            return EXIT_FAILED
+        log.info("stopping", held=shipper.held)
+        await consumer.stop()
+        try:
+            await asyncio.wait_for(running, STOP_TIMEOUT)
+        except TimeoutError:
+            log.warning("stop_timeout", held=shipper.held)
+        log.info("stopped", **vars(consumer.stats))
+        return EXIT_OK
+    finally:
+        http.ready = False
+        await otlp.close()
+        await http.stop()
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()

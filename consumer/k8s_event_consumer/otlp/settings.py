@@ -1,0 +1,191 @@
+"""The OTLP subscriber's configuration: a YAML file plus ``OTLP_<SECTION>__<KEY>`` environment
+variables, which override the file (maps as JSON: ``OTLP_OTLP__HEADERS='{"Authorization":
+"Bearer ..."}'``). ``load()`` turns every problem into one ``ConfigError`` naming the key; the
+command line exits 2 on it. The docstring under each field is its description
+(docs/configuration.md is generated from this model, ``python -m tools.configref``); what the
+subscribers share (NATS, HTTP, log, the loading) is ``k8s_event_consumer.configuring``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from k8s_event_common.options import redact_url
+from k8s_event_consumer import configuring
+from k8s_event_consumer.configuring import (
+    ConfigError,
+    Duration,
+    HttpSettings,
+    LogSettings,
+    PositiveDuration,
+    Section,
+    TLSSettings,
+)
+
+ENV_PREFIX = "OTLP_"
+CONFIG_FILE_ENV = "OTLP_CONFIG_FILE"
+_HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an HTTP field name (RFC 9110 token)
+_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+class NatsSettings(configuring.NatsSettings):
+    durable: str = "k8s-event-otlp"
+    name: str = "k8s-event-otlp"
+    inbox_prefix: str = "_INBOX_k8s_event_otlp"
+    batch: int = Field(512, ge=1, le=1000)
+    """Most records per export request: the messages fetched and held together (one batch is
+    in hand at a time)."""
+    max_ack_pending: int = Field(1000, ge=1)
+    """Most messages handed out and not yet acked (at least `batch`)."""
+
+
+class DeadLetterSettings(Section):
+    """Where a record the endpoint refused for good goes: its message, unchanged, with the
+    endpoint's status and reason in headers (`K8s-Event-Otlp-Status`,
+    `K8s-Event-Otlp-Reason`), stored by JetStream in the dead-letter stream."""
+
+    stream: str = "K8S_EVENTS_DEAD"
+    """The dead-letter stream (A-Z a-z 0-9 _ -); `k8s-event-otlp provision` makes it."""
+    subject: str = "k8s.dead.otlp"
+    """The subject dead letters are published on: one of the stream's, outside the bridge's
+    `nats.subject_prefix`."""
+    max_age: Duration = 14 * 86400.0
+    """How long a dead letter is kept (0: until purged)."""
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
+            raise ValueError("may hold only A-Z a-z 0-9 _ -")
+        return v
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str) -> str:
+        if not _SUBJECT.fullmatch(v):
+            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
+        return v
+
+
+class OtlpSettings(Section):
+    """The OTLP endpoint: OTLP/HTTP with protobuf, as an OpenTelemetry Collector's `otlp`
+    receiver (or any backend speaking OTLP) takes it."""
+
+    endpoint: str = Field("http://127.0.0.1:4318", examples=["https://otel-collector:4318"])
+    """The endpoint's base URL (http:// or https://); the logs path is added unless the URL
+    ends in it already."""
+    logs_path: str = "/v1/logs"
+    """The logs path under `endpoint`."""
+    headers: dict[str, SecretStr] = Field({}, examples=[{"Authorization": "Bearer ..."}])
+    """Headers every request carries (a token for a backend). Never printed by check-config or
+    logged."""
+    compression: Literal["gzip", "none"] = "gzip"
+    """How request bodies are compressed."""
+    timeout: PositiveDuration = 10.0
+    """Timeout of one request: no answer within it counts as unavailable (sent again)."""
+    max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """A request larger than this (protobuf, before compression) is split before it is sent.
+    Keep it under the endpoint's limit (the collector's `max_request_body_size`, 20 MiB by
+    default, counts the compressed body)."""
+    flush_interval: PositiveDuration = 1.0
+    """After the first message of a batch, how long more are gathered before it is sent."""
+    backoff_initial: PositiveDuration = 1.0
+    """The first wait before an unavailable endpoint is tried again; it doubles up to
+    `backoff_max`. An answer's `Retry-After` is honoured instead."""
+    backoff_max: PositiveDuration = 30.0
+    """The longest wait between tries (without `Retry-After`)."""
+    resource_attributes: dict[str, str] = Field(
+        {}, examples=[{"k8s.cluster.uid": "9f1c...", "deployment.environment.name": "prod"}]
+    )
+    """Resource attributes every record gets (they override the mapped ones of the same
+    name): what the stream does not say, such as `k8s.cluster.uid`."""
+    tls: TLSSettings = TLSSettings()
+    """HTTPS with a private CA, or mutual TLS: used when `ca_file` or `cert_file` is set
+    (https:// endpoints are otherwise verified with the system's CAs)."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"{redact_url(v)!r} is not an http:// or https:// URL")
+        if "@" in urlsplit(v).netloc:
+            raise ValueError(
+                f"{redact_url(v)!r} holds a user name or password: set otlp.headers "
+                "(from a Secret) instead"
+            )
+        return v.rstrip("/")
+
+    @field_validator("logs_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must start with /")
+        return v
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, value in v.items():
+            if not _HEADER.fullmatch(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if name.lower() in ("content-type", "content-encoding", "content-length"):
+                raise ValueError(f"{name}: set by the subscriber itself")
+            if any(c in value.get_secret_value() for c in "\r\n"):
+                raise ValueError(f"{name}: a value holds a line break")
+        return v
+
+    @field_validator("resource_attributes")
+    @classmethod
+    def _resource(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not name or name != name.strip():
+                raise ValueError(f"{name!r} is not an attribute name")
+        return v
+
+    @property
+    def url(self) -> str:
+        if self.endpoint.endswith(self.logs_path):
+            return self.endpoint
+        return self.endpoint + self.logs_path
+
+
+class Settings(configuring.SubscriberSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    nats: NatsSettings = NatsSettings()
+    """NATS: the bridge's stream, and the durable consumer the subscriber reads it with. Its
+    replicas share the durable: each message goes to one of them."""
+    otlp: OtlpSettings = OtlpSettings()
+    dead_letter: DeadLetterSettings = DeadLetterSettings()
+    http: HttpSettings = HttpSettings()
+    """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound),
+    /metrics (prefix `k8s_event_otlp_`; docs/consumers.md)."""
+    log: LogSettings = LogSettings()
+
+
+def load(path: str | None = None) -> Settings:
+    """The settings from ``path`` (or ``OTLP_CONFIG_FILE``) and the environment."""
+    settings = configuring.load(Settings, ENV_PREFIX, CONFIG_FILE_ENV, path)
+    if settings.nats.max_ack_pending < settings.nats.batch:
+        raise ConfigError(
+            f"nats.max_ack_pending ({settings.nats.max_ack_pending}) is below nats.batch "
+            f"({settings.nats.batch}): a batch could never fill"
+        )
+    if settings.otlp.backoff_max < settings.otlp.backoff_initial:
+        raise ConfigError("otlp.backoff_max is below otlp.backoff_initial")
+    return settings
+
+
+def redacted(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, every secret shown as ``"***"``."""
+    return configuring.redacted(settings)
+
+
+__all__ = ["ConfigError", "HttpSettings", "LogSettings", "Settings", "load", "redacted"]
