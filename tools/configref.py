@@ -3,7 +3,7 @@
     python -m tools.configref           # write docs/configuration.md and the config/ examples
     python -m tools.configref --check   # exit 1 naming each file that is out of date
 
-Every key of the bridge (``bridge.settings``) and of both subscribers
+Every key of the bridge (``bridge.settings``) and of the subscribers
 (``k8s_event_consumer.alerting.settings``, ``k8s_event_consumer.remediation.settings``) is read
 from its pydantic model, so the reference can not drift from the code:
 
@@ -405,7 +405,7 @@ MARKDOWN_HEAD = f"""\
 the model (the docstring under the field), then run it. `{COMMAND} --check` (and
 tests/unit/test_configref.py) fail when this file is out of date. -->
 
-The bridge and both subscribers read their configuration the same way: a YAML file (`--config
+The bridge and the subscribers read their configuration the same way: a YAML file (`--config
 FILE`, or the program's `*_CONFIG_FILE` variable) plus environment variables
 `<PREFIX><SECTION>__<KEY>` (a double underscore between the levels, any case), which override
 the file. An unknown key, a bad value or a missing config file prints one line naming the key,
