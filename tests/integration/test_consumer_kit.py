@@ -522,3 +522,67 @@ async def test_replay_by_message_gets_reads_as_a_consumer_does(nc: Any) -> None:
     assert [d.id for d in got] == [f"g/{i}" for i in range(1, 6)]
     assert [d.stream_sequence for d in got] == [1, 2, 3, 4, 5]
     assert (await nc.jetstream().stream_info(STREAM)).state.consumer_count == 0
+
+
+# --- run_batches: many messages to one handler ------------------------------------------------
+
+
+async def test_a_batch_handler_is_kept_from_redelivery_and_settles_each_by_its_outcome(
+    nc: Any,
+) -> None:
+    """A handler that works past ack_wait three times over gets no redelivery (the kit marks
+    the batch in progress); its outcomes settle each message: done, held, discarded."""
+    for i in range(10):
+        await publish(nc, event(f"b{i}", i + 1))
+    await nc.jetstream().publish("k8s.events.kit.x", b'{"not": "an event"}')  # terminated
+    opts = ConsumerOptions(ack_wait=1.0, backoff=(0.2,), fetch_timeout=0.5, batch=32)
+    c = await Consumer.open(nc, stream=STREAM, durable="batches", subjects=["k8s.events.>"],
+                            options=opts)  # fmt: skip
+    batches: list[list[str]] = []
+
+    async def on_batch(ds: list[Delivery]) -> list[Any]:
+        batches.append([d.id for d in ds])
+        if len(batches) == 1:
+            await asyncio.sleep(3.5)  # past ack_wait, three times
+            return [Retry(0.2) if d.id == "b3/4" else Discard() if d.id == "b4/5" else None
+                    for d in ds]  # fmt: skip
+        return [None] * len(ds)
+
+    task = asyncio.create_task(c.run_batches(on_batch, linger=0.3))
+    try:
+        await eventually(lambda: len(batches) >= 2, 20, 0.05)
+        await eventually(lambda: c.stats.handled == 9, 20, 0.05)  # all but the discarded
+    finally:
+        await c.stop()
+        await asyncio.wait_for(task, 15)
+    assert sorted(batches[0]) == sorted(f"b{i}/{i + 1}" for i in range(10))
+    assert batches[1:] == [["b3/4"]]  # only the held one came again, alone
+    assert (c.stats.retried, c.stats.discarded, c.stats.bad) == (1, 1, 1)
+    info = await nc.jetstream().consumer_info(STREAM, "batches")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+    # a discarded id is not remembered, the others are
+    assert not await c.seen.contains("b4/5") and await c.seen.contains("b0/1")
+
+
+async def test_a_batch_handler_that_raises_naks_the_batch_and_it_comes_again(nc: Any) -> None:
+    for i in range(3):
+        await publish(nc, event(f"r{i}", i + 1))
+    opts = ConsumerOptions(ack_wait=5.0, backoff=(0.2,), fetch_timeout=0.5)
+    c = await Consumer.open(nc, stream=STREAM, durable="raises", subjects=["k8s.events.>"],
+                            options=opts)  # fmt: skip
+    calls: list[list[str]] = []
+
+    async def on_batch(ds: list[Delivery]) -> list[Any]:
+        calls.append([d.id for d in ds])
+        if len(calls) == 1:
+            raise RuntimeError("the endpoint's client broke")
+        return [None] * len(ds)
+
+    task = asyncio.create_task(c.run_batches(on_batch, linger=0.3))
+    try:
+        await eventually(lambda: c.stats.handled == 3, 20, 0.05)
+    finally:
+        await c.stop()
+        await asyncio.wait_for(task, 15)
+    assert sorted(calls[0]) == sorted(i for later in calls[1:] for i in later)
+    assert c.stats.failed == 3

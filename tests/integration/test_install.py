@@ -265,6 +265,7 @@ def test_the_bridge_prints_its_package_version(installed: Installed, tmp_path: P
         ("k8s-event-bridge", {}),
         ("k8s-event-alerting", {}),
         ("k8s-event-remediation", {"REMEDIATION_KUBERNETES__CLUSTER": "check"}),
+        ("k8s-event-otlp", {}),
     ],
 )
 def test_each_program_checks_its_default_config(

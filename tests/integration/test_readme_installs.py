@@ -169,6 +169,8 @@ def _checks(project: str, extras: set[str]) -> list[Check]:
         if "remediation" in extras:
             env = (("REMEDIATION_KUBERNETES__CLUSTER", "check"),)  # it names no cluster itself
             out.append(Check(("k8s-event-remediation", "check-config"), env, config=True))
+        if "otlp" in extras:
+            out.append(Check(("k8s-event-otlp", "check-config"), config=True))
         return out
     raise LookupError(f"{project}: no check known for it (add one here)")
 
@@ -371,6 +373,7 @@ def test_every_pip_install_in_the_docs_is_run() -> None:
         "k8s-event-bridge",
         "k8s-event-alerting",
         "k8s-event-remediation",
+        "k8s-event-otlp",
     }
 
 
@@ -418,6 +421,7 @@ def test_the_docs_are_read_as_installs() -> None:
         "python -c import k8s_event_consumer",
         "k8s-event-alerting check-config",
         "REMEDIATION_KUBERNETES__CLUSTER=check k8s-event-remediation check-config",
+        "k8s-event-otlp check-config",
     }
 
 
