@@ -23,6 +23,12 @@ What the real collector does (v0.139.0, read in its source; docs/e2e.md):
   second. So a test waits for a record to be *in the file* before it kills.
 - A body over ``max_request_body_size`` is read up to the limit and refused: 400 with a
   ``google.rpc.Status`` (code 3, ``http: request body too large``), nothing consumed.
+- A failing exporter is a retryable error to the receiver: with ``disk_full`` (the file
+  exporter writes to /dev/full) a request is answered 503 with a ``google.rpc.Status`` code 14
+  (Unavailable) and no Retry-After. Not at once: a request smaller than the buffer's room is
+  buffered and answered 200 (and lost); the first failed write (a flush, or a request that
+  does not fit) sticks, and every request after it is answered 503. ``restart()`` after
+  ``disk_full = False`` writes to the file again.
 - ``pause()`` (SIGSTOP) leaves the listening socket to the kernel: a connection is accepted
   into the backlog and never answered, so the client's own timeout ends the request;
   ``resume()`` (SIGCONT) answers what was waiting.
@@ -296,6 +302,9 @@ class Collector:
     grpc: bool = False
     k8s_events: K8sEvents | None = None
     flush_interval: str = "100ms"
+    # the OTLP pipeline's file exporter writes to /dev/full (no space left on device) instead
+    # of ``output``, which keeps what it holds: the receiver then answers 503 (see disk_full)
+    disk_full: bool = False
     binary: Path = field(default_factory=ensure_otelcol)
     port: int = field(default_factory=free_port)
     grpc_port: int | None = None
@@ -334,6 +343,13 @@ class Collector:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def _full(self) -> Path:
+        """A path that is /dev/full, for ``disk_full``."""
+        full = self.workdir / "full.jsonl"
+        if not full.is_symlink():
+            full.symlink_to("/dev/full")
+        return full
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -350,7 +366,7 @@ class Collector:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cfg = config(
             port=self.port,
-            output=self.output,
+            output=self._full() if self.disk_full else self.output,
             max_request_body_size=self.max_request_body_size,
             grpc_port=self.grpc_port,
             flush_interval=self.flush_interval,

@@ -7,7 +7,8 @@ The answers asserted here are the ones docs/e2e.md lists for the sender: 200 wit
 partial success; 400 with a ``google.rpc.Status`` (code 3, InvalidArgument) for a body over
 ``max_request_body_size`` or a malformed protobuf; no answer at all while the collector is
 frozen (the client's timeout ends the request, and the collector still writes it once it
-goes on); connection refused once it is down.
+goes on); connection refused once it is down; 503 with code 14 (Unavailable) and no
+Retry-After when its exporter fails.
 """
 
 from __future__ import annotations
@@ -226,6 +227,32 @@ async def test_malformed_protobuf_is_refused_with_400(collector: Collector) -> N
 
     assert (status, content_type) == (400, "application/x-protobuf")
     assert rpc_status(body) == (3, "unexpected EOF")
+
+
+async def test_failing_exporter_is_answered_503_unavailable(collector: Collector) -> None:
+    collector.disk_full = True
+    await collector.restart()
+
+    async def unavailable() -> tuple[int, dict[str, str], bytes] | None:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(collector.logs_url, data=export_request("no room"), headers=PROTOBUF) as r,
+        ):
+            answer = r.status, dict(r.headers), await r.read()
+        return answer if answer[0] != 200 else None
+
+    # the first small request may be buffered (200, lost); once a write failed, every one is 503
+    status, headers, body = await eventually(unavailable, what="a request answered 503")
+
+    assert status == 503
+    assert headers["Content-Type"] == "application/x-protobuf"
+    assert "Retry-After" not in headers
+    code, message = rpc_status(body)
+    assert code == 14 and message.endswith("no space left on device")
+    collector.disk_full = False
+    await collector.restart()
+    assert (await post(collector, export_request("room again")))[0] == 200
+    await eventually(lambda: bodies(collector) == ["room again"], what="the record written")
 
 
 async def test_paused_collector_accepts_but_never_answers(collector: Collector) -> None:
