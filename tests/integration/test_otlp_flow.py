@@ -98,9 +98,11 @@ async def publish(nc: Any, n: int, start: int = 0, **kw: Any) -> list[str]:
     return ids
 
 
-def config(tmp_path: Path, nats_url: str, endpoint: Endpoint, **sections: Any) -> Path:
+def config(tmp_path: Path, nats_url: str, endpoint: Endpoint | str, **sections: Any) -> Path:
+    """The subscriber's config for ``endpoint`` (an in-process one or a URL): test-sized
+    back-off and batches; ``sections`` override per key."""
     otlp = {
-        "endpoint": endpoint.url,
+        "endpoint": endpoint if isinstance(endpoint, str) else endpoint.url,
         "flush_interval": "0.2s",
         "backoff_initial": "0.2s",
         "backoff_max": "1s",
