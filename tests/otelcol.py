@@ -31,10 +31,12 @@ What the real collector does (v0.139.0, read in its source; docs/e2e.md):
   ``disk_full = False`` writes to the file again.
 - ``pause()`` (SIGSTOP) leaves the listening socket to the kernel: a connection is accepted
   into the backlog and never answered, so the client's own timeout ends the request;
-  ``resume()`` (SIGCONT) answers what was waiting.
+  ``resume()`` (SIGCONT) answers what was waiting, and writes a request whose client timed
+  out meanwhile (a retry of it is a duplicate).
 - The ``k8s_events`` receiver sends only Events whose timestamp (eventTime, else
-  lastTimestamp, else firstTimestamp) is not before its own start, to the second for the
-  last two: an Event written in the second the collector started may be dropped.
+  lastTimestamp, else firstTimestamp) is not before its own start, and lastTimestamp counts
+  whole seconds: an Event written in the second the collector started is dropped (measured).
+  ``k8s_events_from`` is the first time surely sent.
 """
 
 from __future__ import annotations
@@ -42,11 +44,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -310,6 +315,9 @@ class Collector:
     grpc_port: int | None = None
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    # wall-clock time (time.time()) of the last launch and of the last time it was ready
+    launched_at: float = 0.0
+    ready_at: float = 0.0
 
     def __post_init__(self) -> None:
         if self.grpc and self.grpc_port is None:
@@ -377,6 +385,7 @@ class Collector:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         if self.k8s_events is not None:
             env["KUBECONFIG"] = str(self.k8s_events.kubeconfig)
+        self.launched_at = time.time()
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [str(self.binary), f"--config={self.config_path}"],
@@ -408,6 +417,16 @@ class Collector:
                 retry_on=(TimeoutError, aiohttp.ClientError),
                 error=lambda message: CollectorError(f"{message}:\n{self.logs()[-3000:]}"),
             )
+        self.ready_at = time.time()
+
+    @property
+    def k8s_events_from(self) -> datetime:
+        """The ``k8s_events`` receiver sends an Event whose timestamp (eventTime, else
+        lastTimestamp, else firstTimestamp) is not before its own start, which falls between
+        ``launched_at`` and ``ready_at``: an Event stamped at or after this time (the first
+        whole second after ready, as lastTimestamp counts whole seconds) is sent for sure, one
+        stamped before ``launched_at`` never, one between maybe."""
+        return datetime.fromtimestamp(math.ceil(self.ready_at), tz=UTC)
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Stop it (SIGTERM: a clean stop that flushes the files; SIGKILL: a crash) and wait

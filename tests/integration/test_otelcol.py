@@ -307,8 +307,16 @@ async def test_k8s_events_receiver_writes_its_own_file(
             )
         )
 
-        records = await eventually(c.k8s_event_records, what="the receiver's record")
-        (record,) = records
+        # whole seconds, as Kubernetes writes lastTimestamp: surely not before the start
+        sim.create_event(event("on-time.1", last=c.k8s_events_from, reason="Pulled"))
+
+        records = await eventually(
+            lambda: len(c.k8s_event_records()) == 2 and c.k8s_event_records(),
+            what="the receiver's records of the two Events written after its start",
+        )
+        record, on_time = records
+        assert on_time["attributes"]["k8s.event.name"] == "on-time.1"
+        assert on_time["time_unix_nano"] == int(c.k8s_events_from.timestamp()) * 10**9
         assert record["body"] == "Back-off restarting failed container"
         assert record["resource"] == {
             "k8s.node.name": "node-1",
@@ -328,7 +336,8 @@ async def test_k8s_events_receiver_writes_its_own_file(
 
         # an update of it (a repeat) is sent again, as a record of its own
         sim.bump_count("default", "web-1.2")
-        again = await eventually(lambda: c.k8s_event_records()[1:], what="the update's record")
+        again = await eventually(lambda: c.k8s_event_records()[2:], what="the update's record")
+        assert again[0]["attributes"]["k8s.event.name"] == "web-1.2"
         assert again[0]["attributes"]["k8s.event.count"] == 2
         assert c.records() == []  # none of it in the OTLP pipeline's file
     finally:
