@@ -37,6 +37,7 @@ class Endpoint:
 
     refuse: set[str] = field(default_factory=set)
     partial: bool = False
+    refuse_status: int = 400  # or 500, as a collector answers a permanent pipeline error
     answer: int | None = None
     retry_after: str | None = None
     hold: asyncio.Event = field(default_factory=asyncio.Event)
@@ -87,7 +88,7 @@ class Endpoint:
         ]
         bad = [i for i in ids if i in self.refuse]
         if bad and not self.partial:
-            return web.Response(status=400, text=f"record {bad[0]} refused")
+            return web.Response(status=self.refuse_status, text=f"record {bad[0]} refused")
         self.accepted += [i for i in ids if i not in self.refuse]
         resp = ExportLogsServiceResponse()
         if bad:

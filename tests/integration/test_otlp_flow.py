@@ -158,14 +158,19 @@ async def test_every_message_becomes_a_record_and_is_acked_once_taken(
         proc.kill()
 
 
-@pytest.mark.parametrize("partial", [False, True], ids=["refused-400", "partial-success"])
+@pytest.mark.parametrize(
+    ("partial", "status"),
+    [(False, 400), (True, 200), (False, 500)],
+    ids=["refused-400", "partial-success", "failed-500"],
+)
 async def test_a_refused_record_goes_to_the_dead_letters_and_costs_the_rest_nothing(
-    tmp_path: Path, nats_server: Any, nc: Any, endpoint: Endpoint, partial: bool
+    tmp_path: Path, nats_server: Any, nc: Any, endpoint: Endpoint, partial: bool, status: int
 ) -> None:
     ids = await publish(nc, 40)
     bad = ids[17]
     endpoint.refuse = {bad}
     endpoint.partial = partial
+    endpoint.refuse_status = status
     proc = await start(tmp_path, config(tmp_path, nats_server.url, endpoint))
     try:
         await eventually(lambda: acked_all(nc), 60)
@@ -177,7 +182,7 @@ async def test_a_refused_record_goes_to_the_dead_letters_and_costs_the_rest_noth
         js = nc.jetstream()
         dead = await js.get_last_msg("K8S_EVENTS_DEAD", "k8s.dead.otlp")
         assert dead.headers is not None
-        assert dead.headers[shipping.STATUS_HEADER] == ("200" if partial else "400")
+        assert dead.headers[shipping.STATUS_HEADER] == str(status)
         assert f"record {bad} refused" in dead.headers[shipping.REASON_HEADER]
         assert dead.headers["Nats-Msg-Id"] == bad
         assert f'"id":"{bad}"'.encode() in dead.data.replace(b" ", b"")  # the message itself

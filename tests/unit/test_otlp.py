@@ -223,8 +223,9 @@ def test_answers() -> None:
     assert got == sender.Unavailable("HTTP 503: busy", 7.0)
     for code in (429, 502, 504):
         assert isinstance(sender.answer(code, {}, b""), sender.Unavailable)
-    for code in (401, 403, 404, 405, 415, 500):
+    for code in (401, 403, 404, 405, 415, 501):
         assert isinstance(sender.answer(code, {}, b""), sender.Blocked), code
+    assert sender.answer(500, {}, b"x") == sender.Failed(500, "HTTP 500: x")
 
 
 def test_retry_after() -> None:
@@ -249,9 +250,11 @@ class FakeEndpoint:
 
     url = "http://otlp.test/v1/logs"
 
-    def __init__(self, bad: Sequence[str] = (), partial: bool = False) -> None:
+    def __init__(self, bad: Sequence[str] = (), partial: bool = False, status: int = 400) -> None:
         self.bad = set(bad)
-        self.partial = partial  # refuse the bad ones by partial success, not 400
+        self.partial = partial  # refuse the bad ones by partial success, not by status
+        self.status = status  # 400, or 500 as a collector's permanent pipeline error
+        self.failing = 0  # answer this many requests 500 first, whatever they hold
         self.down = 0  # answer this many requests Unavailable first
         self.blocked = 0
         self.taken: list[str] = []
@@ -265,6 +268,9 @@ class FakeEndpoint:
         if self.blocked:
             self.blocked -= 1
             return sender.Blocked(401, "HTTP 401: no token")
+        if self.failing:
+            self.failing -= 1
+            return sender.Failed(500, "HTTP 500: exporter broken")
         req = ExportLogsServiceRequest()
         req.ParseFromString(body)
         ids = [
@@ -275,6 +281,8 @@ class FakeEndpoint:
         ]
         bad = [i for i in ids if i in self.bad]
         if bad and not self.partial:
+            if self.status == 500:
+                return sender.Failed(500, "HTTP 500: the exporter refused a document")
             return sender.Refused(400, "HTTP 400: record too large")
         self.taken += [i for i in ids if i not in self.bad]
         return sender.Accepted(len(bad), "refused" if bad else "")
@@ -341,6 +349,39 @@ async def test_one_refused_record_costs_the_others_nothing(partial: bool) -> Non
     else:
         assert len(ep.taken) == 15  # a whole refusal took nothing: nothing twice
         assert s.metrics.value("resent_records_total") == 0
+
+
+async def test_a_500_for_one_record_splits_to_it_once_the_endpoint_took_others() -> None:
+    ep = FakeEndpoint(bad=["u-9/9"], status=500)
+    dead = FakeDeadLetters()
+    s, _ = shipper(ep, dead)
+    out = await s.ship(batch(16))
+    assert out == [None] * 16
+    assert sorted(ep.taken) == sorted(f"u-{i}/{i}" for i in range(16) if i != 9)
+    assert [(i, st) for i, st, _ in dead.stored] == [("u-9/9", 500)]
+    assert s.metrics.value("splits_total", why="failed") == 4
+
+
+async def test_a_500_for_everything_holds_the_batch_and_dead_letters_nothing() -> None:
+    ep = FakeEndpoint()
+    ep.failing = 12  # the endpoint broken for a while, then well again
+    dead = FakeDeadLetters()
+    s, _ = shipper(ep, dead)
+    out = await s.ship(batch(8))
+    assert out == [None] * 8 and sorted(ep.taken) == sorted(f"u-{i}/{i}" for i in range(8))
+    assert dead.stored == []
+    assert s.metrics.value("requests_total", result="failed") == 12
+
+
+async def test_a_500_for_a_lone_record_with_no_proof_holds_it() -> None:
+    ep = FakeEndpoint(bad=["u-0/0"], status=500)
+    s, stopping = shipper(ep, FakeDeadLetters())
+    task = asyncio.create_task(s.ship(batch(1)))
+    while ep.requests < 3:
+        await asyncio.sleep(0.01)
+    stopping.set()
+    out = await task
+    assert isinstance(out[0], Retry)  # held: nothing says the endpoint works
 
 
 async def test_a_dead_letter_not_stored_is_held() -> None:

@@ -132,7 +132,7 @@ def event(ev: KubeEvent, d: Delivery, extra: Resource = ()) -> Mapped:
     source = _dict(data, "source")
     obj = ev.involved
     kind = obj.kind.lower()
-    namespace = obj.namespace or ev.namespace
+    namespace = obj.namespace  # the receiver's: "" (left out) for a cluster-scoped object
     node = _str(source, "host") or (obj.name if kind == "node" else "")
     resource: list[Attr] = [
         ("k8s.cluster.name", ev.cluster),

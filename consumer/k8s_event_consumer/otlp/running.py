@@ -39,9 +39,10 @@ COUNTERS = (
     (
         "requests_total",
         "export requests by result: accepted, partial (a 2xx refusing some records), refused "
-        "(400, 413, 422), unavailable (429, 502, 503, 504, no answer), blocked (any other)",
+        "(400, 413, 422), failed (500), unavailable (429, 502, 503, 504, no answer), blocked "
+        "(any other)",
     ),
-    ("splits_total", "requests split in halves, by why: size, refused, partial"),
+    ("splits_total", "requests split in halves, by why: size, refused, partial, failed"),
     (
         "resent_records_total",
         "records sent again after a partial success had possibly taken them (duplicates with "

@@ -9,7 +9,11 @@
   record;
 - ``Unavailable``: 429, 502, 503, 504, a connection refused or reset, a timeout: try again,
   after ``retry_after`` when the endpoint said (``Retry-After``, seconds or an HTTP date);
-- ``Blocked``: any other answer (401, 403, 404, 405, 415, 500 ...): nothing wrong with the
+- ``Failed``: 500: the endpoint failed on the request, for its records or for itself (an
+  OpenTelemetry Collector answers a permanent error of its pipeline with 500, and any outage of
+  what is behind it the same way). The caller splits it, and takes a record that fails alone as
+  refused only once the endpoint took others meanwhile;
+- ``Blocked``: any other answer (401, 403, 404, 405, 415, 501 ...): nothing wrong with the
   records, something with the endpoint or this subscriber's configuration of it; tried again,
   never split and never a dead letter (a wrong token must not send the stream to the
   dead-letter subject).
@@ -58,12 +62,18 @@ class Unavailable:
 
 
 @dataclass(frozen=True)
+class Failed:
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class Blocked:
     status: int
     reason: str
 
 
-Answer = Accepted | Refused | Unavailable | Blocked
+Answer = Accepted | Refused | Unavailable | Failed | Blocked
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -158,6 +168,8 @@ def answer(status: int, headers: Any, body: bytes) -> Answer:
         )
     if status in REFUSED:
         return Refused(status, reason(status, content_type, body))
+    if status == 500:
+        return Failed(status, reason(status, content_type, body))
     return Blocked(status, reason(status, content_type, body))
 
 

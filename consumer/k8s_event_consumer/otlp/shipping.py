@@ -8,6 +8,11 @@ said about it (docs/consumers.md, "k8s-event-otlp: what is acked when"):
   JetStream stored it there. A whole refusal costs no duplicates (nothing of it was taken); a
   partial one re-sends the records taken with the refused one, each at most once per halving
   (at most ``ceil(log2(batch))`` times), with the same ``cloudevents.event_id``;
+- failed (``sender.Failed``, a 500: the records' fault or the endpoint's own): split like a
+  refusal; a record that fails alone is refused (a dead letter) only when the endpoint took
+  other records of its batch since the batch was first sent, proof that the endpoint works and
+  this record does not; else it is held like an unavailable endpoint. A 500 for every request
+  (the endpoint broken) so holds the batch and sends nothing to the dead letters;
 - unavailable or blocked (``sender.Unavailable``, ``sender.Blocked``): the batch is held and
   sent again after a back-off (doubling from ``backoff_initial`` to ``backoff_max``, or the
   endpoint's ``Retry-After``), for as long as it takes; the consumer keeps the messages from
@@ -113,6 +118,8 @@ class Shipper:
         self.version = version
         self.held = 0  # records in hand, not yet settled (a gauge)
         self.endpoint_up = True
+        self.accepted_requests = 0  # requests the endpoint took, ever (the proof for a 500)
+        self._since = 0  # accepted_requests when the batch in hand was first sent
 
     async def ship(self, deliveries: list[Delivery]) -> Sequence[Outcome]:
         outcomes: list[Outcome] = [None] * len(deliveries)
@@ -120,6 +127,7 @@ class Shipper:
         for d in deliveries:
             items.append(mapping.mapped(d, self.resource))
         self.held = len(items)
+        self._since = self.accepted_requests
         try:
             await self._send(list(range(len(items))), items, deliveries, outcomes, resent=False)
         finally:
@@ -148,13 +156,25 @@ class Shipper:
                 self.metrics.inc("resent_records_total", len(idx))
             if isinstance(got, sender.Accepted) and got.rejected == 0:
                 self._up()
+                self.accepted_requests += 1
                 self.metrics.inc("requests_total", result="accepted")
                 self.metrics.inc("records_total", len(idx), result="accepted")
                 return  # outcomes stay None: done
+            if isinstance(got, sender.Failed) and (
+                len(idx) > 1 or self.accepted_requests > self._since
+            ):
+                # split it; alone, with the endpoint taking others since: refused for good
+                got = sender.Refused(got.status, got.reason)
+                failed = True
+            else:
+                failed = False
             if isinstance(got, sender.Accepted | sender.Refused):
                 self._up()
                 partial = isinstance(got, sender.Accepted)
-                self.metrics.inc("requests_total", result="partial" if partial else "refused")
+                self.metrics.inc(
+                    "requests_total",
+                    result="partial" if partial else "failed" if failed else "refused",
+                )
                 if len(idx) == 1:
                     status = 200 if isinstance(got, sender.Accepted) else got.status
                     why = got.message if isinstance(got, sender.Accepted) else got.reason
@@ -167,12 +187,19 @@ class Shipper:
                     reason=got.message if isinstance(got, sender.Accepted) else got.reason,
                     action="split in halves",
                 )
-                self.metrics.inc("splits_total", why="partial" if partial else "refused")
-                # a partial success took some: each half is sent again (duplicates, same id)
-                await self._halves(idx, items, deliveries, outcomes, resent=resent or partial)
+                why = "partial" if partial else "failed" if failed else "refused"
+                self.metrics.inc("splits_total", why=why)
+                # a partial success took some (a 500 may have: a pipeline that fans out): each
+                # half is sent again (duplicates, same id)
+                await self._halves(
+                    idx, items, deliveries, outcomes, resent=resent or partial or failed
+                )
                 return
-            # unavailable or blocked: hold the records and send them again later
-            result = "unavailable" if isinstance(got, sender.Unavailable) else "blocked"
+            # unavailable, blocked, or failed alone with no proof the endpoint works: hold the
+            # records and send them again later
+            result = {sender.Unavailable: "unavailable", sender.Failed: "failed"}.get(
+                type(got), "blocked"
+            )
             self.metrics.inc("requests_total", result=result)
             wait = self.backoff.delay(
                 attempt, got.retry_after if isinstance(got, sender.Unavailable) else None
@@ -223,9 +250,11 @@ class Shipper:
             log.info("endpoint_available", endpoint=self.client.url)
         self.endpoint_up = True
 
-    def _down(self, got: sender.Unavailable | sender.Blocked, records: int, wait: float) -> None:
-        blocked = isinstance(got, sender.Blocked)
-        why = got.reason if blocked else got.why  # type: ignore[union-attr]
+    def _down(
+        self, got: sender.Unavailable | sender.Failed | sender.Blocked, records: int, wait: float
+    ) -> None:
+        blocked = not isinstance(got, sender.Unavailable)
+        why = got.why if isinstance(got, sender.Unavailable) else got.reason
         if self.endpoint_up or blocked:
             # a blocked answer is this configuration's problem: said each time, as an error
             (log.error if blocked else log.warning)(
