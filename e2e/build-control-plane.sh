@@ -187,13 +187,25 @@ build_kwok() {
   GOBIN="$kwok_bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" || die "go install sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION} failed"
 }
 
+# One build of a thing at a time on this machine: a second call (another test run, a developer's
+# make beside CI) waits for the first and then finds it cached, instead of removing the first
+# one's work directory under it (a build of each version holds its own lock, on fd 9).
+take_lock() { mkdir -p "$cache_root"; exec 9>>"$cache_root/.$1.lock"; flock 9; }
+drop_lock() { flock -u 9; exec 9>&-; }
+
 start=$(date +%s)
 built=""
+take_lock "etcd-${ETCD_VERSION}"
 etcd_ok || { build_etcd; built+=" etcd"; }
+drop_lock
+take_lock "kwok-${KWOK_VERSION}"
 kwok_ok || { build_kwok; built+=" kwok"; }
+drop_lock
 for version in "${wanted[@]}"; do
   bin="$cache_root/kubernetes-$version/bin"
+  take_lock "kubernetes-$version"
   k8s_ok "$bin" || { build_kubernetes "$version"; built+=" kubernetes-$version"; }
+  drop_lock
   ln -sfn "$etcd_bin/etcd" "$bin/etcd"
   [ -z "$living" ] || ln -sfn "$kwok_bin/kwok" "$bin/kwok"
   current="kubernetes ${version}"

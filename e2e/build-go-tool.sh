@@ -59,6 +59,13 @@ trap 'rc=$?; [ $rc -eq 0 ] || echo "build-go-tool: FAILED (exit $rc) building ${
 
 ok() { [ -x "$bin/$tool" ] && "$bin/$tool" "${check[@]}" >/dev/null 2>&1; }
 
+# One build of a thing at a time on this machine: a second call (another test run, a developer's
+# make beside CI) waits here for the first and then finds it cached, instead of removing the
+# first one's work directory under it. The lock is the file's, released when this shell exits.
+mkdir -p "$cache_root"
+exec 9>>"$cache_root/.$tool-$version.lock"
+flock 9
+
 if ok; then
   echo "$bin"
   exit 0

@@ -54,6 +54,13 @@ otelcol_ok() {
   done
 }
 
+# One build of a thing at a time on this machine: a second call (another test run, a developer's
+# make beside CI) waits here for the first and then finds it cached, instead of removing the
+# first one's work directory under it. The lock is the file's, released when this shell exits.
+mkdir -p "$cache_root"
+exec 9>>"$cache_root/.otelcol-$version.lock"
+flock 9
+
 if otelcol_ok; then
   echo "$bin"
   exit 0
