@@ -21,6 +21,7 @@ import copy
 import difflib
 import json
 import os
+import re
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -617,6 +618,8 @@ def _readme_install_commands() -> list[list[str]]:
     commands = []
     for line in block.replace("\\\n", " ").splitlines():
         words = shlex.split(line, comments=True)
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+            words = words[1:]  # an environment assignment before the command (DOCKER_BUILDKIT=1)
         if words:
             commands.append(words)
     return commands

@@ -91,6 +91,15 @@ def test_the_chart_installed_as_docs_deploy_md_says_runs_and_publishes(
     assert_projected_token(chart_release)
 
 
+def established(node: Any, crd: str) -> bool:
+    status: str = node.kubectl(
+        "get", f"crd/{crd}", "-o",
+        'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+        check=False,
+    )  # fmt: skip
+    return status.strip() == "True"
+
+
 def test_the_chart_installed_as_the_readme_says_runs_and_publishes(
     node: Any, tmp_path: Path
 ) -> None:
@@ -100,7 +109,9 @@ def test_the_chart_installed_as_the_readme_says_runs_and_publishes(
     node.kubectl("apply", "--server-side", "-f", str(CRDS))
     try:
         for crd in CRD_NAMES:
-            node.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            # polled, not `kubectl wait`: that one fails at once on a CRD whose status has no
+            # conditions yet (".status.conditions accessor error"), as one just created has
+            eventually_sync(lambda crd=crd: established(node, crd), 120, what=f"{crd} established")
         release = install(node, tmp_path, REPO / "README.md", "readme")
         try:
             assert "serviceMonitor.enabled=true" in release.argv

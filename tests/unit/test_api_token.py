@@ -19,6 +19,9 @@ import yaml
 from k8s_event_common.kube.lean import incluster_config
 from tests import gotools
 
+# the chart's cases run helm: the go-tools tier's, once it is built (a cold run's unit tier
+# would otherwise build it inside a test's time limit)
+GO_TOOLS = ("helm",)
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "k8s-event-bridge"
 MOUNT = posixpath.dirname(incluster_config.SERVICE_TOKEN_FILENAME)
