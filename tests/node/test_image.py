@@ -51,6 +51,7 @@ PROGRAMS = {
     "k8s-event-bridge": {},
     "k8s-event-alerting": {},
     "k8s-event-remediation": {"REMEDIATION_KUBERNETES__CLUSTER": "check"},
+    "k8s-event-otlp": {},
 }
 
 

@@ -505,7 +505,8 @@ def test_the_image_suits_a_read_only_root_filesystem(final: Stage) -> None:
 
 def test_the_build_smoke_checks_each_program_s_config(final: Stage) -> None:
     run = [c for i in final.all("RUN") for c in commands(i)]
-    for program in ("k8s-event-bridge", "k8s-event-remediation", "k8s-event-alerting"):
+    programs = ("k8s-event-bridge", "k8s-event-remediation", "k8s-event-alerting", "k8s-event-otlp")
+    for program in programs:
         assert [program, "check-config"] in run, f"{program} check-config is not run"
 
 
