@@ -134,12 +134,12 @@ class Installed:
 
 def _env(**extra: str) -> dict[str, str]:
     """This environment without what changes a build or a program: no venv, bytecode written
-    (setuptools warns when it may not), no BRIDGE_/ALERTING_/REMEDIATION_ settings."""
+    (setuptools warns when it may not), no BRIDGE_/ALERTING_/REMEDIATION_/OTLP_ settings."""
     keep = {
         k: v
         for k, v in os.environ.items()
         if k not in ("VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
-        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_"))
+        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_"))
     }
     return {**keep, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
 
@@ -265,6 +265,7 @@ def test_the_bridge_prints_its_package_version(installed: Installed, tmp_path: P
         ("k8s-event-bridge", {}),
         ("k8s-event-alerting", {}),
         ("k8s-event-remediation", {"REMEDIATION_KUBERNETES__CLUSTER": "check"}),
+        ("k8s-event-otlp", {}),
     ],
 )
 def test_each_program_checks_its_default_config(
