@@ -1192,15 +1192,17 @@ async def test_the_otlp_user_can_not_create_change_or_delete_a_stream_or_a_consu
     assert await messages(stocked) == 20
 
 
-def otlp_config(tmp_path: Path, server: NatsServer, password: str, endpoint: str) -> Path:
+def otlp_config(
+    tmp_path: Path, server: NatsServer, password: str, endpoint: str, name: str = "otlp"
+) -> Path:
     """deploy/consumers/otlp.yaml's config as the test runs it: its own user and inbox, the
-    endpoint in the test, test-sized flush and back-off."""
-    cfg = tmp_path / "otlp.yaml"
+    endpoint in the test, test-sized ack wait, flush and back-off."""
+    cfg = tmp_path / f"{name}.yaml"
     cfg.write_text(
         yaml.safe_dump(
             {
                 "nats": {"servers": [server.url], "user": OTLP, "password": password,
-                         "inbox_prefix": INBOX[OTLP]},
+                         "inbox_prefix": INBOX[OTLP], "ack_wait": "3s"},
                 "otlp": {"endpoint": endpoint, "flush_interval": "200ms",
                          "backoff_initial": "200ms", "backoff_max": "1s"},
                 "http": {"host": "127.0.0.1", "port": free_port()},
@@ -1282,3 +1284,66 @@ async def test_the_otlp_subscriber_waits_for_its_dead_letter_stream_and_does_not
         await p.wait_ready(30)
     finally:
         p.kill()
+
+
+async def test_the_otlp_replicas_share_the_durable_a_held_batch_stays_with_one_until_stop(
+    tmp_path: Path,
+    stocked: User,
+    server: NatsServer,
+    passwords: dict[str, str],
+    users: Callable[[str], Any],
+) -> None:
+    """Two replicas on the one durable, as the Deployment runs them, the endpoint answering
+    503: the one that fetched the batch holds it past ``ack_wait`` (its in-progress acks keep
+    JetStream from handing it to the other), and on SIGTERM hands it back (nak), so the other
+    gets it; both on the subscriber's own user, and the server logs no violation."""
+    endpoint = await Endpoint(answer=503).start()
+    procs: list[ConsumerProcess] = []
+    try:
+        first = otlp_config(tmp_path, server, passwords[OTLP], endpoint.url, "otlp-a")
+        await provisioning.subscriber(
+            "k8s_event_consumer.otlp", first, [server.url], user=OPERATOR,
+            password=passwords[OPERATOR],
+        )  # fmt: skip
+        for cfg in (first, otlp_config(tmp_path, server, passwords[OTLP], endpoint.url, "otlp-b")):
+            p = ConsumerProcess(cfg, tmp_path / f"{cfg.stem}.log", module="k8s_event_consumer.otlp")
+            procs.append(p.start())
+        for p in procs:
+            await p.wait_ready(30)
+        operator = await users(OPERATOR)
+
+        async def holding() -> ConsumerProcess | None:
+            for p in procs:
+                if await _gauge(p, "k8s_event_otlp_held_records"):
+                    return p
+            return None
+
+        holder = await eventually(holding, timeout=30)
+        (other,) = [p for p in procs if p is not holder]
+        # back-off 0.2 s doubling to 1 s: ten requests are well past ack_wait (3 s)
+        await eventually(lambda: endpoint.requests >= 10, timeout=30)
+        c = await operator.js.consumer_info(STREAM, OTLP)
+        assert (c.num_ack_pending, c.num_redelivered) == (20, 0)
+        assert await _gauge(holder, "k8s_event_otlp_held_records") == 20
+        assert await _gauge(other, "k8s_event_otlp_held_records") == 0
+        holder.signal(signal.SIGTERM)
+        assert await holder.wait_exit(30) == 0, holder.logs()[-3000:]
+
+        async def taken_over() -> bool:
+            return await _gauge(other, "k8s_event_otlp_held_records") == 20
+
+        await eventually(taken_over, timeout=30)
+        other.signal(signal.SIGTERM)
+        assert await other.wait_exit(30) == 0, other.logs()[-3000:]
+        assert endpoint.accepted == []
+        log = await asyncio.to_thread(Path(server.log_path).read_text)
+        assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
+    finally:
+        for p in procs:
+            p.kill()
+        await endpoint.stop()
+
+
+async def _gauge(proc: ConsumerProcess, name: str) -> float:
+    _, text = await proc.get("/metrics")
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name))
