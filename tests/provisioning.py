@@ -1,7 +1,8 @@
 """Provisioning as an operator does it before the programs start (docs/deploy.md): the stream
-and the buckets by ``k8s-event-bridge provision``, each subscriber's durable by its own
-``provision`` command, all with the operator's NATS credentials (the programs' own users may
-create none of them under deploy/nats/permissions.json)."""
+and the buckets by ``k8s-event-bridge provision``, each subscriber's durable (and the OTLP
+subscriber's dead-letter stream) by its own ``provision`` command, all with the operator's NATS
+credentials (the programs' own users may create none of them under
+deploy/nats/permissions.json)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ BRIDGE = str(Path(sys.executable).parent / "k8s-event-bridge")
 ENV_PREFIX = {
     "k8s_event_consumer.remediation": "REMEDIATION_",
     "k8s_event_consumer.alerting": "ALERTING_",
+    "k8s_event_consumer.otlp": "OTLP_",
 }
 
 
@@ -69,9 +71,9 @@ async def subscriber(
     creds_file: str | None = None,
     env: dict[str, str] | None = None,
 ) -> str:
-    """``python -m <module> provision --config FILE``: the subscriber's durable (and bucket)
-    from its own configuration, on the operator's credentials (from the environment, which
-    wins over the file); its log."""
+    """``python -m <module> provision --config FILE``: the subscriber's durable (and its
+    bucket, or its dead-letter stream) from its own configuration, on the operator's
+    credentials (from the environment, which wins over the file); its log."""
     prefix = ENV_PREFIX[module]
     full = {**(env or {}), **_auth(prefix, servers, user, password, creds_file)}
     cmd = [sys.executable, "-m", module, "provision", "--config", str(config)]

@@ -24,7 +24,7 @@ CONF = REPO / "deploy" / "nats" / "nats-server.conf"
 COMMAND = "python -m tools.natsperms"
 
 ACCOUNT = "KUBE_EVENTS"
-PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation")
+PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
 
 HEADER = f"""\
 # Made by `{COMMAND}` from deploy/nats/permissions.json: edit that file, not this one.
@@ -38,10 +38,10 @@ HEADER = f"""\
 #
 # Each password comes from an environment variable of nats-server (the server refuses to
 # start while one is unset); the programs take theirs as BRIDGE_NATS__PASSWORD,
-# ALERTING_NATS__PASSWORD and REMEDIATION_NATS__PASSWORD (with `nats.user` set to the user
-# name). Every program sets its own `nats.inbox_prefix` (the defaults are what the permissions
-# name); a changed stream, bucket, durable, subject prefix or inbox prefix needs its subjects
-# changed in permissions.json.
+# ALERTING_NATS__PASSWORD, REMEDIATION_NATS__PASSWORD and OTLP_NATS__PASSWORD (with
+# `nats.user` set to the user name). Every program sets its own `nats.inbox_prefix` (the
+# defaults are what the permissions name); a changed stream, bucket, durable, subject prefix,
+# dead-letter stream or subject, or inbox prefix needs its subjects changed in permissions.json.
 """
 
 

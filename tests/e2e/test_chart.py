@@ -462,6 +462,7 @@ WORKLOADS = ("Deployment", "StatefulSet")
 SUBSCRIBERS_ON = {
     "alerting": {"enabled": True},
     "remediation": {"enabled": True, "namespaces": ["team-a"]},
+    "otlp": {"enabled": True},
 }
 
 
@@ -470,11 +471,12 @@ def _pod_labels(objects: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _consumer_pod_labels() -> list[dict[str, str]]:
-    """The Pods' labels of deploy/consumers/' alerting subscriber and remediation worker."""
+    """The Pods' labels of deploy/consumers/' alerting subscriber, remediation worker and OTLP
+    subscriber."""
     out = []
     for path in (DEPLOY / "consumers").glob("*.yaml"):
         out += _pod_labels([d for d in yaml.safe_load_all(path.read_text()) if d])
-    assert len(out) == 2, out
+    assert len(out) == 3, out
     return out
 
 
@@ -493,7 +495,7 @@ def test_every_selector_selects_the_bridge_pods(
         objects = documents(chart_manifest(tmp_path, ALL_ON | SUBSCRIBERS_ON))
         subscribers = [o for o in objects if o["metadata"]["name"] != RELEASE]
         consumers += _pod_labels(subscribers)
-        assert len(consumers) == 4
+        assert len(consumers) == 6
     else:
         objects = kustomize_objects(api, tmp_path, ALL_COMPONENTS)
     deployment = one(objects, "Deployment")

@@ -1,9 +1,10 @@
-"""The chart takes every secret of the bridge and of both subscribers from Secrets, and only
+"""The chart takes every secret of the bridge and of the subscribers from Secrets, and only
 from Secrets (issue 21, item 5):
 
-- a password or token as an environment variable from a ``secretKeyRef``, never a value: the
-  values schema refuses ``nats.password`` and ``nats.token`` in each program's ``config``, the
-  Alertmanager password and bearer token, a plain ``*__PASSWORD``/``*__TOKEN`` in ``extraEnv``,
+- a password, token or the OTLP endpoint's headers as an environment variable from a
+  ``secretKeyRef``, never a value: the values schema refuses ``nats.password`` and
+  ``nats.token`` in each program's ``config``, the Alertmanager password and bearer token, the
+  OTLP endpoint's headers, a plain ``*__PASSWORD``/``*__TOKEN``/``*__HEADERS`` in ``extraEnv``,
   each with a message naming the key and never echoing the value;
 - a ``.creds`` file, an NKey seed, a bearer token file and TLS files mounted from Secrets,
   read-only, mode 0440 (the Pod's fsGroup lets the program's user read them), without subPath
@@ -24,6 +25,7 @@ import yaml
 
 from bridge import settings as bridge_settings
 from k8s_event_consumer.alerting import settings as alerting_settings
+from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
 from tests import creds
 from tests.e2e.controlplane import ControlPlane
@@ -47,6 +49,7 @@ ACT_IN = ["team-a", "team-b"]
 SUBSCRIBERS_ON = {
     "alerting": {"enabled": True},
     "remediation": {"enabled": True, "namespaces": ACT_IN},
+    "otlp": {"enabled": True},
 }
 
 
@@ -79,6 +82,13 @@ PROGRAMS: dict[str, dict[str, Any]] = {
         "file": "remediation.yaml",
         "env": "REMEDIATION_",
         "load": remediation_settings.load,
+    },
+    "otlp": {
+        "values": ("otlp", "nats"),
+        "workload": ("Deployment", f"{RELEASE}-otlp"),
+        "file": "otlp.yaml",
+        "env": "OTLP_",
+        "load": otlp_settings.load,
     },
 }
 
@@ -178,6 +188,31 @@ REFUSED = [
         "/remediation/extraEnv/0/value",
         "valueFrom.secretKeyRef",
     ),
+    (
+        {"otlp": {"config": {"nats": {"password": SENTINEL}}}},
+        "/otlp/config/nats/password",
+        "otlp.nats.existingSecret",
+    ),
+    (
+        {"otlp": {"config": {"otlp": {"headers": {"Authorization": SENTINEL}}}}},
+        "/otlp/config/otlp/headers",
+        "otlp.otlp.existingSecret",
+    ),
+    (
+        {"otlp": {"config": {"otlp": {"tls": {"key_file": SENTINEL}}}}},
+        "/otlp/config/otlp/tls/key_file",
+        "otlp.otlp.tlsSecret",
+    ),
+    (
+        {"otlp": {"extraEnv": [{"name": "OTLP_OTLP__HEADERS", "value": SENTINEL}]}},
+        "/otlp/extraEnv/0/value",
+        "valueFrom.secretKeyRef",
+    ),
+    (
+        {"otlp": {"extraEnv": [{"name": "OTLP_OTLP__HEADERS__AUTHORIZATION", "value": SENTINEL}]}},
+        "/otlp/extraEnv/0/value",
+        "valueFrom.secretKeyRef",
+    ),
 ]
 
 
@@ -239,7 +274,7 @@ def _materialise(config_text: str, root: Path, program: str) -> Path:
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_")):
+        if name.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_")):
             monkeypatch.delenv(name)
 
 
@@ -347,6 +382,59 @@ def test_the_alertmanager_token_and_tls_files_are_mounted_and_named(tmp_path: Pa
     }
 
 
+@pytest.mark.usefixtures("clean_env")
+def test_the_otlp_endpoints_headers_and_tls_files_come_from_secrets(tmp_path: Path) -> None:
+    """otlp.otlp.existingSecret (a Secret of yours: required) key otlp-headers, a JSON object,
+    as OTLP_OTLP__HEADERS by secretKeyRef; otlp.otlp.tlsSecret (a CA and a client
+    certificate) mounted like the NATS files and named as otlp.tls.*; the rendered config,
+    with those files and the headers, loads in the subscriber's own settings."""
+    values = _deep_merge(
+        SUBSCRIBERS_ON,
+        {
+            "otlp": {
+                "otlp": {
+                    "existingSecret": "collector-auth",
+                    "existingSecretKey": "headers.json",
+                    "tlsSecret": {"name": "collector-tls"},
+                }
+            }
+        },
+    )
+    objects = documents(chart_manifest(tmp_path, values))
+    pod = _pod(objects, "otlp")
+    assert _env(pod)["OTLP_OTLP__HEADERS"] == {
+        "name": "OTLP_OTLP__HEADERS",
+        "valueFrom": {"secretKeyRef": {"name": "collector-auth", "key": "headers.json"}},
+    }
+    volumes = {v["secret"]["secretName"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    assert volumes == {
+        "collector-tls": {
+            "secretName": "collector-tls",
+            "defaultMode": 0o440,
+            "items": [
+                {"key": "ca.crt", "path": "ca.crt"},
+                {"key": "tls.crt", "path": "tls.crt"},
+                {"key": "tls.key", "path": "tls.key"},
+            ],
+        }
+    }
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "otlp-tls"]
+    assert mount == {"name": "otlp-tls", "mountPath": f"{MOUNTS}/otlp/tls", "readOnly": True}
+    text = _config(objects, "otlp")
+    assert yaml.safe_load(text)["otlp"]["tls"] == {
+        "ca_file": f"{MOUNTS}/otlp/tls/ca.crt",
+        "cert_file": f"{MOUNTS}/otlp/tls/tls.crt",
+        "key_file": f"{MOUNTS}/otlp/tls/tls.key",
+    }
+    os.environ["OTLP_OTLP__HEADERS"] = '{"Authorization": "Bearer ' + SENTINEL + '"}'
+    try:
+        loaded = otlp_settings.load(str(_materialise(text, tmp_path, "otlp")))
+    finally:
+        del os.environ["OTLP_OTLP__HEADERS"]
+    assert loaded.otlp.headers["Authorization"].get_secret_value() == f"Bearer {SENTINEL}"
+    assert Path(loaded.otlp.tls.cert_file or "").name == "tls.crt"
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -369,11 +457,21 @@ def test_the_alertmanager_token_and_tls_files_are_mounted_and_named(tmp_path: Pa
             "alerting.alertmanager.tlsSecret.name is set but no key is",
         ),
         (
+            {"otlp": {"otlp": {"tlsSecret": {"name": "t", "certKey": ""}}}},
+            "otlp.otlp.tlsSecret: certKey and keyKey go together",
+        ),
+        (
             {"podSecurityContext": {"fsGroup": None}, "nats": {"nkeySecret": {"name": "s"}}},
             "podSecurityContext.fsGroup is needed",
         ),
     ],
-    ids=["creds-and-seed", "cert-without-key", "tls-without-keys", "no-fs-group"],
+    ids=[
+        "creds-and-seed",
+        "cert-without-key",
+        "tls-without-keys",
+        "otlp-key-without-cert",
+        "no-fs-group",
+    ],
 )
 def test_a_secret_the_programs_could_not_use_fails_the_render(
     tmp_path: Path, values: dict[str, Any], message: str
@@ -417,19 +515,26 @@ EVERY_SECRET = _deep_merge(
                 "tlsSecret": {"name": "remediation-tls", "certKey": "", "keyKey": ""},
             }
         },
+        "otlp": {
+            "nats": {
+                "credentialsSecret": {"name": "otlp-creds"},
+                "tlsSecret": {"name": "otlp-tls"},
+            },
+            "otlp": {"existingSecret": "collector-auth", "tlsSecret": {"name": "collector-tls"}},
+        },
     },
 )
 
 
 def test_no_secret_value_in_what_the_chart_renders(tmp_path: Path) -> None:
     """With every secret set: no Secret object (the chart never holds one), every
-    ``*__PASSWORD`` and ``*__TOKEN`` variable from a secretKeyRef, and every config's secret
-    keys unset."""
+    ``*__PASSWORD``, ``*__TOKEN`` and ``*__HEADERS`` variable from a secretKeyRef, and every
+    config's secret keys unset."""
     objects = documents(chart_manifest(tmp_path, EVERY_SECRET))
     assert not [o for o in objects if o["kind"] == "Secret"]
     for program in PROGRAMS:
         env = _env(_pod(objects, program))
-        secret_vars = [n for n in env if n.endswith(("__PASSWORD", "__TOKEN"))]
+        secret_vars = [n for n in env if n.endswith(("__PASSWORD", "__TOKEN", "__HEADERS"))]
         assert secret_vars
         for name in secret_vars:
             assert set(env[name]) == {"name", "valueFrom"}
@@ -437,6 +542,7 @@ def test_no_secret_value_in_what_the_chart_renders(tmp_path: Path) -> None:
         config = yaml.safe_load(_config(objects, program))
         assert not {"password", "token"} & set(config["nats"])
         assert not {"password", "bearer_token"} & set(config.get("alertmanager", {}))
+        assert "headers" not in config.get("otlp", {})
 
 
 @pytest.fixture
@@ -450,7 +556,7 @@ def api(chart_control_plane: ControlPlane) -> ControlPlane:
 def test_the_chart_with_every_secret_mounted_is_accepted_by_the_api_server(
     api: ControlPlane, tmp_path: Path
 ) -> None:
-    """What the chart renders with every Secret of the three programs passes a server-side
+    """What the chart renders with every Secret of the four programs passes a server-side
     dry run (strict field validation): the API server's own validation of the secret
     volumes, their modes and items, and the secretKeyRefs."""
     manifest = chart_manifest(tmp_path, EVERY_SECRET)

@@ -1,8 +1,11 @@
-"""The subscribers in the chart (``alerting.enabled``, ``remediation.enabled``; issue 21, items
-2 and 6), held to deploy/consumers/ and checked by the real API server:
+"""The subscribers in the chart (``alerting.enabled``, ``remediation.enabled``,
+``otlp.enabled``; issue 21, items 2 and 6), held to deploy/consumers/ and checked by the real
+API server:
 
 - the alerting subscriber: a StatefulSet of two replicas started together, each with its own
   durable (its Pod's name), a headless Service, a PodDisruptionBudget, no ServiceAccount token;
+- the OTLP subscriber: a Deployment of two replicas on one durable, a PodDisruptionBudget, its
+  ServiceAccount with no token, its NATS password and the endpoint's headers from a Secret;
 - the remediation worker: a ClusterRole with namespaced rules only, bound by a RoleBinding in
   each namespace of ``remediation.namespaces`` (and nowhere else), the same list as its
   config's ``remediation.namespaces.allow``, and a ValidatingAdmissionPolicy naming its
@@ -10,7 +13,7 @@
   worker's identity may delete a crash-looping Pod in a listed namespace, and is refused a Pod
   in kube-system, a healthy Pod, and a change of a Deployment's template;
 - the values schema names every key of each subscriber's config, as it does the bridge's;
-- with both on, the chart makes the objects deploy/consumers/ makes (``<fullname>-alerting``
+- with all on, the chart makes the objects deploy/consumers/ makes (``<fullname>-alerting``
   for ``k8s-event-alerting``), field by field after :func:`normalised`.
 """
 
@@ -28,6 +31,7 @@ from pydantic import BaseModel
 
 from k8s_event_consumer import configuring
 from k8s_event_consumer.alerting import settings as alerting_settings
+from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
 from tests.e2e.controlplane import ControlPlane, KubectlError
 from tests.e2e.test_chart import (
@@ -52,9 +56,14 @@ GO_TOOLS = ("helm",)
 
 CONSUMERS = DEPLOY / "consumers"
 ACT_IN = ["team-a", "team-b"]
-ON = {"alerting": {"enabled": True}, "remediation": {"enabled": True, "namespaces": ACT_IN}}
+ON = {
+    "alerting": {"enabled": True},
+    "remediation": {"enabled": True, "namespaces": ACT_IN},
+    "otlp": {"enabled": True},
+}
 ALERTING = f"{RELEASE}-alerting"
 REMEDIATION = f"{RELEASE}-remediation"
+OTLP = f"{RELEASE}-otlp"
 WORKER = f"system:serviceaccount:{NAMESPACE}:{REMEDIATION}"
 
 SUBSCRIBER_OBJECTS = {
@@ -69,6 +78,10 @@ SUBSCRIBER_OBJECTS = {
     *(f"rolebinding.rbac.authorization.k8s.io/{REMEDIATION}" for _ in ACT_IN),
     f"validatingadmissionpolicy.admissionregistration.k8s.io/{REMEDIATION}",
     f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{REMEDIATION}",
+    f"configmap/{OTLP}",
+    f"serviceaccount/{OTLP}",
+    f"deployment.apps/{OTLP}",
+    f"poddisruptionbudget.policy/{OTLP}",
 }
 
 
@@ -79,7 +92,7 @@ def rendered(tmp_path: Path, values: dict[str, Any] = ON) -> list[dict[str, Any]
 # ----------------------------------------------------------------------------- helm
 
 
-def test_helm_lint_strict_passes_with_both_subscribers(tmp_path: Path) -> None:
+def test_helm_lint_strict_passes_with_every_subscriber(tmp_path: Path) -> None:
     done = helm(
         "lint", "--strict", str(CHART), "--namespace", NAMESPACE,
         "--values", str(values_file(tmp_path, ON)), check=False,
@@ -92,7 +105,7 @@ def test_helm_lint_strict_passes_with_both_subscribers(tmp_path: Path) -> None:
 
 def test_the_subscribers_are_off_by_default(tmp_path: Path) -> None:
     names = {o["metadata"]["name"] for o in rendered(tmp_path, {})}
-    assert not {n for n in names if n.startswith((ALERTING, REMEDIATION))}
+    assert not {n for n in names if n.startswith((ALERTING, REMEDIATION, OTLP))}
 
 
 @pytest.mark.parametrize(
@@ -120,6 +133,8 @@ def test_the_subscribers_are_off_by_default(tmp_path: Path) -> None:
             {"remediation": {"enabled": True, "namespaces": ["a"], "config": {"remediaton": {}}}},
             "'remediaton' not allowed",
         ),
+        ({"otlp": {"config": {"otlp": {"endpont": "http://x:4318"}}}}, "'endpont' not allowed"),
+        ({"otlp": {"config": {"dead_letters": {}}}}, "'dead_letters' not allowed"),
     ],
     ids=[
         "no-namespaces",
@@ -129,6 +144,8 @@ def test_the_subscribers_are_off_by_default(tmp_path: Path) -> None:
         "one-durable",
         "misspelt-alerting-key",
         "misspelt-remediation-section",
+        "misspelt-otlp-key",
+        "misspelt-otlp-section",
     ],
 )
 def test_a_bad_subscriber_value_is_refused_naming_it(
@@ -153,7 +170,11 @@ def _model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 @pytest.mark.parametrize(
     ("sub", "model"),
-    [("alerting", alerting_settings.Settings), ("remediation", remediation_settings.Settings)],
+    [
+        ("alerting", alerting_settings.Settings),
+        ("remediation", remediation_settings.Settings),
+        ("otlp", otlp_settings.Settings),
+    ],
 )
 def test_the_values_schema_names_every_key_of_each_subscriber_config(
     sub: str, model: type[BaseModel]
@@ -222,6 +243,61 @@ def test_the_alerting_subscriber_runs_two_replicas_each_with_its_own_durable(
     # one generatorURL for both (the default would name each one's durable): either takes
     # back the alerts the other sent
     assert config["alerts"]["generator_url"] == f"nats://K8S_EVENTS/{ALERTING}"
+
+
+# ----------------------------------------------------------------------------- otlp
+
+
+def test_the_otlp_subscriber_runs_two_replicas_on_one_durable_with_no_token(
+    tmp_path: Path,
+) -> None:
+    """Two replicas of a Deployment on the durable deploy/nats/permissions.json names, whatever
+    the release is called (no per-Pod durable: each message goes to one of them), its
+    connection named after its Pod; a PodDisruptionBudget; a ServiceAccount of its own that,
+    like its Pods, gets no token; the NATS password and the endpoint's headers by
+    secretKeyRef from <fullname>-otlp, optional; the bridge's NATS in its config; the
+    bridge's selectors and its own never select each other's Pods."""
+    args = ["template", "other", str(CHART), "--namespace", "ops"]
+    objects = documents(helm(*args, "--values", str(values_file(tmp_path, ON))).stdout)
+    name = "other-k8s-event-bridge-otlp"
+    deployment = one(objects, "Deployment", name)["spec"]
+    assert deployment["replicas"] == 2
+    pod = deployment["template"]
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == name
+    assert spec["automountServiceAccountToken"] is False
+    assert one(objects, "ServiceAccount", name)["automountServiceAccountToken"] is False
+    assert not [v for v in spec["volumes"] if "projected" in v or "secret" in v]
+    (container,) = spec["containers"]
+    assert container["command"] == ["k8s-event-otlp"]
+    env = {e["name"]: e for e in container["env"]}
+    assert "OTLP_NATS__DURABLE" not in env
+    assert env["OTLP_NATS__NAME"]["value"] == "$(POD_NAME)"
+    assert list(env).index("POD_NAME") < list(env).index("OTLP_NATS__NAME")  # $(...) order
+    for variable, key in (("OTLP_NATS__PASSWORD", "nats-password"),
+                          ("OTLP_OTLP__HEADERS", "otlp-headers")):  # fmt: skip
+        assert env[variable]["valueFrom"] == {
+            "secretKeyRef": {"name": name, "key": key, "optional": True}
+        }
+    config = yaml.safe_load(one(objects, "ConfigMap", name)["data"]["otlp.yaml"])
+    bridge = yaml.safe_load(
+        one(objects, "ConfigMap", "other-k8s-event-bridge")["data"]["bridge.yaml"]
+    )
+    assert config["nats"]["servers"] == bridge["nats"]["servers"]
+    assert config["nats"]["durable"] == "k8s-event-otlp"
+    assert config["nats"]["subjects"] == ["k8s.events.>"]
+    assert "headers" not in config["otlp"]
+
+    pdb = one(objects, "PodDisruptionBudget", name)["spec"]
+    assert pdb["maxUnavailable"] == 1
+    labels = pod["metadata"]["labels"]
+    bridge_pod = one(objects, "Deployment", "other-k8s-event-bridge")["spec"]["template"]
+    for selector in (deployment["selector"]["matchLabels"], pdb["selector"]["matchLabels"]):
+        assert _selects(selector, labels)
+        assert not _selects(selector, bridge_pod["metadata"]["labels"])
+    for kind in ("Deployment", "PodDisruptionBudget"):
+        bridge_selector = one(objects, kind, "other-k8s-event-bridge")["spec"]["selector"]
+        assert not _selects(bridge_selector["matchLabels"], labels)
 
 
 # ----------------------------------------------------------------------------- remediation
@@ -301,11 +377,12 @@ def api(chart_control_plane: ControlPlane) -> ControlPlane:
 
 
 @pytest.mark.e2e
-def test_the_chart_with_both_subscribers_is_accepted_by_the_api_server(
+def test_the_chart_with_every_subscriber_is_accepted_by_the_api_server(
     api: ControlPlane, tmp_path: Path
 ) -> None:
     accepted = server_dry_run(api, "-f", "-", manifest=chart_manifest(tmp_path, ON))
-    subscribers = [o for o in accepted if o.rsplit("/", 1)[1].startswith((ALERTING, REMEDIATION))]
+    names = (ALERTING, REMEDIATION, OTLP)
+    subscribers = [o for o in accepted if o.rsplit("/", 1)[1].startswith(names)]
     assert sorted(subscribers) == sorted(
         [*SUBSCRIBER_OBJECTS - {f"rolebinding.rbac.authorization.k8s.io/{REMEDIATION}"}]
         + [f"rolebinding.rbac.authorization.k8s.io/{REMEDIATION}"] * len(ACT_IN)
@@ -421,6 +498,7 @@ def test_the_worker_may_do_only_what_the_chart_grants(api: ControlPlane, tmp_pat
 RENAMED = {
     ALERTING: "k8s-event-alerting",
     REMEDIATION: "k8s-event-remediation",
+    OTLP: "k8s-event-otlp",
 }
 
 
@@ -450,7 +528,11 @@ def _drop_labels(node: Any, labels: set[str]) -> None:
 def _effective(text: str, name: str, tmp_path: Path) -> dict[str, Any]:
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
-    load = {"alerting": alerting_settings.load, "remediation": remediation_settings.load}[name]
+    load = {
+        "alerting": alerting_settings.load,
+        "remediation": remediation_settings.load,
+        "otlp": otlp_settings.load,
+    }[name]
     return configuring.redacted(load(str(path)))
 
 
@@ -485,7 +567,7 @@ def normalised(obj: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
         template["metadata"].pop("annotations", None)
     if obj["kind"] == "ValidatingAdmissionPolicy":
         _collapse_expressions(obj["spec"])
-    for name in ("alerting", "remediation"):
+    for name in ("alerting", "remediation", "otlp"):
         if obj["kind"] == "ConfigMap" and f"{name}.yaml" in obj.get("data", {}):
             obj["data"][f"{name}.yaml"] = _effective(obj["data"][f"{name}.yaml"], name, tmp_path)
     return obj
@@ -500,7 +582,7 @@ def _identity(o: dict[str, Any]) -> str:
 def test_the_chart_makes_the_subscribers_of_deploy_consumers(
     api: ControlPlane, tmp_path: Path
 ) -> None:
-    """With both subscribers on, the namespaces of deploy/consumers/'s RoleBindings and its
+    """With every subscriber on, the namespaces of deploy/consumers/'s RoleBindings and its
     cluster name, the chart's subscriber objects are deploy/consumers/'s, field by field
     (:func:`normalised`)."""
     kustomized = documents(api.kubectl("kustomize", str(CONSUMERS)).stdout)
@@ -512,6 +594,7 @@ def test_the_chart_makes_the_subscribers_of_deploy_consumers(
         "config": {"cluster": {"name": config["kubernetes"]["cluster"]}},
         "alerting": {"enabled": True},
         "remediation": {"enabled": True, "namespaces": bound},
+        "otlp": {"enabled": True},
     }
     chart = [
         o for o in documents(chart_manifest(tmp_path, values)) if o["metadata"]["name"] in RENAMED

@@ -494,8 +494,9 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
     control_plane: ControlPlane,
 ) -> None:
     """deploy/consumers/ (kustomize: the alerting pair, the remediation worker, its RBAC and
-    its admission policy), checked by the real API server (a server-side dry run: schema,
-    defaulting, validation, admission), after deploy/ as an operator applies them."""
+    its admission policy, the OTLP subscriber), checked by the real API server (a server-side
+    dry run: schema, defaulting, validation, admission), after deploy/ as an operator applies
+    them."""
     cp = control_plane
     cp.kubectl("apply", "-k", str(REPO / "deploy"))
     out = cp.kubectl(
@@ -514,6 +515,10 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/k8s-event-remediation",
             "configmap/k8s-event-remediation",
             "deployment.apps/k8s-event-remediation",
+            "serviceaccount/k8s-event-otlp",
+            "configmap/k8s-event-otlp",
+            "deployment.apps/k8s-event-otlp",
+            "poddisruptionbudget.policy/k8s-event-otlp",
         ]
     )
 

@@ -82,6 +82,7 @@ def bridge_config(tmp: Path, nats_url: str, kubeconfig: Path, **sections: Any) -
 SUBSCRIBERS = {
     "k8s_event_consumer.alerting": "ALERTING_",
     "k8s_event_consumer.remediation": "REMEDIATION_",
+    "k8s_event_consumer.otlp": "OTLP_",
 }
 
 

@@ -134,12 +134,12 @@ class Installed:
 
 def _env(**extra: str) -> dict[str, str]:
     """This environment without what changes a build or a program: no venv, bytecode written
-    (setuptools warns when it may not), no BRIDGE_/ALERTING_/REMEDIATION_ settings."""
+    (setuptools warns when it may not), no BRIDGE_/ALERTING_/REMEDIATION_/OTLP_ settings."""
     keep = {
         k: v
         for k, v in os.environ.items()
         if k not in ("VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH")
-        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_"))
+        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_"))
     }
     return {**keep, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
 

@@ -20,6 +20,7 @@ import yaml
 
 from tests import gotools
 from tests.integration.harness import ConsumerProcess, Writer, all_of, eventually, free_port
+from tests.otlp_endpoint import Endpoint
 from tools import monitoring
 
 GO_TOOLS = ("promtool",)
@@ -63,7 +64,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules_file_and_the_prometheusrule():
     done = run(promtool(), "check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 15 rules found" in done.stdout
+    assert "SUCCESS: 17 rules found" in done.stdout
     # the PrometheusRule's spec is a rules file too
     spec = yaml.safe_load(monitoring.PROMETHEUS_RULE.read_text())["spec"]
     assert spec == yaml.safe_load(RULES.read_text())
@@ -354,16 +355,21 @@ def test_the_dashboard_is_laid_out_and_wired_as_grafana_reads_it():
 async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(
     tmp_path, nats_server, kubeconfig, run_bridge
 ):
-    """The alerting subscriber and the remediation worker as real processes on the stream of
-    a real bridge (their Alertmanager need not answer for this), scraped: the subscribers'
-    group of rules names only their metrics and labels."""
+    """The alerting subscriber, the remediation worker and the OTLP subscriber as real
+    processes on the stream of a real bridge (their Alertmanager need not answer for this; the
+    OTLP subscriber's endpoint takes the bridge's status events, so that its records are
+    counted), scraped: the subscribers' group of rules names only their metrics and labels."""
     await run_bridge().wait_ready()  # the stream they read
+    endpoint = await Endpoint().start()
     configs = {
         "k8s_event_consumer.alerting": {
             "alertmanager": {"urls": [f"http://127.0.0.1:{free_port()}"]},
         },
         "k8s_event_consumer.remediation": {
             "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
+        },
+        "k8s_event_consumer.otlp": {
+            "otlp": {"endpoint": endpoint.url, "flush_interval": "200ms"},
         },
     }
     series: dict[str, set[str]] = {}
@@ -379,15 +385,19 @@ async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(
             proc = ConsumerProcess(path, tmp_path / f"{module}.log", module=module).start()
             procs.append(proc)
             await proc.wait_ready()
+            if module.endswith(".otlp"):
+                await eventually(lambda: bool(endpoint.accepted), timeout=30)
             _, text = await proc.get("/metrics")
             for name, labels in exposed(text).items():
                 series.setdefault(name, set()).update(labels)
     finally:
         for proc in procs:
             proc.kill()
+        await endpoint.stop()
     problems = []
     for where, expr, texts in rule_exprs(SUBSCRIBERS_GROUP):
         problems += check(where, expr, series, texts)
     assert problems == []
     assert "k8s_event_alerting_held_total" in series  # exported from 0, before any hold
     assert "k8s_event_remediation_held_total" in series
+    assert "k8s_event_otlp_endpoint_up" in series

@@ -7,7 +7,8 @@ they were.
 No program may create a stream, a bucket or a consumer (each has one shape, provisioned first by
 an operator: ``OPERATOR`` here, a user of the account with every right, as an operator's own
 credentials are); each program refuses a stream or bucket of another shape, and the bridge an
-ack from another stream."""
+ack from another stream. The OTLP subscriber may publish its dead letters (into the dead-letter
+stream the operator made) and nothing else outside its durable."""
 
 from __future__ import annotations
 
@@ -41,17 +42,21 @@ from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
 from k8s_event_common import streams as shapes
 from k8s_event_consumer.consuming import Consumer, ConsumerOptions, Handlers, KVSeen, Start
+from k8s_event_consumer.otlp.settings import DeadLetterSettings
 from k8s_event_sim.natsserver import NatsServer, binary, free_port
 from k8s_event_sim.workload import make_event
 from tests import provisioning
 from tests.integration.harness import Bridges, ConsumerProcess, Writer, bridge_config, eventually
+from tests.otlp_endpoint import Endpoint
 from tools import natsperms
 
 pytestmark = pytest.mark.integration
 
-BRIDGE, ALERTING, REMEDIATION = natsperms.PROGRAMS
-SUBSCRIBERS = (ALERTING, REMEDIATION)
+BRIDGE, ALERTING, REMEDIATION, OTLP = natsperms.PROGRAMS
+SUBSCRIBERS = (ALERTING, REMEDIATION, OTLP)
 STREAM = "K8S_EVENTS"
+DEAD_STREAM = "K8S_EVENTS_DEAD"  # the OTLP subscriber's dead letters, on DEAD_SUBJECT
+DEAD_SUBJECT = "k8s.dead.otlp"
 CHECKPOINT_BUCKET = "k8s_event_bridge"
 SEEN_BUCKET = "k8s_event_remediation"
 INBOX = {p: "_INBOX_" + p.replace("-", "_") for p in natsperms.PROGRAMS}
@@ -304,13 +309,15 @@ async def test_each_program_works_with_its_own_user(
 ) -> None:
     """Provisioned first by the operator (``k8s-event-bridge provision``, each subscriber's
     ``provision``), as docs/deploy.md says: the real bridge publishes the simulated API
-    server's Events and keeps its checkpoint; the real remediation worker (dry run) and
-    alerting subscriber (its read-back at start included) read them through their durables and
-    ack each; the server logs no violation."""
+    server's Events and keeps its checkpoint; the real remediation worker (dry run), alerting
+    subscriber (its read-back at start included) and OTLP subscriber (its dead-letter stream
+    checked, every Event sent to an endpoint) read them through their durables and ack each;
+    the server logs no violation."""
     bridges = Bridges(tmp_path)
     subscribers: list[ConsumerProcess] = []
     operator = {"user": OPERATOR, "password": passwords[OPERATOR]}
     await provisioning.bridge([server.url], **operator)
+    endpoint = await Endpoint().start()
     try:
         nats_section = {
             "user": BRIDGE,
@@ -339,6 +346,11 @@ async def test_each_program_works_with_its_own_user(
                     "alertmanager": {"urls": [f"http://127.0.0.1:{free_port()}"], "attempts": 1},
                     "alerts": {"reasons": ["NoSuchReason"], "recover_window": "1h"},
                 },
+            ),
+            (
+                OTLP,
+                "k8s_event_consumer.otlp",
+                {"otlp": {"endpoint": endpoint.url, "flush_interval": "200ms"}},
             ),
         ):
             cfg = tmp_path / f"{program}.yaml"
@@ -373,6 +385,7 @@ async def test_each_program_works_with_its_own_user(
         assert int(json.loads((await kv.get("test.all")).value)["resourceVersion"]) > 0
         seen = await eyes[REMEDIATION].js.stream_info(f"KV_{SEEN_BUCKET}")
         assert seen.state.messages >= len(w.ids)
+        assert set(w.ids) <= set(endpoint.accepted)
         for p in [bridge, *subscribers]:
             p.signal(signal.SIGTERM)
             assert await p.wait_exit(30) == 0, p.logs()[-3000:]
@@ -382,6 +395,7 @@ async def test_each_program_works_with_its_own_user(
         bridges.kill_all()
         for p in subscribers:
             p.kill()
+        await endpoint.stop()
 
 
 async def _published(bridge: Any, n: int) -> bool:
@@ -396,6 +410,7 @@ async def test_each_subscriber_reads_through_its_own_durable_and_acks(
     the remediation worker's Seen bucket (provisioned) written."""
     alerting = await users(ALERTING)
     remediation = await users(REMEDIATION)
+    otlp = await users(OTLP)
     await read_all(alerting, ["k8s.events.test.>", "k8s.events.other.>"], 20, users=users)
     await read_all(
         remediation,
@@ -404,7 +419,8 @@ async def test_each_subscriber_reads_through_its_own_durable_and_acks(
         seen=await KVSeen.open(remediation.nc, SEEN_BUCKET),
         users=users,
     )
-    for u in (alerting, remediation):
+    await read_all(otlp, ["k8s.events.>"], 20, users=users)
+    for u in (alerting, remediation, otlp):
         c = await u.js.consumer_info(STREAM, u.program)
         assert c.ack_floor.stream_seq == 20 and c.num_ack_pending == 0
         assert not u.errors
@@ -718,7 +734,7 @@ async def test_the_bridge_refuses_a_checkpoint_bucket_with_a_republish(
         await KvCheckpointStore.open(bridge.nc, CHECKPOINT_BUCKET)
 
 
-@pytest.mark.parametrize("program", [REMEDIATION, ALERTING])
+@pytest.mark.parametrize("program", [REMEDIATION, ALERTING, OTLP])
 async def test_a_subscriber_refuses_a_stream_with_rollups(
     tmp_path: Path,
     server: NatsServer,
@@ -727,8 +743,11 @@ async def test_a_subscriber_refuses_a_stream_with_rollups(
     users: Callable[[str], Any],
     program: str,
 ) -> None:
-    """The real subscriber process, on its own user, exits 1 naming the key."""
+    """The real subscriber process, on its own user, exits 1 naming the key (the OTLP
+    subscriber's dead-letter stream provisioned: it checks that one first)."""
     await operator_creates(users, weakened_stream("allow_rollup_hdrs"))
+    if program == OTLP:
+        await operator_creates(users, dead_letter_config())
     module = f"k8s_event_consumer.{program.removeprefix('k8s-event-')}"
     sections: dict[str, Any] = {
         "nats": {
@@ -742,8 +761,10 @@ async def test_a_subscriber_refuses_a_stream_with_rollups(
     }
     if program == REMEDIATION:
         sections["kubernetes"] = {"cluster": "test", "kubeconfig": str(kubeconfig)}
-    else:
+    elif program == ALERTING:
         sections["alertmanager"] = {"urls": [f"http://127.0.0.1:{free_port()}"]}
+    else:
+        sections["otlp"] = {"endpoint": f"http://127.0.0.1:{free_port()}"}
     cfg = tmp_path / f"{program}.yaml"
     cfg.write_text(yaml.safe_dump(sections))
     p = ConsumerProcess(cfg, tmp_path / f"{program}.log", module=module).start()
@@ -867,8 +888,9 @@ async def test_a_subscriber_can_not_write_the_checkpoint_or_the_other_ones_seen_
         await u.refused_publish(f"$KV.{CHECKPOINT_BUCKET}.test.all", b'{"resourceVersion":"1"}')
         await u.refused_request(f"$JS.API.STREAM.PURGE.KV_{CHECKPOINT_BUCKET}")
         await u.refused_request(f"$JS.API.STREAM.DELETE.KV_{CHECKPOINT_BUCKET}")
-    alerting = await users(ALERTING)
-    await alerting.refused_publish(f"$KV.{SEEN_BUCKET}.{KVSeen.key('uid/1')}", b"1")
+    for program in (ALERTING, OTLP):
+        u = await users(program)
+        await u.refused_publish(f"$KV.{SEEN_BUCKET}.{KVSeen.key('uid/1')}", b"1")
     after = await kv.get("test.all")
     assert (after.revision, after.value) == (before.revision, before.value)
     assert (await remediation.js.stream_info(f"KV_{SEEN_BUCKET}")).state.messages == seen_before
@@ -935,8 +957,10 @@ async def test_the_bridge_can_not_create_consumers_nor_write_a_seen_bucket(
 
 
 @pytest.mark.parametrize(
-    ("reader", "owner"), [(REMEDIATION, BRIDGE), (ALERTING, REMEDIATION), (BRIDGE, ALERTING)]
-)
+    ("reader", "owner"),
+    [(REMEDIATION, BRIDGE), (ALERTING, REMEDIATION), (BRIDGE, ALERTING), (OTLP, REMEDIATION),
+     (ALERTING, OTLP)],
+)  # fmt: skip
 async def test_no_program_reads_another_ones_inbox(
     stocked: User, users: Callable[[str], Any], reader: str, owner: str
 ) -> None:
@@ -1086,3 +1110,240 @@ async def _delivered(server: NatsServer, password: str, durable: str, last: int)
     finally:
         await nc.close()
     return c.delivered.stream_seq >= last
+
+
+# -- the OTLP subscriber (deploy/consumers/otlp.yaml): one durable shared by its replicas, and
+#    its dead letters published through JetStream into the dead-letter stream the operator made
+
+
+def dead_letter_shape() -> StreamConfig:
+    """K8S_EVENTS_DEAD as ``k8s-event-otlp provision`` makes it with the default settings."""
+    dl = DeadLetterSettings()
+    assert (dl.stream, dl.subject) == (DEAD_STREAM, DEAD_SUBJECT)
+    return shapes.dead_letter_stream(dl.stream, [dl.subject], max_age=dl.max_age)
+
+
+def dead_letter_config() -> dict[str, Any]:
+    """That shape as JetStream's JSON."""
+    return dead_letter_shape().as_dict()  # type: ignore[no-any-return]
+
+
+async def dead_letters(users: Callable[[str], Any]) -> int:
+    operator = await users(OPERATOR)
+    return int((await operator.js.stream_info(DEAD_STREAM)).state.messages)
+
+
+async def test_the_otlp_user_may_publish_its_dead_letters_and_no_one_else_may(
+    stocked: User, users: Callable[[str], Any]
+) -> None:
+    """Into the dead-letter stream the operator made: its publish is stored (a PubAck of
+    K8S_EVENTS_DEAD). Another subject of the dead-letter kind is refused it, and its subject
+    is refused every other program (no one else writes its dead letters)."""
+    await operator_creates(users, dead_letter_config())
+    otlp = await users(OTLP)
+    ack = await otlp.js.publish(DEAD_SUBJECT, b"{}", headers={"Nats-Msg-Id": "uid-1/1"}, timeout=5)
+    assert ack.stream == DEAD_STREAM and ack.seq == 1
+    await otlp.refused_request("k8s.dead.other", b"{}")
+    for program in (ALERTING, REMEDIATION):
+        u = await users(program)
+        await u.refused_publish(DEAD_SUBJECT, b"{}")
+    await stocked.refused_publish(DEAD_SUBJECT, b"{}")
+    assert await dead_letters(users) == 1
+    assert otlp.errors and all("k8s.dead.other" in e for e in otlp.errors)  # that one only
+
+
+async def test_the_otlp_user_can_not_create_change_or_delete_a_stream_or_a_consumer(
+    stocked: User, users: Callable[[str], Any]
+) -> None:
+    """Not the dead-letter stream while it is missing, nor once it is there (update, purge,
+    delete); not its durable (create it, change it into a push consumer delivering into
+    another program's inbox, delete it), not an unnamed consumer, not one on the dead-letter
+    stream. The durable and the dead-letter stream stay as the operator made them."""
+    otlp = await users(OTLP)
+    body = json.dumps(dead_letter_config()).encode()
+    await otlp.refused_request(f"$JS.API.STREAM.CREATE.{DEAD_STREAM}", body)
+    operator = await users(OPERATOR)
+    assert await shapes.read_config(operator.nc, DEAD_STREAM) is None
+    await operator_creates(users, dead_letter_config())
+    await operator.js.publish(DEAD_SUBJECT, b"{}", headers={"Nats-Msg-Id": "uid-1/1"})
+    await otlp.refused_request(f"$JS.API.STREAM.UPDATE.{DEAD_STREAM}", body)
+    await otlp.refused_request(f"$JS.API.STREAM.PURGE.{DEAD_STREAM}", b"{}")
+    await otlp.refused_request(f"$JS.API.STREAM.DELETE.{DEAD_STREAM}")
+    await provision_durable(users, OTLP, ["k8s.events.>"])
+    push = {
+        "name": OTLP,
+        "durable_name": OTLP,
+        "ack_policy": "none",
+        "deliver_subject": f"{INBOX[REMEDIATION]}.stolen",
+    }
+    request = json.dumps({"stream_name": STREAM, "config": push}).encode()
+    await otlp.refused_request(f"$JS.API.CONSUMER.CREATE.{STREAM}.{OTLP}", request)
+    await otlp.refused_request(f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{OTLP}", request)
+    await otlp.refused_request(f"$JS.API.CONSUMER.CREATE.{STREAM}", request)
+    await otlp.refused_request(f"$JS.API.CONSUMER.DELETE.{STREAM}.{OTLP}")
+    dead = {"stream_name": DEAD_STREAM, "config": {"ack_policy": "none"}}
+    await otlp.refused_request(f"$JS.API.CONSUMER.CREATE.{DEAD_STREAM}", json.dumps(dead).encode())
+    c = await operator.js.consumer_info(STREAM, OTLP)
+    assert c.config.deliver_subject is None and c.config.ack_policy == "explicit"
+    assert (await operator.js.stream_info(STREAM)).state.consumer_count == 1
+    have = await shapes.read_config(operator.nc, DEAD_STREAM)
+    assert have is not None and shapes.differences(have, dead_letter_shape()) == []
+    assert await dead_letters(users) == 1
+    assert await messages(stocked) == 20
+
+
+def otlp_config(
+    tmp_path: Path, server: NatsServer, password: str, endpoint: str, name: str = "otlp"
+) -> Path:
+    """deploy/consumers/otlp.yaml's config as the test runs it: its own user and inbox, the
+    endpoint in the test, test-sized ack wait, flush and back-off."""
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "nats": {"servers": [server.url], "user": OTLP, "password": password,
+                         "inbox_prefix": INBOX[OTLP], "ack_wait": "3s"},
+                "otlp": {"endpoint": endpoint, "flush_interval": "200ms",
+                         "backoff_initial": "200ms", "backoff_max": "1s"},
+                "http": {"host": "127.0.0.1", "port": free_port()},
+                "log": {"level": "debug", "format": "json"},
+            }
+        )
+    )  # fmt: skip
+    return cfg
+
+
+async def test_the_otlp_subscriber_ships_and_dead_letters_on_its_own_user(
+    tmp_path: Path,
+    stocked: User,
+    server: NatsServer,
+    passwords: dict[str, str],
+    users: Callable[[str], Any],
+) -> None:
+    """``k8s-event-otlp provision`` with the operator's credentials makes the durable and the
+    dead-letter stream; the real subscriber on its own user sends the stream's Events, puts
+    the one record the endpoint refuses into the dead-letter stream, acks every message, and
+    stops on SIGTERM; the server logs no violation."""
+    ids = [headers["Nats-Msg-Id"] for _, _, headers in cloud_events(20)]  # as stocked
+    endpoint = await Endpoint(refuse={ids[7]}).start()
+    cfg = otlp_config(tmp_path, server, passwords[OTLP], endpoint.url)
+    p = None
+    try:
+        await provisioning.subscriber(
+            "k8s_event_consumer.otlp", cfg, [server.url], user=OPERATOR,
+            password=passwords[OPERATOR],
+        )  # fmt: skip
+        p = ConsumerProcess(cfg, tmp_path / "otlp.log", module="k8s_event_consumer.otlp").start()
+        await p.wait_ready(30)
+        operator = await users(OPERATOR)
+
+        async def settled() -> bool:
+            c = await operator.js.consumer_info(STREAM, OTLP)
+            return bool(c.ack_floor.stream_seq == 20 and not c.num_ack_pending)
+
+        await eventually(settled, timeout=30)
+        assert sorted(endpoint.accepted) == sorted(set(ids) - {ids[7]})
+        assert await dead_letters(users) == 1
+        dead = await operator.js.get_msg(DEAD_STREAM, 1)
+        assert dead.headers and dead.headers["Nats-Msg-Id"] == ids[7]
+        p.signal(signal.SIGTERM)
+        assert await p.wait_exit(30) == 0, p.logs()[-3000:]
+        log = await asyncio.to_thread(Path(server.log_path).read_text)
+        assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
+    finally:
+        if p is not None:
+            p.kill()
+        await endpoint.stop()
+
+
+async def test_the_otlp_subscriber_waits_for_its_dead_letter_stream_and_does_not_make_it(
+    tmp_path: Path,
+    stocked: User,
+    server: NatsServer,
+    passwords: dict[str, str],
+    users: Callable[[str], Any],
+) -> None:
+    """Started before the operator provisioned: its create gets no answer; it waits, not
+    ready, naming what to do, and makes nothing; once ``provision`` ran, it runs."""
+    cfg = otlp_config(tmp_path, server, passwords[OTLP], f"http://127.0.0.1:{free_port()}")
+    p = ConsumerProcess(cfg, tmp_path / "otlp.log", module="k8s_event_consumer.otlp").start()
+    try:
+
+        async def told() -> bool:
+            return any("provision" in e["error"] for e in p.log_events("stream_unavailable"))
+
+        await eventually(told, timeout=30)
+        assert p.running()
+        assert (await p.get("/readyz"))[0] == 503
+        operator = await users(OPERATOR)
+        assert await shapes.read_config(operator.nc, DEAD_STREAM) is None
+        await provisioning.subscriber(
+            "k8s_event_consumer.otlp", cfg, [server.url], user=OPERATOR,
+            password=passwords[OPERATOR],
+        )  # fmt: skip
+        await p.wait_ready(30)
+    finally:
+        p.kill()
+
+
+async def test_the_otlp_replicas_share_the_durable_a_held_batch_stays_with_one_until_stop(
+    tmp_path: Path,
+    stocked: User,
+    server: NatsServer,
+    passwords: dict[str, str],
+    users: Callable[[str], Any],
+) -> None:
+    """Two replicas on the one durable, as the Deployment runs them, the endpoint answering
+    503: the one that fetched the batch holds it past ``ack_wait`` (its in-progress acks keep
+    JetStream from handing it to the other), and on SIGTERM hands it back (nak), so the other
+    gets it; both on the subscriber's own user, and the server logs no violation."""
+    endpoint = await Endpoint(answer=503).start()
+    procs: list[ConsumerProcess] = []
+    try:
+        first = otlp_config(tmp_path, server, passwords[OTLP], endpoint.url, "otlp-a")
+        await provisioning.subscriber(
+            "k8s_event_consumer.otlp", first, [server.url], user=OPERATOR,
+            password=passwords[OPERATOR],
+        )  # fmt: skip
+        for cfg in (first, otlp_config(tmp_path, server, passwords[OTLP], endpoint.url, "otlp-b")):
+            p = ConsumerProcess(cfg, tmp_path / f"{cfg.stem}.log", module="k8s_event_consumer.otlp")
+            procs.append(p.start())
+        for p in procs:
+            await p.wait_ready(30)
+        operator = await users(OPERATOR)
+
+        async def holding() -> ConsumerProcess | None:
+            for p in procs:
+                if await _gauge(p, "k8s_event_otlp_held_records"):
+                    return p
+            return None
+
+        holder = await eventually(holding, timeout=30)
+        (other,) = [p for p in procs if p is not holder]
+        # back-off 0.2 s doubling to 1 s: ten requests are well past ack_wait (3 s)
+        await eventually(lambda: endpoint.requests >= 10, timeout=30)
+        c = await operator.js.consumer_info(STREAM, OTLP)
+        assert (c.num_ack_pending, c.num_redelivered) == (20, 0)
+        assert await _gauge(holder, "k8s_event_otlp_held_records") == 20
+        assert await _gauge(other, "k8s_event_otlp_held_records") == 0
+        holder.signal(signal.SIGTERM)
+        assert await holder.wait_exit(30) == 0, holder.logs()[-3000:]
+
+        async def taken_over() -> bool:
+            return await _gauge(other, "k8s_event_otlp_held_records") == 20
+
+        await eventually(taken_over, timeout=30)
+        other.signal(signal.SIGTERM)
+        assert await other.wait_exit(30) == 0, other.logs()[-3000:]
+        assert endpoint.accepted == []
+        log = await asyncio.to_thread(Path(server.log_path).read_text)
+        assert "Violation" not in log, [ln for ln in log.splitlines() if "Violation" in ln]
+    finally:
+        for p in procs:
+            p.kill()
+        await endpoint.stop()
+
+
+async def _gauge(proc: ConsumerProcess, name: str) -> float:
+    _, text = await proc.get("/metrics")
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name))

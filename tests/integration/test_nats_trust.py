@@ -250,7 +250,7 @@ async def test_handshake_first_speaks_tls_before_any_protocol_byte(
 
 
 def _programs(tmp_path: Path, fake: FakeServer, ca: str, kubeconfig: Path) -> list[Any]:
-    """The bridge and both subscribers, each given only the fake server, TLS wanted (a CA)
+    """The bridge and every subscriber, each given only the fake server, TLS wanted (a CA)
     and a password in the environment."""
     from tests.integration.harness import BridgeProcess
 

@@ -370,7 +370,7 @@ async def test_no_program_hands_its_password_to_a_redirected_wss_upgrade(
     sim: Any,
     kubeconfig: Path,
 ) -> None:
-    """The bridge and both subscribers, each given only a ``wss://`` endpoint that redirects
+    """The bridge and every subscriber, each given only a ``wss://`` endpoint that redirects
     the upgrade to a plaintext one: each refuses (``nats_tls_refused`` with ``redirected_to``
     and ``tls: false``), stays unready, counts it on /metrics, and the plaintext endpoint
     receives no CONNECT and no password."""

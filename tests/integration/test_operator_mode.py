@@ -1,5 +1,5 @@
 """NATS in operator mode (decentralised auth) for real: a nats-server trusting an operator made
-by e2e/natsauth (tests/natsauth.py), the bridge and a subscriber on user .creds files, and what
+by e2e/natsauth (tests/natsauth.py), the bridge and the subscribers on user .creds files, and what
 a running bridge does when its user's JWT expires, is revoked, or is rotated on disk. Then an
 NKey user without JWT, on a server without operator."""
 
@@ -28,6 +28,7 @@ from tests.integration.harness import (
     subscriber_config,
 )
 from tests.natsauth import Operator
+from tests.otlp_endpoint import Endpoint
 
 pytestmark = pytest.mark.integration
 GO_TOOLS = ("natsauth",)
@@ -146,12 +147,13 @@ async def consumer_metric(proc: ConsumerProcess, name: str) -> float:
 @pytest.mark.parametrize(
     "permissions", [None, PERMISSIONS], ids=["unrestricted", "least-privilege"]
 )
-async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mode(
+async def test_the_bridge_and_the_subscribers_run_on_user_creds_in_operator_mode(
     tmp_path, sim, kubeconfig, operator, bridges, subscribers, permissions
 ):
     """least-privilege: each user has only its program's permissions of
-    deploy/nats/permissions.json; the stream, the buckets and the durables are provisioned
-    first with the operator's own user (``provision``), as docs/deploy.md says."""
+    deploy/nats/permissions.json; the stream, the buckets, the durables and the OTLP
+    subscriber's dead-letter stream are provisioned first with the operator's own user
+    (``provision``), as docs/deploy.md says."""
 
     def user(program: str) -> Path:
         if permissions is None:
@@ -221,9 +223,48 @@ async def test_the_bridge_and_both_subscribers_run_on_user_creds_in_operator_mod
         return await consumer_metric(alerting, "k8s_event_alerting_events_total") >= len(w.ids)
 
     await eventually(alerting_read_all, timeout=30)
-    assert "nats_permission_denied" not in alerting.logs() + worker.logs() + bridge.logs()
-    # the kit's counts exported by both: every message read handled, none bad
-    for proc, prefix in ((worker, "k8s_event_remediation"), (alerting, "k8s_event_alerting")):
+
+    # the OTLP subscriber on its own user: every Event to an endpoint, one refused for good
+    # into its dead-letter stream (published through JetStream: a PubAck on its inbox)
+    refused_id = w.ids[3]
+    endpoint = await Endpoint(refuse={refused_id}).start()
+    try:
+        nats_of = {"servers": [url], "creds_file": str(user("k8s-event-otlp"))}
+        path = subscriber_config(
+            tmp_path,
+            "k8s_event_consumer.otlp",
+            nats_of,
+            kubeconfig,
+            otlp={"endpoint": endpoint.url, "flush_interval": "200ms"},
+        )
+        await provisioning.subscriber("k8s_event_consumer.otlp", path, [url], creds_file=admin)
+        otlp = ConsumerProcess(path, tmp_path / "otlp.log", module="k8s_event_consumer.otlp")
+        subscribers.append(otlp.start())
+        await otlp.wait_ready(30)
+
+        async def otlp_sent_all() -> bool:
+            return set(w.ids) - {refused_id} <= set(endpoint.accepted) and bool(
+                await consumer_metric(otlp, 'k8s_event_otlp_records_total{result="dead_lettered"}')
+            )
+
+        await eventually(otlp_sent_all, timeout=30)
+    finally:
+        await endpoint.stop()
+    nc = await nats.connect(url, user_credentials=str(reader), allow_reconnect=False)
+    try:
+        dead = await nc.jetstream().stream_info("K8S_EVENTS_DEAD")
+    finally:
+        await nc.close()
+    assert dead.state.messages == 1
+
+    logs = alerting.logs() + worker.logs() + otlp.logs() + bridge.logs()
+    assert "nats_permission_denied" not in logs
+    # the kit's counts exported by each: every message read handled, none bad
+    for proc, prefix in (
+        (worker, "k8s_event_remediation"),
+        (alerting, "k8s_event_alerting"),
+        (otlp, "k8s_event_otlp"),
+    ):
         handled = f'{prefix}_messages_total{{result="handled"}}'
         assert await consumer_metric(proc, handled) >= len(w.ids)
         _, text = await proc.get("/metrics")

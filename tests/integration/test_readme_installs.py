@@ -6,7 +6,7 @@ files git tracks, as a fresh clone has them), from its root, with the venv's ``b
 names is checked to come from the copy (PEP 610's ``direct_url.json``), and what it installed
 is run: ``k8s-event-bridge --version`` and ``check-config`` for the bridge (``.``), ``import
 k8s_event_consumer`` for the subscribers' kit (``./consumer``), ``check-config`` of each
-subscriber its extras name (``[alerting]``, ``[remediation]``, ``[all]``), ``import
+subscriber its extras name (``[alerting]``, ``[remediation]``, ``[otlp]``, ``[all]``), ``import
 k8s_event_common`` for the shared package, ``k8s-event-bridge-demo --help`` for the simulator.
 
 Each ``pip install`` line is one install of its own, in its own venv; a line with
@@ -443,7 +443,7 @@ def _env(venv: Path | None = None, **extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k not in ("VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PYTHONHOME")
-        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_"))
+        and not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_"))
         and (not k.startswith("PIP_") or k in PIP_KEPT)
     }
     if venv is not None:

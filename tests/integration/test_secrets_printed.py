@@ -1,9 +1,10 @@
 """Sentinel secrets, and every byte the programs put out: none of them may appear anywhere. The
-bridge and both subscribers run (debug logs) with a sentinel NATS password, the alerting
-subscriber also with a sentinel Alertmanager password, against a real nats-server; a wrong
-sentinel password on the way (nats_auth_failed); check-config; and the configurations that
-are refused (a URL holding a secret, a seed pasted where its file's path belongs). Read:
-stdout, stderr, the logs, /healthz, /readyz, /metrics, /status."""
+bridge and the subscribers run (debug logs) with a sentinel NATS password, the alerting
+subscriber also with a sentinel Alertmanager password, the OTLP subscriber with a sentinel
+token in its endpoint's headers, against a real nats-server; a wrong sentinel password on the
+way (nats_auth_failed); check-config; and the configurations that are refused (a URL holding a
+secret, a seed pasted where its file's path belongs). Read: stdout, stderr, the logs,
+/healthz, /readyz, /metrics, /status."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ NATS_PASSWORD = "SentinelNatsPw8d2f"
 WRONG_PASSWORD = "SentinelWrongPw41aa"
 AM_PASSWORD = "SentinelAmPw77c3"
 URL_PASSWORD = "SentinelUrlPw19b0"
+OTLP_TOKEN = "SentinelOtlpTok5e21"
 PASTED_SEED = seed().decode()
-SENTINELS = [NATS_PASSWORD, WRONG_PASSWORD, AM_PASSWORD, URL_PASSWORD, PASTED_SEED]
+SENTINELS = [NATS_PASSWORD, WRONG_PASSWORD, AM_PASSWORD, URL_PASSWORD, OTLP_TOKEN, PASTED_SEED]
+OTLP_HEADERS = f'{{"Authorization": "Bearer {OTLP_TOKEN}"}}'  # OTLP_OTLP__HEADERS, as JSON
 
 
 def leaked(text: str) -> list[str]:
@@ -46,7 +49,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_"))
+        if not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_"))
     }
     return {**env, **extra}
 
@@ -109,10 +112,13 @@ async def test_no_sentinel_secret_appears_in_any_output(
             if prefix == "ALERTING_":
                 extra = {"alertmanager": {"urls": ["http://127.0.0.1:9"], "user": "am"}}
                 env["ALERTING_ALERTMANAGER__PASSWORD"] = AM_PASSWORD
+            if prefix == "OTLP_":  # no endpoint answers: it starts all the same
+                extra = {"otlp": {"endpoint": "http://127.0.0.1:9"}}
+                env["OTLP_OTLP__HEADERS"] = OTLP_HEADERS
             path = subscriber_config(tmp_path, module, nats, kubeconfig, **extra)
             p = ConsumerProcess(path, tmp_path / f"{module}.log", env=env, module=module).start()
             procs.append(p)
-            subscribers.append((p, path, prefix, env))
+            subscribers.append((p, path, f"k8s-event-{module.rsplit('.', 1)[1]}", env))
         for p, *_ in subscribers:
             await p.wait_ready(timeout=30)
         for p in procs[1:]:
@@ -125,9 +131,7 @@ async def test_no_sentinel_secret_appears_in_any_output(
             ),
             *(
                 ([prog, "check-config", "--config", str(path)], env)
-                for (_, path, _, env), prog in zip(
-                    subscribers, ["k8s-event-alerting", "k8s-event-remediation"], strict=True
-                )
+                for _, path, prog, env in subscribers
             ),
         ]
         # what is refused: a URL holding a secret, a seed pasted in place of a path
@@ -135,6 +139,7 @@ async def test_no_sentinel_secret_appears_in_any_output(
             ("k8s-event-bridge", "BRIDGE_"),
             ("k8s-event-alerting", "ALERTING_"),
             ("k8s-event-remediation", "REMEDIATION_"),
+            ("k8s-event-otlp", "OTLP_"),
         ):
             extra_env = {"REMEDIATION_KUBERNETES__CLUSTER": "x"} if prefix == "REMEDIATION_" else {}
             cmds.append(
@@ -155,6 +160,12 @@ async def test_no_sentinel_secret_appears_in_any_output(
                 {"ALERTING_ALERTMANAGER__URLS": f'["http://am:{AM_PASSWORD}@127.0.0.1:9093"]'},
             )
         )
+        cmds.append(
+            (
+                ["k8s-event-otlp", "check-config"],
+                {"OTLP_OTLP__ENDPOINT": f"https://otel:{URL_PASSWORD}@127.0.0.1:4318"},
+            )
+        )
         refused = 0
         for argv, env in cmds:
             exe = Path(sys.executable).parent / argv[0]
@@ -169,7 +180,7 @@ async def test_no_sentinel_secret_appears_in_any_output(
             )
             refused += done.returncode == 2
             outputs.append(f"$ {' '.join(argv)} -> {done.returncode}\n{done.stdout}{done.stderr}")
-        assert refused == 7, "\n".join(outputs[-9:])
+        assert refused == 10, "\n".join(outputs[-12:])
     finally:
         for p in procs:
             p.kill()

@@ -43,7 +43,7 @@ def _chart() -> list[dict[str, Any]]:
         [
             str(gotools.ensure("helm")), "template", "k8s-event-bridge", str(CHART),
             "--namespace", "k8s-event-bridge",
-            "--set", "alerting.enabled=true",
+            "--set", "alerting.enabled=true", "--set", "otlp.enabled=true",
             "--set", "remediation.enabled=true", "--set-json", 'remediation.namespaces=["shop"]',
         ],
         capture_output=True, text=True, timeout=60, check=False,
@@ -119,19 +119,40 @@ def test_no_pod_of_the_service_account_gets_the_token_kubernetes_mounts(
 
 
 @pytest.mark.parametrize(
-    "load",
+    ("load", "kind", "name"),
     [
-        pytest.param(_files("consumers/alerting.yaml"), id="consumers"),
-        pytest.param(_chart, id="chart", marks=pytest.mark.processes),
+        pytest.param(
+            _files("consumers/alerting.yaml"), "StatefulSet", "k8s-event-alerting",
+            id="consumers-alerting",
+        ),
+        pytest.param(
+            _files("consumers/otlp.yaml"), "Deployment", "k8s-event-otlp", id="consumers-otlp"
+        ),
+        pytest.param(
+            _chart, "StatefulSet", "k8s-event-bridge-alerting", id="chart-alerting",
+            marks=pytest.mark.processes,
+        ),
+        pytest.param(
+            _chart, "Deployment", "k8s-event-bridge-otlp", id="chart-otlp",
+            marks=pytest.mark.processes,
+        ),
     ],
-)
-def test_the_alerting_subscriber_gets_no_token_at_all(
-    load: Callable[[], list[dict[str, Any]]],
+)  # fmt: skip
+def test_the_subscribers_without_the_api_get_no_token_at_all(
+    load: Callable[[], list[dict[str, Any]]], kind: str, name: str
 ) -> None:
-    """It talks to NATS and Alertmanager only."""
-    (sts,) = [o for o in load() if o["kind"] == "StatefulSet"]
-    pod = sts["spec"]["template"]["spec"]
+    """The alerting subscriber talks to NATS and Alertmanager only, the OTLP subscriber to
+    NATS and its endpoint only."""
+    objects = load()
+    (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    pod = workload["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
+    account = pod.get("serviceAccountName")
+    if account is not None:  # an account of its own: none of its Pods gets a token either
+        (sa,) = [
+            o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == account
+        ]
+        assert sa["automountServiceAccountToken"] is False
     assert not [v for v in pod.get("volumes", []) if "projected" in v]
     assert not [m for c in pod["containers"] for m in c.get("volumeMounts", [])
                 if m["mountPath"] == MOUNT]  # fmt: skip

@@ -34,7 +34,7 @@ WHERE = {
     "tab-indent": "line 3",
     "bad-escape": "line 3",
 }
-PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation")
+PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
@@ -75,14 +75,14 @@ def test_a_file_that_is_not_utf8_is_said_without_its_bytes(tmp_path: Path) -> No
     assert SECRET[:8] not in str(caught.value)
 
 
-@pytest.mark.processes  # runs the three programs (tests/unit/conftest.py)
+@pytest.mark.processes  # runs the four programs (tests/unit/conftest.py)
 @pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_each_program_exits_2_without_the_line(tmp_path: Path, program: str, command: str) -> None:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_"))
+        if not k.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_"))
     }
     exe = Path(sys.executable).parent / program
     for case, text in BROKEN.items():

@@ -18,6 +18,7 @@ from k8s_event_common.credentials import CredentialError, Signer, check_creds_fi
 from k8s_event_common.options import redact_url, url_problem
 from k8s_event_common.secrets import never_echo
 from k8s_event_consumer.alerting import __main__ as alerting_main
+from k8s_event_consumer.otlp import __main__ as otlp_main
 from k8s_event_consumer.remediation import __main__ as remediation_main
 from tests.creds import creds_text, public, seed, user_jwt, write_creds, write_seed
 
@@ -192,6 +193,7 @@ PROGRAMS = {
     "bridge": (cli.main, "BRIDGE_"),
     "alerting": (alerting_main.main, "ALERTING_"),
     "remediation": (remediation_main.main, "REMEDIATION_"),
+    "otlp": (otlp_main.main, "OTLP_"),
 }
 
 
@@ -263,7 +265,7 @@ def test_check_config_refuses_bad_credentials_with_exit_2(
 
 
 @pytest.mark.parametrize(
-    "program", ["k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation"]
+    "program", ["k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp"]
 )
 @pytest.mark.processes  # runs a program (tests/unit/conftest.py)
 def test_run_with_a_creds_file_without_a_jwt_exits_2_at_once(tmp_path: Path, program: str) -> None:
@@ -274,6 +276,7 @@ def test_run_with_a_creds_file_without_a_jwt_exits_2_at_once(tmp_path: Path, pro
         "k8s-event-bridge": "BRIDGE_",
         "k8s-event-alerting": "ALERTING_",
         "k8s-event-remediation": "REMEDIATION_",
+        "k8s-event-otlp": "OTLP_",
     }[program]
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefix)}
     env[f"{prefix}NATS__CREDS_FILE"] = str(path)

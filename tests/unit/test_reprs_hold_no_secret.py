@@ -1,7 +1,7 @@
 """No repr and no str holds a secret: every settings and credentials class of the shared package,
 the bridge and the subscribers, built with sentinel secrets (a NATS password and token, a .creds
-file's seed and JWT, an NKey seed, an Alertmanager password and bearer token). A repr ends up in
-a traceback, a debugger, an ``%r`` in a log line."""
+file's seed and JWT, an NKey seed, an Alertmanager password and bearer token, an OTLP endpoint's
+headers). A repr ends up in a traceback, a debugger, an ``%r`` in a log line."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ PASSWORD = "Sentinel-Repr-Pw-0a91"
 TOKEN = "Sentinel-Repr-Token-4c2e"
 AM_PASSWORD = "Sentinel-Repr-AmPw-77b1"
 AM_TOKEN = "Sentinel-Repr-AmTok-19e3"
+OTLP_TOKEN = "Sentinel-Repr-OtlpTok-5d08"
 
 
 def _texts(obj: Any) -> str:
@@ -38,6 +39,7 @@ def files(tmp_path: Path) -> dict[str, Any]:
             TOKEN,
             AM_PASSWORD,
             AM_TOKEN,
+            OTLP_TOKEN,
             creds_seed.decode(),
             seed.decode(),
             jwt,
@@ -61,6 +63,8 @@ def _objects(tmp_path: Path, files: dict[str, Any]) -> dict[str, Callable[[], An
     from k8s_event_consumer.alerting import alertmanager
     from k8s_event_consumer.alerting import settings as alerting_settings
     from k8s_event_consumer.connecting import NatsOptions as SubscriberNatsOptions
+    from k8s_event_consumer.otlp import running as otlp_running
+    from k8s_event_consumer.otlp import settings as otlp_settings
     from k8s_event_consumer.remediation import settings as remediation_settings
 
     nats_pw = {"servers": ["nats://127.0.0.1:4222"], "user": "svc", "password": PASSWORD}
@@ -73,6 +77,15 @@ def _objects(tmp_path: Path, files: dict[str, Any]) -> dict[str, Callable[[], An
 
     def connection(**kw: Any) -> connecting.Connection:
         return connecting.Connection(options.NatsOptions(**kw), logger="test.repr")
+
+    def otlp() -> Any:
+        return otlp_settings.load(
+            _config(
+                tmp_path,
+                "otlp",
+                {"nats": nats_pw, "otlp": {"headers": {"Authorization": f"Bearer {OTLP_TOKEN}"}}},
+            )
+        )
 
     return {
         "UserCreds": lambda: credentials.check_creds_file(files["creds"]),
@@ -143,6 +156,8 @@ def _objects(tmp_path: Path, files: dict[str, Any]) -> dict[str, Callable[[], An
                 },
             )
         ),
+        "otlp Settings": otlp,
+        "otlp sender.Client": lambda: otlp_running.client(otlp()),
     }
 
 
@@ -165,6 +180,8 @@ NAMES = [
     "alerting Settings(bearer)",
     "remediation Settings",
     "remediation Settings(creds)",
+    "otlp Settings",
+    "otlp sender.Client",
 ]
 
 
@@ -173,7 +190,7 @@ def test_no_repr_or_str_holds_a_secret(
     tmp_path: Path, files: dict[str, Any], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key in list(__import__("os").environ):
-        if key.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_")):
+        if key.startswith(("BRIDGE_", "ALERTING_", "REMEDIATION_", "OTLP_")):
             monkeypatch.delenv(key)
     obj = _objects(tmp_path, files)[name]()
     texts = [_texts(obj)]

@@ -160,18 +160,19 @@ configured: no rule. */}}
 {{/* ------------------------------------------------------------------ secrets, as Secrets
 
 Each program (the bridge: .Values.nats; the subscribers: .Values.alerting.nats,
-.Values.remediation.nats, .Values.alerting.alertmanager) takes its secrets only from Secrets:
-a password or token as an environment variable from a secretKeyRef, a .creds file, an NKey
-seed, a bearer token file and TLS files as a Secret volume, read-only, mode 0440 (group
-readable: the kubelet gives the files the Pod's fsGroup), and the chart writes the files'
-paths into the program's config itself. values.schema.json refuses the plain values. */}}
+.Values.remediation.nats, .Values.otlp.nats, .Values.alerting.alertmanager, .Values.otlp.otlp)
+takes its secrets only from Secrets: a password, token or the OTLP endpoint's headers as an
+environment variable from a secretKeyRef, a .creds file, an NKey seed, a bearer token file and
+TLS files as a Secret volume, read-only, mode 0440 (group readable: the kubelet gives the files
+the Pod's fsGroup), and the chart writes the files' paths into the program's config itself.
+values.schema.json refuses the plain values. */}}
 
 {{/* Where a program's secret files are mounted: <secretsDir>/<what>/<file>. */}}
 {{- define "k8s-event-bridge.secretsDir" -}}
 /var/run/secrets/k8s-event-bridge
 {{- end }}
 
-{{/* The files of one "service" (nats, alertmanager) from its values: a list of
+{{/* The files of one "service" (nats, alertmanager, otlp) from its values: a list of
 {volume, secret, items: [{key, path}], dir} as YAML, items named by the file the config
 points at. Arguments: (dict "v" <values> "service" "nats" "where" "nats" (the values'
 path, for errors)). */}}
@@ -211,7 +212,7 @@ path, for errors)). */}}
 {{- end }}
 
 {{/* The config keys pointing at those files, as YAML to merge into the program's section
-(nats: creds_file, nkey_seed_file, tls.*; alertmanager: bearer_token_file, tls.*).
+(nats: creds_file, nkey_seed_file, tls.*; alertmanager: bearer_token_file, tls.*; otlp: tls.*).
 Arguments as secretFiles. */}}
 {{- define "k8s-event-bridge.secretFileConfig" -}}
 {{- $out := dict }}
@@ -294,11 +295,12 @@ Arguments: (dict "files" <secretVolumes output> "ctx" $). */}}
 
 {{/* ------------------------------------------------------------------ the subscribers
 
-The alerting subscriber and the remediation worker (alerting.enabled, remediation.enabled),
-as deploy/consumers/ makes them: the same image, their own names, labels and ServiceAccount.
-Called with (dict "ctx" $ "sub" "alerting") (or "remediation"). */}}
+The alerting subscriber, the remediation worker and the OTLP subscriber (alerting.enabled,
+remediation.enabled, otlp.enabled), as deploy/consumers/ makes them: the same image, their own
+names, labels and ServiceAccount. Called with (dict "ctx" $ "sub" "alerting") (or
+"remediation", "otlp"). */}}
 
-{{/* <fullname>-alerting, <fullname>-remediation */}}
+{{/* <fullname>-alerting, <fullname>-remediation, <fullname>-otlp */}}
 {{- define "k8s-event-bridge.subscriber.fullname" -}}
 {{- printf "%s-%s" (include "k8s-event-bridge.fullname" .ctx) .sub | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -322,7 +324,8 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{/* A subscriber's config (its `config` values) with what the chart writes itself: the
 NATS servers, stream and subject prefix of the bridge's config when it names none, the paths
 of the files mounted from Secrets; for the remediation worker its cluster (the bridge's
-config.cluster.name) and the namespaces it may act in (remediation.namespaces). As YAML. */}}
+config.cluster.name) and the namespaces it may act in (remediation.namespaces); for the
+alerting subscriber one generatorURL for its replicas. As YAML. */}}
 {{- define "k8s-event-bridge.subscriber.config" -}}
 {{- $v := get .ctx.Values .sub }}
 {{- $config := deepCopy ($v.config | default dict) }}
@@ -358,6 +361,8 @@ config.cluster.name) and the namespaces it may act in (remediation.namespaces). 
 {{- if not (hasKey $nats "subjects") }}
 {{- $_ := set $nats "subjects" (list (printf "%s.>" $prefix)) }}
 {{- end }}
+{{- end }}
+{{- if eq .sub "alerting" }}
 {{- /* one generatorURL for both replicas (by default it names the durable, each Pod's
 own): either takes back, after a restart, the alerts Alertmanager shows from the other */}}
 {{- $alerts := $config.alerts | default dict }}
@@ -373,6 +378,11 @@ own): either takes back, after a restart, the alerts Alertmanager shows from the
 {{- $files := fromYaml (include "k8s-event-bridge.secretFileConfig" (dict "v" $v.alertmanager "service" "alertmanager" "where" "alerting.alertmanager")) }}
 {{- $_ := set $config "alertmanager" (mergeOverwrite $am $files) }}
 {{- end }}
+{{- if eq .sub "otlp" }}
+{{- $endpoint := $config.otlp | default dict }}
+{{- $files := fromYaml (include "k8s-event-bridge.secretFileConfig" (dict "v" $v.otlp "service" "otlp" "where" "otlp.otlp")) }}
+{{- $_ := set $config "otlp" (mergeOverwrite $endpoint $files) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -382,6 +392,9 @@ own): either takes back, after a restart, the alerts Alertmanager shows from the
 {{- $out := list (dict "v" $v.nats "service" "nats" "where" (printf "%s.nats" .sub)) }}
 {{- if eq .sub "alerting" }}
 {{- $out = append $out (dict "v" $v.alertmanager "service" "alertmanager" "where" "alerting.alertmanager") }}
+{{- end }}
+{{- if eq .sub "otlp" }}
+{{- $out = append $out (dict "v" $v.otlp "service" "otlp" "where" "otlp.otlp") }}
 {{- end }}
 {{- toYaml (dict "list" $out) }}
 {{- end }}
