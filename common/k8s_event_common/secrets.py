@@ -11,8 +11,10 @@ SECRET_KEYS = frozenset({"password", "token", "bearer_token"})
 
 def never_echo(key: str) -> bool:
     """Whether the value given for ``key`` (a dotted path, or its last part) must not be shown."""
-    last = key.rsplit(".", 1)[-1]
-    return last in SECRET_KEYS or last.endswith("_file")
+    parts = key.split(".")
+    last = parts[-1]
+    # a map of headers (otlp.headers.<name>) holds tokens under names of the user's choosing
+    return last in SECRET_KEYS or last.endswith("_file") or "headers" in parts
 
 
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")

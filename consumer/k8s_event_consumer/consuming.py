@@ -210,6 +210,7 @@ Callback = Callable[[Any, Delivery], Awaitable[None]]
 Outcome = Retry | Discard | None
 BatchCallback = Callable[[list[Delivery]], Awaitable[Sequence[Outcome]]]
 MIN_FETCH_WAIT = 0.2  # seconds: nats-py's pull request expires 0.1 s before its timeout
+GATHER_STEP = 32  # messages per fetch while a batch bounded in bytes is gathered
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,18 @@ class MemorySeen:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+class NoSeen:
+    """Remembers nothing: every delivery is handled, a redelivered one again. For a handler
+    whose copies are harmless (they carry the same id) and whose ids must not be trusted to
+    skip: a message forged with a genuine id seen first would hide the genuine one."""
+
+    async def contains(self, id_: str) -> bool:
+        return False
+
+    async def add(self, id_: str) -> None:
+        return None
 
 
 class KVSeen:
@@ -486,17 +499,20 @@ class Consumer:
                     self.stats.failed += 1
                     log.warning("settle_failed %s: %s", type(exc).__name__, exc)
 
-    async def run_batches(self, on_batch: BatchCallback, *, linger: float = 1.0) -> None:
+    async def run_batches(
+        self, on_batch: BatchCallback, *, linger: float = 1.0, max_bytes: int | None = None
+    ) -> None:
         """Until ``stop``: gather up to ``options.batch`` messages (after the first one, for at
         most ``linger`` seconds more), decode them (one that is no CloudEvent of the bridge is
         terminated, an id already handled acked and skipped), hand the rest to ``on_batch`` in
         the stream's order and settle each by its outcome. While ``on_batch`` works, the
-        messages are marked in progress every third of ``ack_wait``, so JetStream delivers none
-        of them again however long the handler waits (on a slow or absent endpoint); one batch
-        is in hand at a time, so memory is bounded by the batch. ``on_batch`` raising: every
-        message nak'd with the back-off step of its delivery count."""
+        messages are marked in progress at once and every third of ``ack_wait``, so JetStream
+        delivers none of them again however long the handler waits (on a slow or absent
+        endpoint); one batch is in hand at a time, and with ``max_bytes`` it stops growing once
+        its messages hold that many bytes, so memory is bounded by the batch. ``on_batch``
+        raising: every message nak'd with the back-off step of its delivery count."""
         while not self._stopping.is_set():
-            msgs = await self._gather(linger)
+            msgs = await self._gather(linger, max_bytes)
             if not msgs:
                 continue
             try:
@@ -506,13 +522,19 @@ class Consumer:
                 self.stats.failed += 1
                 log.warning("settle_failed %s: %s", type(exc).__name__, exc)
 
-    async def _gather(self, linger: float) -> list[Msg]:
+    async def _gather(self, linger: float, max_bytes: int | None = None) -> list[Msg]:
         """Up to ``options.batch`` messages: what the first fetch brings, then more for at most
-        ``linger`` seconds while the batch is not full."""
+        ``linger`` seconds while the batch is not full; with ``max_bytes``, fetched
+        ``GATHER_STEP`` at a time and no more once they hold that many bytes."""
         msgs: list[Msg] = []
+        size = 0
         deadline: float | None = None
         loop = asyncio.get_running_loop()
-        while len(msgs) < self.options.batch and not self._stopping.is_set():
+        while (
+            len(msgs) < self.options.batch
+            and (max_bytes is None or size < max_bytes)
+            and not self._stopping.is_set()
+        ):
             if deadline is None:
                 wait = self.options.fetch_timeout
             else:
@@ -520,9 +542,10 @@ class Consumer:
                 if wait <= 0:
                     break
             try:
-                got = await self._sub.fetch(
-                    self.options.batch - len(msgs), timeout=max(wait, MIN_FETCH_WAIT)
-                )
+                want = self.options.batch - len(msgs)
+                if max_bytes is not None:
+                    want = min(want, GATHER_STEP)
+                got = await self._sub.fetch(want, timeout=max(wait, MIN_FETCH_WAIT))
             except (nats.errors.TimeoutError, TimeoutError):
                 if msgs or deadline is None:
                     break
@@ -533,6 +556,7 @@ class Consumer:
                     await self._pause(1.0)
                 break
             msgs.extend(got)
+            size += sum(len(m.data or b"") for m in got)
             if deadline is None:
                 deadline = loop.time() + linger
         return msgs
@@ -584,16 +608,17 @@ class Consumer:
                     await task
 
     async def _keep(self, msgs: Sequence[Msg]) -> None:
-        """Mark ``msgs`` in progress every third of ``ack_wait`` until cancelled."""
+        """Mark ``msgs`` in progress at once (the gathering took some of their ack_wait) and
+        every third of ``ack_wait`` until cancelled."""
         every = max(self.options.ack_wait / 3, 0.1)
         while True:
-            await asyncio.sleep(every)
             for msg in msgs:
                 try:
                     await msg.in_progress()
                 except (nats.errors.Error, TimeoutError, OSError) as exc:
                     log.warning("in_progress_failed %s: %s", type(exc).__name__, exc)
                     break
+            await asyncio.sleep(every)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -18,10 +18,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from bridge.core.converting import Converter
-from k8s_event_consumer.consuming import Delivery, Retry
+from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import decode
 from k8s_event_consumer.metrics import Metrics
-from k8s_event_consumer.otlp import mapping, sender, settings
+from k8s_event_consumer.otlp import mapping, sender, settings, shipping
 from k8s_event_consumer.otlp.__main__ import main
 from k8s_event_consumer.otlp.running import COUNTERS, METRICS_PREFIX, UNLABELLED
 from k8s_event_consumer.otlp.shipping import Backoff, DeadLetters, Shipper
@@ -362,26 +362,47 @@ async def test_a_500_for_one_record_splits_to_it_once_the_endpoint_took_others()
     assert s.metrics.value("splits_total", why="failed") == 4
 
 
-async def test_a_500_for_everything_holds_the_batch_and_dead_letters_nothing() -> None:
-    ep = FakeEndpoint()
-    ep.failing = 12  # the endpoint broken for a while, then well again
+@pytest.mark.parametrize("status", [400, 500])
+async def test_a_refusal_of_everything_dead_letters_nothing(status: int) -> None:
+    """A proxy's 400 or a broken pipeline's 500 for every request: no record is proven
+    refused, each is handed back (it comes again), none goes to the dead letters."""
+    ep = FakeEndpoint(bad=[f"u-{i}/{i}" for i in range(8)], status=status)
     dead = FakeDeadLetters()
     s, _ = shipper(ep, dead)
     out = await s.ship(batch(8))
-    assert out == [None] * 8 and sorted(ep.taken) == sorted(f"u-{i}/{i}" for i in range(8))
-    assert dead.stored == []
-    assert s.metrics.value("requests_total", result="failed") == 12
+    assert all(isinstance(o, Retry) for o in out) and dead.stored == []
+    assert s.metrics.value("records_total", result="handed_back") >= 1
+    assert not s.endpoint_up
 
 
-async def test_a_500_for_a_lone_record_with_no_proof_holds_it() -> None:
+async def test_a_lone_refused_record_is_a_dead_letter_once_the_endpoint_took_others() -> None:
+    """On a quiet cluster the refused record comes alone: handed back with no proof, and a
+    dead letter when it comes again after the endpoint took another batch."""
     ep = FakeEndpoint(bad=["u-0/0"], status=500)
-    s, stopping = shipper(ep, FakeDeadLetters())
-    task = asyncio.create_task(s.ship(batch(1)))
-    while ep.requests < 3:
-        await asyncio.sleep(0.01)
-    stopping.set()
-    out = await task
-    assert isinstance(out[0], Retry)  # held: nothing says the endpoint works
+    dead = FakeDeadLetters()
+    s, _ = shipper(ep, dead)
+    (first,) = await s.ship(batch(1))
+    assert isinstance(first, Retry) and dead.stored == []
+    assert await s.ship([delivery(event_obj(uid="other", rv=5))]) == [None]
+    assert await s.ship(batch(1)) == [None]  # the same record again: now proven
+    assert [i for i, _, _ in dead.stored] == ["u-0/0"]
+
+
+async def test_an_unmappable_message_is_discarded_alone() -> None:
+    ep = FakeEndpoint()
+    s, _ = shipper(ep)
+    ds = batch(3)
+    obj = event_obj(uid="bad", rv=9)
+    obj["lastTimestamp"] = "9999-12-31T23:59:59Z"  # past what OTLP's times hold: time 0
+    ds.append(delivery(obj))
+    broken = delivery(event_obj(uid="worse", rv=10))
+    object.__setattr__(broken.decoded, "event", None)  # neither an Event nor a status
+    object.__setattr__(broken.decoded, "status", None)
+    ds.append(broken)
+    out = await s.ship(ds)
+    assert out[:4] == [None] * 4 and isinstance(out[4], Discard)
+    assert sorted(ep.taken) == sorted(["u-0/0", "u-1/1", "u-2/2", "bad/9"])
+    assert s.metrics.value("records_total", result="unmappable") == 1
 
 
 async def test_a_dead_letter_not_stored_is_held() -> None:
@@ -456,6 +477,11 @@ def test_settings_defaults_and_url(tmp_path: Path) -> None:
         ("nats:\n  batch: 600\n  max_ack_pending: 100\n", "max_ack_pending"),
         ("otlp:\n  backoff_initial: 10s\n  backoff_max: 1s\n", "backoff_max"),
         ("otlp:\n  bogus: 1\n", "otlp.bogus"),
+        ("otlp:\n  endpoint: https://x/v1/logs?api_key=k\n", "query"),
+        ("otlp:\n  headers: {'X-Key': \"a\\u0000b\"}\n", "control character"),
+        ("nats:\n  ack_wait: 0.5s\n", "ack_wait"),
+        ("nats:\n  ack_wait: 3s\notlp:\n  flush_interval: 1s\n", "flush_interval"),
+        ("dead_letter:\n  subject: k8s.events.dead\n", "dead_letter.subject"),
     ],
 )
 def test_bad_config_names_the_key_and_exits_2(
@@ -475,6 +501,59 @@ def test_check_config_never_prints_a_header_value(
     assert main(["check-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "s3cr3t" not in out and "Authorization" in out
+
+
+def test_a_header_value_is_never_echoed_in_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, "otlp:\n  headers: {Authorization: [Bearer, S3CR3T]}\n")
+    assert main(["check-config", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "otlp.headers" in err and "S3CR3T" not in err
+
+
+def test_answers_that_do_not_say_taken_are_blocked() -> None:
+    html = sender.answer(200, {"Content-Type": "text/html"}, b"<html>sign in</html>")
+    assert isinstance(html, sender.Blocked)
+    junk = sender.answer(200, {"Content-Type": sender.PROTOBUF}, b"\xff\xff\xff")
+    assert isinstance(junk, sender.Blocked)
+    moved = sender.answer(302, {"Location": "https://sso/?k=secret"}, b"")
+    assert isinstance(moved, sender.Blocked) and "secret" not in moved.reason
+    doc = b'{"partialSuccess": {"rejectedLogRecords": "2", "errorMessage": "old"}}'
+    assert sender.answer(200, {"Content-Type": "application/json"}, doc) == sender.Accepted(
+        2, "old"
+    )
+
+
+def test_a_dead_letter_carries_no_nats_header_of_the_message_and_fits_the_payload() -> None:
+    d = delivery()
+    d = Delivery(
+        d.decoded, d.stream_sequence, 1, d.timestamp,
+        {**(d.headers or {}), "Nats-Expected-Stream": "K8S_EVENTS", "Nats-Rollup": "all"},
+        d.body,
+    )  # fmt: skip
+    dl = DeadLetters(None, "k8s.dead.otlp", "http://x/v1/logs", max_payload=1 << 20)
+    body, headers = dl.message(d, 400, "too large")
+    assert body == d.body
+    assert not [k for k in headers if k.startswith("Nats-") and k != "Nats-Msg-Id"]
+    assert headers["Nats-Msg-Id"].startswith(d.id + ":")
+    small = DeadLetters(None, "k8s.dead.otlp", "http://x/v1/logs", max_payload=len(d.body))
+    body, headers = small.message(d, 413, "too large")
+    assert body == b"" and shipping.OMITTED_HEADER in headers
+    assert headers[shipping.SEQUENCE_HEADER] == str(d.stream_sequence)
+
+
+def test_hostile_values_make_a_record_not_an_error() -> None:
+    msg = Converter(CLUSTER, "k8s.events", "structured").convert(event_obj(message="MARK"))  # type: ignore[arg-type]
+    body = msg.payload.replace(b'"MARK"', b'"a \\ud800 lone surrogate"')  # JSON lets it through
+    m = mapping.mapped(Delivery(decode(msg.subject, msg.headers, body), 1, 1, STORED))
+    m.record.SerializeToString()  # protobuf takes it
+    assert "\ud800" not in m.record.body.string_value
+    data = {f"k{i}": i for i in range(1000)} | {"bad key!": 1}
+    s = mapping.mapped(status_delivery("surprise", data))
+    keys = [kv.key for kv in s.record.attributes if kv.key.startswith("k8s_event_bridge.status.")]
+    assert len(keys) == mapping.MAX_STATUS_FIELDS
+    assert mapping.nanos(datetime(9999, 1, 1, tzinfo=UTC)) == 0
 
 
 def test_gzip_is_what_the_client_sends() -> None:

@@ -13,8 +13,10 @@ sequence, and the bridge's enrichment. A status event of the bridge (a gap, an o
 dropped message ...) is a record of its own: ``event_name`` its CloudEvent type
 (``io.k8s.bridge.<what>``), ``k8s_event_bridge.status`` its kind.
 
-Every value is the message's word; nothing here fails on an odd one (a field of the wrong type
-is left out).
+Every value is the message's word, and anyone who may publish into an Event subject writes
+it: nothing here fails on an odd one (a field of the wrong type is left out, a string that is
+no valid UTF-8 has the offending code points replaced, a time outside what OTLP holds is 0),
+and no attribute's name comes from a message but a status event's known fields.
 """
 
 from __future__ import annotations
@@ -60,12 +62,32 @@ class Mapped:
         return int(self.record.ByteSize()) + sum(len(k) + len(str(v)) + 8 for k, v in self.resource)
 
 
+MAX_NANOS = 2**64 - 1  # OTLP's times are fixed64 nanoseconds since the epoch
+# a status event's data: the fields written as attributes, at most this many, named so
+_FIELD = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+MAX_STATUS_FIELDS = 32
+
+
 def nanos(t: datetime | None) -> int:
+    """Nanoseconds since the epoch; 0 (unset) for no time or one OTLP can not hold."""
     if t is None:
         return 0
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
-    return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1_000
+    try:
+        n = int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1_000
+    except (OverflowError, ValueError, OSError):
+        return 0
+    return n if 0 <= n <= MAX_NANOS else 0
+
+
+def text(s: str) -> str:
+    """``s`` as protobuf takes a string: a lone surrogate (JSON lets one through) replaced."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+    return s
 
 
 def go_time(value: Any) -> str:
@@ -88,19 +110,19 @@ def value(v: Any) -> AnyValue:
     if isinstance(v, float):
         return AnyValue(double_value=v)
     if isinstance(v, str):
-        return AnyValue(string_value=v)
+        return AnyValue(string_value=text(v))
     out = AnyValue()
     if isinstance(v, Mapping):
-        out.kvlist_value.values.extend(_kvs((str(k), x) for k, x in v.items()))
+        out.kvlist_value.values.extend(_kvs((text(str(k)), x) for k, x in v.items()))
     elif isinstance(v, list | tuple):
         out.array_value.values.extend(value(x) for x in v)
     elif v is not None:
-        out.string_value = str(v)
+        out.string_value = text(str(v))
     return out
 
 
 def _kvs(attrs: Iterable[Attr]) -> list[KeyValue]:
-    return [KeyValue(key=k, value=value(v)) for k, v in attrs if v is not None and v != ""]
+    return [KeyValue(key=text(k), value=value(v)) for k, v in attrs if v is not None and v != ""]
 
 
 def _str(d: Mapping[str, Any], key: str) -> str:
@@ -182,9 +204,9 @@ def event(ev: KubeEvent, d: Delivery, extra: Resource = ()) -> Mapped:
             if ev.warning
             else SeverityNumber.SEVERITY_NUMBER_INFO
         ),
-        severity_text=ev.type,
-        body=AnyValue(string_value=ev.message),
-        event_name=d.decoded.cloudevent.get_type(),
+        severity_text=text(ev.type),
+        body=AnyValue(string_value=text(ev.message)),
+        event_name=text(d.decoded.cloudevent.get_type()),
     )
     record.attributes.extend(_kvs(attrs))
     return Mapped(_resource(resource, extra), record, ev.id)
@@ -195,7 +217,9 @@ def status(s: Status, d: Delivery, extra: Resource = ()) -> Mapped:
     fields as ``k8s_event_bridge.status.<field>``."""
     warning = s.what in WARNING_STATUS
     attrs: list[Attr] = [("k8s_event_bridge.status", s.what), *cloudevent_attrs(d)]
-    for key, v in sorted(s.data.items()):
+    fields = [k for k in sorted(s.data) if isinstance(k, str) and _FIELD.fullmatch(k)]
+    for key in fields[:MAX_STATUS_FIELDS]:
+        v = s.data[key]
         if isinstance(v, str | int | float | bool):
             attrs.append((f"k8s_event_bridge.status.{key}", v))
         elif v is not None:
@@ -207,8 +231,8 @@ def status(s: Status, d: Delivery, extra: Resource = ()) -> Mapped:
             SeverityNumber.SEVERITY_NUMBER_WARN if warning else SeverityNumber.SEVERITY_NUMBER_INFO
         ),
         severity_text="Warning" if warning else "Normal",
-        body=AnyValue(string_value=describe(s)),
-        event_name=d.decoded.cloudevent.get_type(),
+        body=AnyValue(string_value=text(describe(s))),
+        event_name=text(d.decoded.cloudevent.get_type()),
     )
     record.attributes.extend(_kvs(attrs))
     return Mapped(_resource([("k8s.cluster.name", s.cluster)], extra), record, s.id)

@@ -20,7 +20,13 @@ from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
 from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.connecting import connect_until
-from k8s_event_consumer.consuming import Consumer, ConsumerConflict, Start, ensure_shape
+from k8s_event_consumer.consuming import (
+    Consumer,
+    ConsumerConflict,
+    NoSeen,
+    Start,
+    ensure_shape,
+)
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.otlp import sender
 from k8s_event_consumer.otlp.settings import Settings
@@ -34,7 +40,9 @@ COUNTERS = (
     (
         "records_total",
         "records by result: accepted (the endpoint took it), dead_lettered (refused for good, "
-        "stored on the dead-letter subject), dead_letter_failed (not stored: sent again later)",
+        "stored on the dead-letter subject), dead_letter_failed (not stored: sent again later), "
+        "handed_back (refused with no proof the endpoint takes others: sent again later), "
+        "unmappable (a message no record can be made of: acked)",
     ),
     (
         "requests_total",
@@ -45,11 +53,26 @@ COUNTERS = (
     ("splits_total", "requests split in halves, by why: size, refused, partial, failed"),
     (
         "resent_records_total",
-        "records sent again after a partial success had possibly taken them (duplicates with "
-        "the same cloudevents.event_id)",
+        "records sent again after a partial success or a 500 had possibly taken them "
+        "(duplicates with the same cloudevents.event_id; a request that got no answer in time "
+        'and was sent again is counted in requests_total{result="unavailable"})',
     ),
 )
 UNLABELLED = ("resent_records_total",)
+# the labelled counters' known values, each exported from 0 on
+KNOWN = (
+    (
+        "records_total",
+        "result",
+        ("accepted", "dead_lettered", "dead_letter_failed", "handed_back", "unmappable"),
+    ),
+    (
+        "requests_total",
+        "result",
+        ("accepted", "partial", "refused", "failed", "unavailable", "blocked"),
+    ),
+    ("splits_total", "why", ("size", "refused", "partial", "failed")),
+)
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -87,6 +110,20 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
+    for name, label, values in KNOWN:  # exported from 0 on: increase() sees the first step
+        for v in values:
+            metrics.inc(name, 0, **{label: v})
+    shipping_now: list[Shipper] = []  # the shipper, once there is one (the gauges read it)
+    metrics.gauge(
+        "held_records",
+        "records in hand, not yet settled",
+        lambda: {(): float(shipping_now[0].held if shipping_now else 0)},
+    )
+    metrics.gauge(
+        "endpoint_up",
+        "0 after the endpoint did not take a request (until it takes one again), else 1",
+        lambda: {(): 0.0 if shipping_now and not shipping_now[0].endpoint_up else 1.0},
+    )
     try:
         otlp = client(cfg)
     except (OSError, ssl.SSLError) as exc:  # a TLS file that does not load
@@ -123,6 +160,9 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
                     options=cfg.nats.consumer_options(max_deliver=-1),
                     start=Start.all() if cfg.nats.start == "all" else Start.new(),
                     subject_prefix=cfg.nats.subject_prefix,
+                    # every delivery sent, a redelivered one again: a copy carries the same id,
+                    # and an id seen first on a forged message must not hide the genuine one
+                    seen=NoSeen(),
                 )
             except ConsumerConflict as exc:
                 log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
@@ -142,7 +182,7 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
             return EXIT_OK
         shipper = Shipper(
             otlp,
-            DeadLetters(nc.jetstream(), dl.subject, cfg.otlp.url),
+            DeadLetters(nc.jetstream(), dl.subject, cfg.otlp.url, nc.max_payload or (1 << 20)),
             metrics,
             stopping,
             max_request_bytes=cfg.otlp.max_request_bytes,
@@ -150,14 +190,7 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
             resource=tuple(sorted(cfg.otlp.resource_attributes.items())),
             version=_version(),
         )
-        metrics.gauge(
-            "held_records", "records in hand, not yet settled", lambda: {(): float(shipper.held)}
-        )
-        metrics.gauge(
-            "endpoint_up",
-            "1 while the endpoint takes requests, 0 after it did not answer or refused",
-            lambda: {(): 1.0 if shipper.endpoint_up else 0.0},
-        )
+        shipping_now.append(shipper)
         consumer.stats.export(metrics)
         http.ready = True
         log.info(
@@ -169,7 +202,10 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
             dead_letter_subject=dl.subject,
         )
         running = asyncio.create_task(
-            consumer.run_batches(shipper.ship, linger=cfg.otlp.flush_interval), name="consuming"
+            consumer.run_batches(
+                shipper.ship, linger=cfg.otlp.flush_interval, max_bytes=cfg.otlp.max_request_bytes
+            ),
+            name="consuming",
         )
         stop_wait = asyncio.create_task(stopping.wait(), name="stopping")
         done, _ = await asyncio.wait([running, stop_wait], return_when=asyncio.FIRST_COMPLETED)

@@ -2,8 +2,12 @@
 (``/v1/logs``), and its answer read as the OTLP specification says
 (https://opentelemetry.io/docs/specs/otlp/#otlphttp-response):
 
-- ``Accepted``: a 2xx; ``rejected`` records (the ``partial_success`` of its
-  ``ExportLogsServiceResponse``) were refused for good, the others taken;
+- ``Accepted``: a 2xx with an ``ExportLogsServiceResponse`` (protobuf, or JSON from an
+  endpoint that answers so) or an empty body; ``rejected`` records (its ``partial_success``)
+  were refused for good, the others taken. A 2xx with anything else (a proxy's sign-in page)
+  is ``Blocked``: nothing says the records were taken. Redirects are not followed (a 3xx is
+  ``Blocked``): a POST turned into a GET of a sign-in page would read as taken, and the
+  headers, tokens among them, would go to wherever the redirect points;
 - ``Refused``: 400, 413 or 422: the request's records, for good (a record the endpoint can not
   take: too large, malformed, refused by a pipeline). The caller splits the batch to find the
   record;
@@ -41,6 +45,7 @@ RETRYABLE = frozenset({429, 502, 503, 504})
 REFUSED = frozenset({400, 413, 422})
 MAX_REASON = 512
 MAX_RETRY_AFTER = 600.0  # seconds: a larger Retry-After is taken as this
+MAX_ANSWER = 64 * 1024  # bytes of an answer read: a partial success or a reason is far less
 
 
 @dataclass(frozen=True)
@@ -153,15 +158,34 @@ def answer(status: int, headers: Any, body: bytes) -> Answer:
     """An HTTP answer to an export request, read as the module docstring says."""
     content_type = str(headers.get("Content-Type", ""))
     if 200 <= status < 300:
-        if not body or not content_type.startswith(PROTOBUF):
-            return Accepted()  # an empty or JSON answer: no partial success said
-        resp = ExportLogsServiceResponse()
-        try:
-            resp.ParseFromString(body)
-        except DecodeError:
-            return Accepted()
-        ps = resp.partial_success
-        return Accepted(int(ps.rejected_log_records), ps.error_message[:MAX_REASON])
+        if not body:
+            return Accepted()  # an empty ExportLogsServiceResponse: no partial success said
+        if content_type.startswith(PROTOBUF):
+            resp = ExportLogsServiceResponse()
+            try:
+                resp.ParseFromString(body)
+            except DecodeError:
+                return Blocked(
+                    status, f"HTTP {status}: an answer that is no ExportLogsServiceResponse"
+                )
+            ps = resp.partial_success
+            return Accepted(int(ps.rejected_log_records), ps.error_message[:MAX_REASON])
+        if content_type.startswith("application/json"):
+            try:
+                doc = json.loads(body)
+                got: dict[str, Any] = doc.get("partialSuccess") or doc.get("partial_success") or {}
+                rejected = int(
+                    got.get("rejectedLogRecords") or got.get("rejected_log_records") or 0
+                )
+                message = str(got.get("errorMessage") or got.get("error_message") or "")
+            except (ValueError, TypeError, AttributeError):
+                return Blocked(
+                    status, f"HTTP {status}: an answer that is no ExportLogsServiceResponse"
+                )
+            return Accepted(max(rejected, 0), " ".join(message.split())[:MAX_REASON])
+        return Blocked(status, f"HTTP {status}: a {content_type or 'typeless'} answer, not OTLP")
+    if 300 <= status < 400:
+        return Blocked(status, f"HTTP {status}: a redirect, not followed")
     if status in RETRYABLE:
         return Unavailable(
             reason(status, content_type, body), retry_after(headers.get("Retry-After"))
@@ -201,9 +225,13 @@ class Client:
         data = gzip.compress(body, compresslevel=5) if self._gzip else body
         try:
             async with self._session.post(
-                self.url, data=data, headers=self._headers, ssl=self._ssl or True
+                self.url,
+                data=data,
+                headers=self._headers,
+                ssl=self._ssl or True,
+                allow_redirects=False,
             ) as resp:
-                got = await resp.read()
+                got = await resp.content.read(MAX_ANSWER)
                 return answer(resp.status, resp.headers, got)
         except TimeoutError:
             return Unavailable(f"no answer within {self._timeout.total:g}s")

@@ -28,9 +28,11 @@ from k8s_event_consumer.configuring import (
 )
 
 ENV_PREFIX = "OTLP_"
+MIN_ACK_WAIT = 1.0  # seconds
 CONFIG_FILE_ENV = "OTLP_CONFIG_FILE"
 _HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an HTTP field name (RFC 9110 token)
 _SUBJECT = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_FIELD_VALUE = re.compile(r"[\t \x21-\x7e\x80-\xff]*")  # RFC 9110 field-value (with obs-text)
 
 
 class NatsSettings(configuring.NatsSettings):
@@ -113,10 +115,16 @@ class OtlpSettings(Section):
     def _endpoint(cls, v: str) -> str:
         if not re.match(r"^https?://[^/\s]+", v):
             raise ValueError(f"{redact_url(v)!r} is not an http:// or https:// URL")
-        if "@" in urlsplit(v).netloc:
+        parts = urlsplit(v)
+        if "@" in parts.netloc:
             raise ValueError(
                 f"{redact_url(v)!r} holds a user name or password: set otlp.headers "
                 "(from a Secret) instead"
+            )
+        if parts.query or parts.fragment or v.endswith(("?", "#")):
+            # a key in a query would be logged and written into every dead letter
+            raise ValueError(
+                "holds a query or a fragment: put a key in otlp.headers (from a Secret)"
             )
         return v.rstrip("/")
 
@@ -135,8 +143,11 @@ class OtlpSettings(Section):
                 raise ValueError(f"{name!r} is not an HTTP header name")
             if name.lower() in ("content-type", "content-encoding", "content-length"):
                 raise ValueError(f"{name}: set by the subscriber itself")
-            if any(c in value.get_secret_value() for c in "\r\n"):
-                raise ValueError(f"{name}: a value holds a line break")
+            if not _FIELD_VALUE.fullmatch(value.get_secret_value()):
+                raise ValueError(
+                    f"{name}: its value holds a control character (only visible characters, "
+                    "spaces and tabs)"
+                )
         return v
 
     @field_validator("resource_attributes")
@@ -180,7 +191,35 @@ def load(path: str | None = None) -> Settings:
         )
     if settings.otlp.backoff_max < settings.otlp.backoff_initial:
         raise ConfigError("otlp.backoff_max is below otlp.backoff_initial")
+    if settings.nats.ack_wait < MIN_ACK_WAIT:
+        raise ConfigError(f"nats.ack_wait: at least {MIN_ACK_WAIT:g}s (a batch in hand is kept "
+                          "from redelivery by marking it in progress within it)")  # fmt: skip
+    if settings.otlp.flush_interval * 3 >= settings.nats.ack_wait:
+        raise ConfigError(
+            f"otlp.flush_interval ({settings.otlp.flush_interval:g}s) must be under a third of "
+            f"nats.ack_wait ({settings.nats.ack_wait:g}s): the first messages of a batch wait "
+            "that long before they are marked in progress, and would go to another replica"
+        )
+    prefix = settings.nats.subject_prefix + "."
+    subject = settings.dead_letter.subject
+    if subject.startswith(prefix) or any(_takes(f, subject) for f in settings.nats.filters):
+        raise ConfigError(
+            f"dead_letter.subject {subject!r} is one of the Event stream's (under "
+            f"{settings.nats.subject_prefix!r}): JetStream would refuse the dead-letter stream"
+        )
     return settings
+
+
+def _takes(pattern: str, subject: str) -> bool:
+    """Whether the subject filter ``pattern`` takes ``subject`` (``*`` one token, ``>`` the
+    rest)."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

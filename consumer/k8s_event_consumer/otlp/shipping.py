@@ -1,32 +1,39 @@
 """A batch of the stream's messages to the OTLP endpoint, each settled only by what the endpoint
-said about it (docs/consumers.md, "k8s-event-otlp: what is acked when"):
+said about it (docs/consumers.md, "What is acked when"):
 
 - accepted (a 2xx that refused none of the request's records): done, the message acked;
-- refused for good (``sender.Refused``, or a 2xx whose partial success refused some): the
-  request is split in halves and each sent again, until the refused record is alone; that one
-  goes to the dead-letter subject with the endpoint's reason (``DeadLetters``) and is acked once
-  JetStream stored it there. A whole refusal costs no duplicates (nothing of it was taken); a
-  partial one re-sends the records taken with the refused one, each at most once per halving
-  (at most ``ceil(log2(batch))`` times), with the same ``cloudevents.event_id``;
-- failed (``sender.Failed``, a 500: the records' fault or the endpoint's own): split like a
-  refusal; a record that fails alone is refused (a dead letter) only when the endpoint took
-  other records of its batch since the batch was first sent, proof that the endpoint works and
-  this record does not; else it is held like an unavailable endpoint. A 500 for every request
-  (the endpoint broken) so holds the batch and sends nothing to the dead letters;
+- refused for good (``sender.Refused``: 400, 413, 422; a 2xx whose partial success refused
+  some; ``sender.Failed``: a 500, the records' fault or the endpoint's own): the request is
+  split in halves and each sent again, until the refused record is alone. That one goes to the
+  dead-letter subject with the endpoint's reason (``DeadLetters``), and is acked once JetStream
+  stored it there, when there is **proof** that the endpoint works and only this record does
+  not: a partial success (it took the others), or a request the endpoint took since the
+  record's batch was first sent or since the record first failed alone. Without proof (a 400
+  or a 500 for every request: a proxy, a broken pipeline) the record is handed back (nak'd with
+  the back-off) and the next requests are paced by the back-off: nothing goes to the dead
+  letters, and the stream moves on slowly, each record coming again. A whole refusal costs no
+  duplicates (nothing of it was taken); a partial one (or a 500 from a pipeline that fans out)
+  re-sends the records taken with the refused one, each at most once per halving (at most
+  ``ceil(log2(batch))`` times), with the same ``cloudevents.event_id``;
 - unavailable or blocked (``sender.Unavailable``, ``sender.Blocked``): the batch is held and
   sent again after a back-off (doubling from ``backoff_initial`` to ``backoff_max``, or the
-  endpoint's ``Retry-After``), for as long as it takes; the consumer keeps the messages from
-  redelivery meanwhile and fetches nothing more, so memory stays one batch. On stop, what is
-  held is nak'd for another replica (or the next start) to send.
+  endpoint's ``Retry-After`` when longer), for as long as it takes; the consumer keeps the
+  messages from redelivery meanwhile and fetches nothing more, so memory stays one batch. On
+  stop, what is held or not yet sent is nak'd for another replica (or the next start).
 
-A request larger than ``max_request_bytes`` is split before it is sent.
+A request larger than ``max_request_bytes`` is split before it is sent. A message that can not
+be made a record (none of the bridge's does) is acked and counted ``unmappable``, never a
+reason to hold the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import random
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +42,7 @@ import nats.errors
 import nats.js.errors
 
 from k8s_event_consumer import logs
-from k8s_event_consumer.consuming import Delivery, Outcome, Retry
+from k8s_event_consumer.consuming import Delivery, Discard, Outcome, Retry
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.otlp import mapping, sender
 
@@ -46,36 +53,56 @@ STATUS_HEADER = "K8s-Event-Otlp-Status"
 REASON_HEADER = "K8s-Event-Otlp-Reason"
 ENDPOINT_HEADER = "K8s-Event-Otlp-Endpoint"
 SEQUENCE_HEADER = "K8s-Event-Stream-Sequence"
+OMITTED_HEADER = "K8s-Event-Otlp-Body-Omitted"
 DEAD_LETTER_RETRY = 5.0  # seconds: a dead letter JetStream did not store is tried again after
 # seconds: on stop, what is held is nak'd with this delay: past the expiry of the pull request
 # still open on the server (the kit's fetch_timeout, 5 s), which would otherwise take the
 # redelivery into this stopping process, where it waits out ack_wait before anyone sends it
 HANDBACK_DELAY = 6.0
+FAILED_REMEMBERED = 10_000  # ids that failed alone without proof, kept for the proof
+DEFERRED = Retry(0.0, "decided once the rest of its batch was sent")
+# records refused together, the status, the reason, whether sending them again may repeat some
+Deferred = tuple[list[int], int, str, bool]
+HEADROOM = 1024  # bytes under max_payload a dead letter's own headers may take
 
 
 class DeadLetters:
     """Publishes a refused message to the dead-letter subject through JetStream (stored, or
-    an error): the message's own headers and body, plus the endpoint's status and reason and
-    the stream sequence it had; ``Nats-Msg-Id`` its CloudEvent id, so a crash between the
-    store and the ack stores it once."""
+    an error): the message's own headers (but NATS' own ``Nats-*``, which would steer the
+    dead-letter stream: an expected stream, a rollup, a TTL) and body, plus the endpoint's
+    status and reason and the stream sequence it had. ``Nats-Msg-Id`` is its CloudEvent id with
+    a hash of its body, so a crash between the store and the ack stores it once, and a forged
+    message with the same id does not take its place. A message too large to carry with the
+    headers (``max_payload``) is stored without its body, which stays in the stream at that
+    sequence."""
 
-    def __init__(self, js: Any, subject: str, endpoint: str) -> None:
+    def __init__(self, js: Any, subject: str, endpoint: str, max_payload: int = 1 << 20) -> None:
         self._js = js
         self.subject = subject
         self.endpoint = endpoint
+        self.max_payload = max_payload
 
-    async def put(self, d: Delivery, status: int, reason: str) -> None:
-        headers = dict(d.headers or {})
+    def message(self, d: Delivery, status: int, reason: str) -> tuple[bytes, dict[str, str]]:
+        headers = {k: v for k, v in (d.headers or {}).items() if not k.lower().startswith("nats-")}
+        body = d.body
         headers.update(
             {
                 STATUS_HEADER: str(status),
                 REASON_HEADER: reason,
                 ENDPOINT_HEADER: self.endpoint,
                 SEQUENCE_HEADER: str(d.stream_sequence),
-                "Nats-Msg-Id": d.id,
+                "Nats-Msg-Id": f"{d.id}:{hashlib.sha256(body).hexdigest()[:16]}",
             }
         )
-        await self._js.publish(self.subject, d.body, headers=headers, timeout=5.0)
+        size = len(body) + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        if size + HEADROOM > self.max_payload:
+            headers[OMITTED_HEADER] = f"{len(body)} bytes: read it from the stream at the sequence"
+            body = b""
+        return body, headers
+
+    async def put(self, d: Delivery, status: int, reason: str) -> None:
+        body, headers = self.message(d, status, reason)
+        await self._js.publish(self.subject, body, headers=headers, timeout=5.0)
 
 
 @dataclass(frozen=True)
@@ -85,11 +112,10 @@ class Backoff:
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """The wait before attempt ``attempt + 1`` (full jitter on the upper half), or the
-        endpoint's ``Retry-After`` when it gave one."""
-        if retry_after is not None:
-            return retry_after
+        endpoint's ``Retry-After`` when it is longer."""
         step = min(self.max, self.initial * 2 ** min(attempt, 30))
-        return float(step / 2 + random.random() * step / 2)
+        jittered = float(step / 2 + random.random() * step / 2)
+        return max(jittered, retry_after) if retry_after is not None else jittered
 
 
 class Shipper:
@@ -118,18 +144,46 @@ class Shipper:
         self.version = version
         self.held = 0  # records in hand, not yet settled (a gauge)
         self.endpoint_up = True
-        self.accepted_requests = 0  # requests the endpoint took, ever (the proof for a 500)
+        self.accepted_requests = 0  # requests the endpoint took, ever (the proof)
         self._since = 0  # accepted_requests when the batch in hand was first sent
+        # id -> accepted_requests when it failed alone with no proof (the proof later)
+        self._failed: OrderedDict[str, int] = OrderedDict()
+        self._unproven = 0  # lone failures with no proof in a row: the pace
+        self._pace_until = 0.0  # monotonic: no request before this (after unproven failures)
+        self._deferred: list[Deferred] = []  # refused before the batch proved the endpoint
+        self._unproven_splits = 0  # splits of the batch in hand made before any proof
 
     async def ship(self, deliveries: list[Delivery]) -> Sequence[Outcome]:
         outcomes: list[Outcome] = [None] * len(deliveries)
-        items: list[mapping.Mapped] = []
-        for d in deliveries:
-            items.append(mapping.mapped(d, self.resource))
+        items: dict[int, mapping.Mapped] = {}
+        for i, d in enumerate(deliveries):
+            try:
+                items[i] = mapping.mapped(d, self.resource)
+            except Exception as exc:  # a message of no shape the bridge writes
+                self.metrics.inc("records_total", result="unmappable")
+                log.error(
+                    "unmappable",
+                    id=d.id,
+                    stream_sequence=d.stream_sequence,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                outcomes[i] = Discard(str(exc))
         self.held = len(items)
         self._since = self.accepted_requests
+        self._deferred = []
+        self._unproven_splits = 0
         try:
-            await self._send(list(range(len(items))), items, deliveries, outcomes, resent=False)
+            await self._send(sorted(items), items, deliveries, outcomes, resent=False)
+            # what was refused before anything of the batch was taken, decided now: with proof
+            # a lone record is a dead letter and a group is split again; else handed back
+            deferred, self._deferred = self._deferred, []
+            proven = self.accepted_requests > self._since
+            for group, status, why, again in deferred:
+                if proven and len(group) > 1:
+                    await self._send(group, items, deliveries, outcomes, resent=again)
+                    continue
+                for i in group:
+                    outcomes[i] = await self._alone(deliveries[i], status, why, False, final=True)
         finally:
             self.held = 0
         return outcomes
@@ -137,86 +191,95 @@ class Shipper:
     async def _send(
         self,
         idx: list[int],
-        items: list[mapping.Mapped],
+        items: dict[int, mapping.Mapped],
         deliveries: list[Delivery],
         outcomes: list[Outcome],
         *,
         resent: bool,
     ) -> None:
         """Send the records ``idx``; set each one's outcome."""
-        body = mapping.request([items[i] for i in idx], self.version).SerializeToString()
-        if len(body) > self.max_request_bytes and len(idx) > 1:
+        if not idx:
+            return
+        if len(idx) > 1 and sum(items[i].size() for i in idx) > self.max_request_bytes:
             self.metrics.inc("splits_total", why="size")
             await self._halves(idx, items, deliveries, outcomes, resent=resent)
             return
         attempt = 0
         while True:
+            if await self._paced() or self.stopping.is_set():
+                self._hand_back(idx, outcomes)
+                return
+            body = mapping.request([items[i] for i in idx], self.version).SerializeToString()
             got = await self.client.send(body)
+            del body
             if resent:
                 self.metrics.inc("resent_records_total", len(idx))
             if isinstance(got, sender.Accepted) and got.rejected == 0:
                 self._up()
                 self.accepted_requests += 1
+                self._unproven = 0
                 self.metrics.inc("requests_total", result="accepted")
                 self.metrics.inc("records_total", len(idx), result="accepted")
                 return  # outcomes stay None: done
-            if isinstance(got, sender.Failed) and (
-                len(idx) > 1 or self.accepted_requests > self._since
-            ):
-                # split it; alone, with the endpoint taking others since: refused for good
-                got = sender.Refused(got.status, got.reason)
-                failed = True
-            else:
-                failed = False
-            if isinstance(got, sender.Accepted | sender.Refused):
-                self._up()
+            if isinstance(got, sender.Accepted | sender.Refused | sender.Failed):
+                if isinstance(got, sender.Accepted):
+                    self._up()
                 partial = isinstance(got, sender.Accepted)
-                self.metrics.inc(
-                    "requests_total",
-                    result="partial" if partial else "failed" if failed else "refused",
+                kind = (
+                    "partial"
+                    if partial
+                    else "failed"
+                    if isinstance(got, sender.Failed)
+                    else "refused"
                 )
+                self.metrics.inc("requests_total", result=kind)
+                status = 200 if isinstance(got, sender.Accepted) else got.status
+                why = got.message if isinstance(got, sender.Accepted) else got.reason
                 if len(idx) == 1:
-                    status = 200 if isinstance(got, sender.Accepted) else got.status
-                    why = got.message if isinstance(got, sender.Accepted) else got.reason
-                    outcomes[idx[0]] = await self._dead(deliveries[idx[0]], status, why)
+                    i = idx[0]
+                    outcomes[i] = await self._alone(deliveries[i], status, why, partial)
+                    if outcomes[i] is DEFERRED:
+                        self._deferred.append((idx, status, why, resent))
                     return
+                unproven = not partial and self.accepted_requests == self._since
+                again = resent or kind != "refused"
+                if unproven and self._unproven_splits >= 1:
+                    # refused again with nothing of the batch taken: the endpoint may refuse
+                    # everything (a proxy's 400, a broken pipeline's 500); split no further
+                    # until something is taken
+                    self._deferred.append((idx, status, why, again))
+                    return
+                self._unproven_splits += unproven
                 log.info(
                     "batch_refused",
                     records=len(idx),
+                    status=status,
                     rejected=got.rejected if isinstance(got, sender.Accepted) else len(idx),
-                    reason=got.message if isinstance(got, sender.Accepted) else got.reason,
+                    reason=why,
                     action="split in halves",
                 )
-                why = "partial" if partial else "failed" if failed else "refused"
-                self.metrics.inc("splits_total", why=why)
+                self.metrics.inc("splits_total", why=kind)
                 # a partial success took some (a 500 may have: a pipeline that fans out): each
                 # half is sent again (duplicates, same id)
-                await self._halves(
-                    idx, items, deliveries, outcomes, resent=resent or partial or failed
-                )
+                await self._halves(idx, items, deliveries, outcomes, resent=again)
                 return
-            # unavailable, blocked, or failed alone with no proof the endpoint works: hold the
-            # records and send them again later
-            result = {sender.Unavailable: "unavailable", sender.Failed: "failed"}.get(
-                type(got), "blocked"
-            )
+            # unavailable or blocked: hold the records and send them again later
+            result = "unavailable" if isinstance(got, sender.Unavailable) else "blocked"
             self.metrics.inc("requests_total", result=result)
             wait = self.backoff.delay(
                 attempt, got.retry_after if isinstance(got, sender.Unavailable) else None
             )
-            self._down(got, len(idx), wait)
+            self._down(result, got.why if isinstance(got, sender.Unavailable) else got.reason,
+                       len(idx), wait)  # fmt: skip
             attempt += 1
             if await self._stopped_within(wait):
-                for i in idx:
-                    outcomes[i] = Retry(
-                        HANDBACK_DELAY, "stopping while the endpoint is unavailable"
-                    )
+                self._hand_back(idx, outcomes)
                 return
 
     async def _halves(
         self,
         idx: list[int],
-        items: list[mapping.Mapped],
+        items: dict[int, mapping.Mapped],
         deliveries: list[Delivery],
         outcomes: list[Outcome],
         *,
@@ -225,6 +288,54 @@ class Shipper:
         mid = len(idx) // 2
         for half in (idx[:mid], idx[mid:]):
             await self._send(half, items, deliveries, outcomes, resent=resent)
+
+    async def _alone(
+        self, d: Delivery, status: int, why: str, partial: bool, *, final: bool = False
+    ) -> Outcome:
+        """A record refused alone: a dead letter with proof that the endpoint works (module
+        docstring); else decided once the rest of its batch was sent (``DEFERRED``), and then
+        handed back and the next requests paced."""
+        failed_at = self._failed.get(d.id)
+        proof = (
+            partial
+            or self.accepted_requests > self._since
+            or (failed_at is not None and self.accepted_requests > failed_at)
+        )
+        if proof:
+            self._failed.pop(d.id, None)
+            return await self._dead(d, status, why)
+        if not final:
+            return DEFERRED
+        if failed_at is None:
+            self._failed[d.id] = self.accepted_requests
+            if len(self._failed) > FAILED_REMEMBERED:
+                self._failed.popitem(last=False)
+        wait = self.backoff.delay(self._unproven)
+        self._unproven += 1
+        self.endpoint_up = False
+        self._pace_until = time.monotonic() + wait
+        self.metrics.inc("records_total", result="handed_back")
+        log.error(
+            "record_refused_unproven",
+            id=d.id,
+            status=status,
+            reason=why,
+            action="handed back: the endpoint took nothing since; a dead letter once it takes "
+            "other records",
+            retry_in=round(wait, 3),
+        )
+        return Retry(wait, why)
+
+    def _hand_back(self, idx: list[int], outcomes: list[Outcome]) -> None:
+        for i in idx:
+            outcomes[i] = Retry(HANDBACK_DELAY, "stopping, or paced")
+
+    async def _paced(self) -> bool:
+        """Wait out the pace after refusals without proof; True when stopping came first."""
+        wait = self._pace_until - time.monotonic()
+        if wait <= 0:
+            return False
+        return await self._stopped_within(wait)
 
     async def _dead(self, d: Delivery, status: int, reason: str) -> Outcome:
         """The refused record's message to the dead-letter subject: done once stored."""
@@ -250,15 +361,12 @@ class Shipper:
             log.info("endpoint_available", endpoint=self.client.url)
         self.endpoint_up = True
 
-    def _down(
-        self, got: sender.Unavailable | sender.Failed | sender.Blocked, records: int, wait: float
-    ) -> None:
-        blocked = not isinstance(got, sender.Unavailable)
-        why = got.why if isinstance(got, sender.Unavailable) else got.reason
+    def _down(self, result: str, why: str, records: int, wait: float) -> None:
+        blocked = result == "blocked"
         if self.endpoint_up or blocked:
             # a blocked answer is this configuration's problem: said each time, as an error
             (log.error if blocked else log.warning)(
-                "endpoint_blocked" if blocked else "endpoint_unavailable",
+                f"endpoint_{result}",
                 endpoint=self.client.url,
                 records=records,
                 error=why,
