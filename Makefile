@@ -53,12 +53,13 @@ demo-cluster: $(BIN)/.installed
 
 # build (once, cached outside the repo) what the e2e tier runs on, both Kubernetes versions (the
 # newest with the living cluster and the node's kubelet and kube-proxy: docs/e2e.md), the Alertmanager the alerting subscriber's tests
-# send to, promtool (the alert rules' tests) and helm (the chart's), natsauth and the benchmark's
-# Go reference (bench/goref)
+# send to, the OpenTelemetry Collector the OTLP subscriber's tests send to, promtool (the alert
+# rules' tests) and helm (the chart's), natsauth and the benchmark's Go reference (bench/goref)
 control-plane:
 	bash e2e/build-control-plane.sh --living --node newest
 	bash e2e/build-control-plane.sh oldest
 	bash e2e/build-alertmanager.sh
+	bash e2e/build-otelcol.sh
 	bash e2e/build-go-tool.sh promtool
 	bash e2e/build-go-tool.sh helm
 	bash e2e/build-go-tool.sh natsauth

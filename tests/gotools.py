@@ -1,7 +1,9 @@
 """The Go programs some tests run besides the control plane: ``promtool`` (the alert rules'
 tests, deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh``, and
-``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``: from
-the Go module proxy, cached outside the repo, keyed by their versions in ``e2e/versions.env``.
+``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``, and
+``otelcol`` (an OpenTelemetry Collector for the OTLP subscriber's tests, tests/otelcol.py), built
+by ``e2e/build-otelcol.sh``: from the Go module proxy, cached outside the repo, keyed by their
+versions in ``e2e/versions.env``.
 ``natsauth`` (NATS operator-mode JWTs, tests/natsauth.py) is this repo's own e2e/natsauth, and
 ``goref`` (the benchmark's Go reference pipeline, bench/run.py) its bench/goref, both built by
 ``e2e/build-go-tool.sh`` too, keyed by a hash of their source.
@@ -25,6 +27,7 @@ VERSION_KEYS = {
     "promtool": "PROMETHEUS_VERSION",
     "helm": "HELM_VERSION",
     "alertmanager": "ALERTMANAGER_VERSION",
+    "otelcol": "OTELCOL_VERSION",
 }
 # the tools built from a module of this repo: their source files, hashed for the version
 SOURCES = {
@@ -35,6 +38,7 @@ CHECK_ARGS = {
     "promtool": ["--version"],
     "helm": ["version", "--short"],
     "alertmanager": ["--version"],
+    "otelcol": ["components"],
     "natsauth": ["version"],
     "goref": ["--version"],
 }
@@ -43,6 +47,7 @@ BUILDS = {
     "promtool": ["e2e/build-go-tool.sh", "promtool"],
     "helm": ["e2e/build-go-tool.sh", "helm"],
     "alertmanager": ["e2e/build-alertmanager.sh"],
+    "otelcol": ["e2e/build-otelcol.sh"],
     "natsauth": ["e2e/build-go-tool.sh", "natsauth"],
     "goref": ["e2e/build-go-tool.sh", "goref"],
 }
@@ -105,9 +110,9 @@ _built: dict[str, Path | ToolError] = {}  # this process's one attempt per tool
 
 
 def ensure(tool: str) -> Path:
-    """The tool's binary, built when it is missing (cold: promtool about 5 minutes, helm 2.5,
-    alertmanager 1 or 2, natsauth 10 to 15 seconds, goref 15 to 25). One attempt per process:
-    a failed build fails every later call at once with the same error."""
+    """The tool's binary, built when it is missing (cold: promtool about 5 minutes, otelcol 6,
+    helm 2.5, alertmanager 1 or 2, natsauth 10 to 15 seconds, goref 15 to 25). One attempt per
+    process: a failed build fails every later call at once with the same error."""
     if tool not in _built:
         try:
             _built[tool] = _ensure(tool)

@@ -4,18 +4,19 @@ with the tests that need none, two pytest processes side by side (and the node t
 One thread builds, one step after another and at low priority (``nice``), what the tests run
 besides Python: what the e2e tiers, the longest, need first (helm, Alertmanager, the newest
 Kubernetes with the living cluster and the node's kubelet and kube-proxy, ``--living --node``,
-then the oldest's control plane: docs/e2e.md), then the tools only the go-tools tier runs
-(natsauth, goref, promtool). Another thread builds the application image meanwhile
-(``python -m tools.image``: its own Docker Engine, started and stopped; mostly downloads and
-unpacking, not the compiler the Go builds keep busy). The tiers start as soon as what they
-need is there:
+the OpenTelemetry Collector, then the oldest's control plane: docs/e2e.md), then the tools only
+the go-tools tier runs (natsauth, goref, promtool). Another thread builds the application image
+meanwhile (``python -m tools.image``: its own Docker Engine, started and stopped; mostly
+downloads and unpacking, not the compiler the Go builds keep busy). The tiers start as soon as
+what they need is there:
 
 =============  ====================================================  ==============================
 tier           what                                                  waits for
 =============  ====================================================  ==============================
 lint           ``make lint``                                         nothing
 unit+integ     tests/unit and tests/integration, without Go tools    nothing
-e2e-newest     tests/e2e on the newest Kubernetes                    its build, helm, Alertmanager
+e2e-newest     tests/e2e on the newest Kubernetes                    its build, helm, Alertmanager,
+                                                                     otelcol
 go-tools       the tests of unit and integration that run a Go tool  the small tools
 e2e-oldest     tests/e2e on the oldest Kubernetes                    its build, helm, Alertmanager
 node           tests/node: the image as real Pods on a real kubelet  newest, helm, Alertmanager,
@@ -172,6 +173,8 @@ def builds() -> list[Build]:
         Build("helm", [*nice, "e2e/build-go-tool.sh", "helm"]),
         Build("alertmanager", [*nice, "e2e/build-alertmanager.sh"]),
         Build("newest", [*nice, "e2e/build-control-plane.sh", "--living", "--node", "newest"]),
+        # after the newest: its e2e tier waits for both, the node tier only for the newest
+        Build("otelcol", [*nice, "e2e/build-otelcol.sh"]),
         Build("oldest", [*nice, "e2e/build-control-plane.sh", "oldest"]),
         Build("natsauth", [*nice, "e2e/build-go-tool.sh", "natsauth"]),
         Build("goref", [*nice, "e2e/build-go-tool.sh", "goref"]),
@@ -184,7 +187,7 @@ def image_builds() -> list[Build]:
     return [Build("image", ["nice", "-n", "10", str(BIN / "python"), "-m", "tools.image"])]
 
 
-TOOLS = ["natsauth", "goref", "alertmanager", "promtool", "helm"]
+TOOLS = ["natsauth", "goref", "alertmanager", "otelcol", "promtool", "helm"]
 # the tiers that take no pytest slot (lint runs no pytest; the node tier mostly waits)
 BESIDE = ("lint", "node")
 
@@ -204,7 +207,7 @@ def tiers(extra: list[str], out: Path) -> list[Tier]:
         Tier(
             "e2e-newest",
             [*pytest, junit("e2e-newest"), "tests/e2e"],
-            ["helm", "alertmanager", "newest"],
+            ["helm", "alertmanager", "otelcol", "newest"],
             {"K8S_EVENT_BRIDGE_E2E_VERSIONS": "newest"},
         ),
         Tier("go-tools", [*pytest, junit("go-tools"), "--go-tools=only", *both], TOOLS),
