@@ -51,7 +51,7 @@ async def amain(args: argparse.Namespace) -> int:
     done = await asyncio.to_thread(
         subprocess.run, [str(otelcol), "--version"], capture_output=True, text=True, check=False
     )
-    otelcol_version = done.stdout.strip()
+    otelcol_version = done.stdout.strip().removeprefix("otelcol version ")  # "0.139.0"
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     workdir = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
     cp = ControlPlane(bin_path=bin_path, version=version)

@@ -48,6 +48,7 @@ EVENT_ID = "cloudevents.event_id"
 UID = "k8s.event.uid"
 RESOURCE_VERSION = "k8s.event.resource_version"
 COUNT = "k8s.event.count"
+LOST_LISTED = 100  # the lost versions a summary names (the first, in the order written)
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Tally:
             "time_mismatches": self.time_mismatches,
             "status_records": dict(sorted(self.status.items())),
             "per_phase": per_phase,
-            "lost_sample": lost[:10],
+            "lost_ids": lost[:LOST_LISTED],
         }
 
 

@@ -43,6 +43,7 @@ from bench.otlp import matching
 from bench.otlp.load import Kubelets, Version
 from bench.otlp.paths import BRIDGE, RECEIVER, BridgePath, ReceiverPath, Replica
 from bench.otlp.sampling import Sampler
+from bench.procs import cpu_seconds
 from k8s_event_sim.waiting import NotMet, eventually
 from tests.e2e.controlplane import ControlPlane
 from tests.otelcol import Record, parse
@@ -50,6 +51,7 @@ from tests.otelcol import Record, parse
 PHASES = ("warm-up", "restart", "otlp collector outage", "apiserver outage", "leader change")
 NAMESPACES = ("compare-a", "compare-b", "compare-c")
 SUBSCRIBER_BATCH = 512  # k8s-event-otlp's nats.batch (its default): the bound's unit
+PROBE = 5.0  # seconds the subscriber is watched for a batch in hand before its SIGKILL
 
 
 def log(msg: str) -> None:
@@ -372,22 +374,28 @@ class Comparison:
 
     async def _restart(self) -> None:
         self._enter("restart")
-        # the worst moment for the subscriber: a batch in hand, being sent
-        in_hand = True
-        try:
-            await eventually(lambda: self._holding(), 20, 0.02, what="a batch in hand")
-        except NotMet:
-            in_hand = False
         leader = await self.b.leader()
         assert leader is not None, "no bridge leads"
         (a1,) = self.a.replicas
-        self.a.kill(a1)
-        self.b.kill_bridge(leader)
+        # the worst moment for the subscriber: a batch in hand, being sent. Its /metrics is
+        # scraped every 10 ms for up to PROBE seconds to find it: that CPU is the subscriber's
+        # (measured: ``subscriber_cpu_while_probed_s``)
+        assert self.b.otlp is not None and self.b.otlp.proc is not None
+        pid = self.b.otlp.proc.pid
+        cpu_before, probe_start = cpu_seconds(pid), time.monotonic()
+        in_hand = True
+        try:
+            await eventually(self._holding, PROBE, 0.01, what="a batch in hand")
+        except NotMet:
+            in_hand = False
         self.b.kill_otlp()
+        self.b.kill_bridge(leader)
+        self.a.kill(a1)
         self.subscriber_kills += 1
         killed = time.time()
-        log(f"SIGKILL: path A's collector, path B's leader {leader} and k8s-event-otlp")
-        # the kubelet starts each again restart_delay later
+        probed = round(time.monotonic() - probe_start, 2)
+        probe_cpu = round(next(p.cpu for p in self.sampler.procs if p.pid == pid) - cpu_before, 2)
+        log(f"SIGKILL: k8s-event-otlp, path B's leader {leader} and path A's collector")
         # the kubelet starts each again restart_delay later; times from the SIGKILL
         took_back, a_back, b_back = await asyncio.gather(
             self._until(
@@ -409,6 +417,8 @@ class Comparison:
                 "times_from": "the SIGKILL",
                 "killed_at": killed,
                 "subscriber_killed_with_a_batch_in_hand": in_hand,
+                "subscriber_probed_s": probed,
+                "subscriber_cpu_while_probed_s": probe_cpu,
                 "bridge_leader": leader,
                 "leader_again_after_s": took_back,
                 "A_carries_again_after_s": a_back,
@@ -531,6 +541,9 @@ class Comparison:
     async def _drain(self) -> dict[str, Any]:
         await self._check("every write accepted", self.load.drained)
         truth = list(self.load.truth)
+        with (self.workdir / "truth.jsonl").open("w") as f:  # for a look with --keep
+            for v in truth:
+                f.write(json.dumps(asdict(v)) + "\n")
         log(f"load stopped: {len(truth)} versions written; waiting for the outputs")
         end = self.phase_started["end of load"]
         b_all = await self._until(
@@ -583,13 +596,26 @@ class Comparison:
         b_all: float | None,
         a_quiet: float | None,
     ) -> dict[str, Any]:
+        by_id = {v.id: v for v in truth}
         a = matching.receiver_path(truth, records_a)
         b = matching.bridge_path(truth, records_b)
         sum_a = a.summary(truth, PHASES)
         sum_b = b.summary(truth, PHASES)
+        for summary in (sum_a, sum_b):
+            summary["lost_versions"] = [described(by_id[i]) for i in summary.pop("lost_ids")]
         certain = certain_lost(truth, self.a_restart)
         sum_a["certain_lost"] = len(certain)
         sum_a["certain_lost_in_output"] = sorted(set(certain) & set(a.copies))
+        if self.a_restart is not None:
+            # the rest of what path A lost in its restart: sent before the kill (its informer
+            # had not handed it on, or its file exporter had not flushed it, when it died)
+            killed = self.a_restart[0]
+            lost = [by_id[i] for i in a.lost(truth) if by_id[i].phase == "restart"]
+            sum_a["restart_lost"] = {
+                "certain": len(certain),
+                "written_before_the_kill": sum(1 for v in lost if v.sent_at <= killed),
+                "other": sum(1 for v in lost if v.sent_at > killed and v.id not in certain),
+            }
         sum_b["duplicate_bound"] = SUBSCRIBER_BATCH * self.subscriber_kills
         sum_b["output_complete_after_s"] = b_all
         sum_a["output_quiet_after_s"] = a_quiet
@@ -626,6 +652,18 @@ class Comparison:
             "phase_started_at": self.phase_started,
             "duration_s": round(time.monotonic() - self.started, 1),
         }
+
+
+def described(v: Version) -> dict[str, Any]:
+    """A version as the results name it (a lost one)."""
+    return {
+        "id": v.id,
+        "phase": v.phase,
+        "count": v.count,
+        "last_timestamp": v.last_timestamp,
+        "sent_at": round(v.sent_at, 3),
+        "accepted_at": round(v.accepted_at, 3),
+    }
 
 
 def certain_lost(truth: list[Version], restart: tuple[float, float] | None) -> list[str]:

@@ -87,6 +87,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"by its source) | {_n(a['certain_lost'])}, of them in its output: "
         f"{len(a['certain_lost_in_output'])} |"
     )
+    if "restart_lost" in a:
+        r = a["restart_lost"]
+        out.append(
+            f"| A's losses in the restart phase: the above / written before its SIGKILL (not "
+            f"yet handed on or flushed when it died) / other | {_n(r['certain'])} / "
+            f"{_n(r['written_before_the_kill'])} / {_n(r['other'])} |"
+        )
     out.append(
         f"| records matching no version (other Events) / time mismatches | A "
         f"{_n(a['unmatched'])} / {_n(a['time_mismatches'])}, B {_n(b['unmatched'])} / — |"
@@ -105,6 +112,13 @@ def markdown(result: dict[str, Any]) -> str:
         ):
             if key in f:
                 parts.append(f"{what} {_s(f[key])}")
+        if "subscriber_killed_with_a_batch_in_hand" in f:
+            parts.append(
+                "k8s-event-otlp killed "
+                + ("with" if f["subscriber_killed_with_a_batch_in_hand"] else "without")
+                + f" a batch in hand (its /metrics polled {f['subscriber_probed_s']:.1f} s to find "
+                f"the moment: {f['subscriber_cpu_while_probed_s']:.2f} CPU s of its own)"
+            )
         out.append(
             f"| {f['phase']}: {f['what']} (times from {f['times_from']}) | {'; '.join(parts)} |"
         )
@@ -121,7 +135,7 @@ def header(result: dict[str, Any]) -> str:
     m = result.get("machine", {})
     return (
         f"Run of {result.get('started_at', '?')} on commit {m.get('git_commit', '?')}, "
-        f"kube-apiserver {result.get('kubernetes', '?')}, otelcol {result.get('otelcol', '?')}, "
+        f"kube-apiserver {result.get('kubernetes', '?')}, otelcol v{result.get('otelcol', '?')}, "
         f"{m.get('cores', '?')} cores ({m.get('cpu_model', '?')}), "
         f"{'quick' if result.get('quick') else 'full'} run of {result.get('duration_s', 0):.0f} s."
     )
