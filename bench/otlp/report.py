@@ -116,8 +116,8 @@ def markdown(result: dict[str, Any]) -> str:
             parts.append(
                 "k8s-event-otlp killed "
                 + ("with" if f["subscriber_killed_with_a_batch_in_hand"] else "without")
-                + f" a batch in hand (its /metrics polled {f['subscriber_probed_s']:.1f} s to find "
-                f"the moment: {f['subscriber_cpu_while_probed_s']:.2f} CPU s of its own)"
+                + f" a batch in hand (looked for {f['subscriber_probed_s']:.1f} s, "
+                f"costing it {f['subscriber_cpu_while_probed_s']:.2f} CPU s)"
             )
         out.append(
             f"| {f['phase']}: {f['what']} (times from {f['times_from']}) | {'; '.join(parts)} |"
