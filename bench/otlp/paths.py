@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ RECEIVER = "A"  # the path names in the results
 BRIDGE = "B"
 CLUSTER = "compare"
 BRIDGE_NAMESPACE = "k8s-event-bridge"  # deploy/'s: the Lease lives there
+WATCHING = "starting to watch namespaces for the events."  # the receiver's Start (v0.139.0)
 
 
 @dataclass
@@ -45,6 +47,21 @@ class Replica:
     name: str
     collector: Collector
     started_at: float = 0.0
+
+    def watching_since(self, after: float) -> float | None:
+        """When its receiver logged "starting to watch" (epoch seconds), the first time after
+        ``after``: the receiver's own start time (what it drops Events before) is earlier."""
+        for line in self.collector.logs().splitlines():
+            if WATCHING not in line:
+                continue
+            stamp = line.split("\t", 1)[0]
+            try:
+                at = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            except ValueError:
+                continue
+            if at.timestamp() > after:
+                return at.timestamp()
+        return None
 
 
 @dataclass

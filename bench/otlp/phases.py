@@ -624,14 +624,22 @@ class Comparison:
         sum_a["certain_lost"] = len(certain)
         sum_a["certain_lost_in_output"] = sorted(set(certain) & set(a.copies))
         if self.a_restart is not None:
-            # the rest of what path A lost in its restart: sent before the kill (its informer
-            # had not handed it on, or its file exporter had not flushed it, when it died)
-            killed = self.a_restart[0]
+            # the rest of what path A lost in its restart: what happened while its collector
+            # was starting (from its process's start to its receiver's log line "starting to
+            # watch": the receiver's start time, which it drops what happened before, lies
+            # between), and what was sent before the kill (its informer had not handed it on,
+            # or its file exporter had not flushed it, when it died)
+            killed, spawned = self.a_restart
+            watching = self.a.replicas[0].watching_since(spawned) or spawned
             lost = [by_id[i] for i in a.lost(truth) if by_id[i].phase == "restart"]
+            after = [v for v in lost if v.sent_at > killed and v.id not in certain]
+            starting = [v for v in after if v.occurred < watching]
             sum_a["restart_lost"] = {
                 "certain": len(certain),
+                "while_it_started": len(starting),
                 "written_before_the_kill": sum(1 for v in lost if v.sent_at <= killed),
-                "other": sum(1 for v in lost if v.sent_at > killed and v.id not in certain),
+                "other": len(after) - len(starting),
+                "receiver_started_s": round(watching - spawned, 3),
             }
         sum_b["duplicate_bound"] = SUBSCRIBER_BATCH * self.subscriber_kills
         sum_b["output_complete_after_s"] = b_all

@@ -90,8 +90,10 @@ def markdown(result: dict[str, Any]) -> str:
     if "restart_lost" in a:
         r = a["restart_lost"]
         out.append(
-            f"| A's losses in the restart phase: the above / written before its SIGKILL (not "
-            f"yet handed on or flushed when it died) / other | {_n(r['certain'])} / "
+            "| A's losses in the restart phase: the above / happened while its collector started "
+            f"(its receiver watching {r['receiver_started_s']:.2f} s after its process started) "
+            "/ written before its SIGKILL (not yet handed on or flushed when it died) / other | "
+            f"{_n(r['certain'])} / {_n(r['while_it_started'])} / "
             f"{_n(r['written_before_the_kill'])} / {_n(r['other'])} |"
         )
     out.append(
