@@ -74,8 +74,8 @@ def markdown(result: dict[str, Any]) -> str:
         )
     out += ["", "| check | |", "|---|---|"]
     out.append(
-        f"| B's duplicates against docs/consumers.md's bound (`nats.batch` per SIGKILL of the "
-        f"subscriber) | {_n(b['duplicates'])} ≤ {_n(b['duplicate_bound'])}: "
+        f"| B's duplicates against docs/consumers.md's bound (a batch of the subscriber per "
+        f"SIGKILL of it) | {_n(b['duplicates'])} ≤ {_n(b['duplicate_bound'])}: "
         f"{'within' if b['duplicates'] <= b['duplicate_bound'] else 'OVER'} |"
     )
     out.append(
