@@ -13,5 +13,16 @@ outage of path B's collector, an outage of the API server, a leader change), and
 path and phase the versions lost and duplicated (``matching``: how each path's records are
 matched to versions) and the CPU and memory of each path's processes (``sampling``). Results:
 a table on stdout, ``bench/results/otlp-<timestamp>.json``, ``otlp-latest.json`` and
-``otlp-latest.md`` (``report``). Modules: ``paths`` (the processes of each path).
+``otlp-latest.md`` (``report``). Modules: ``paths`` (the processes of each path),
+``restarting`` (a kubelet's restarts), ``outputs`` (the collectors' files read as they grow).
 """
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def log(msg: str) -> None:
+    """A line of the run's progress on stderr (the results go to stdout)."""
+    print(f"[bench.otlp {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.otlp import phases, report
+from bench.otlp import log, phases, report
 from bench.run import RESULTS, machine_facts
 from tests.e2e.controlplane import ControlPlane, ensure_binaries, kubernetes_version
 from tests.otelcol import ensure_otelcol
@@ -45,7 +45,7 @@ async def amain(args: argparse.Namespace) -> int:
     if args.outage is not None:
         plan = dataclasses.replace(plan, outage=args.outage)
     version = kubernetes_version("newest")
-    phases.log(f"the control plane {version} and otelcol (built once, cached)")
+    log(f"the control plane {version} and otelcol (built once, cached)")
     bin_path = await asyncio.to_thread(ensure_binaries, version)
     otelcol = await asyncio.to_thread(ensure_otelcol)
     done = await asyncio.to_thread(
@@ -61,7 +61,7 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         await asyncio.to_thread(cp.stop)
         if args.keep:
-            phases.log(f"kept {workdir}")
+            log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     result = {

@@ -83,7 +83,7 @@ def _rfc3339(epoch: float) -> str:
 
 
 @dataclass
-class Kubelets:
+class Recorders:
     """Writes Events into ``namespaces`` of the API server at ``url`` (admin ``ssl_context``)
     at ``rate`` operations a second while running; ``truth`` every version accepted."""
 
@@ -119,7 +119,7 @@ class Kubelets:
     def queued(self) -> int:
         return self._queue.qsize()
 
-    async def __aenter__(self) -> Kubelets:
+    async def __aenter__(self) -> Recorders:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self.ssl_context),
             timeout=aiohttp.ClientTimeout(total=TIMEOUT),

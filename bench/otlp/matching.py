@@ -41,6 +41,8 @@ class VersionLike(Protocol):
     def occurred(self) -> float: ...
     @property
     def phase(self) -> str: ...
+    @property
+    def sent_at(self) -> float: ...
 
 
 STATUS = "k8s_event_bridge.status"
@@ -133,3 +135,15 @@ def receiver_path(truth: Iterable[VersionLike], records: Iterable[dict[str, Any]
         else:
             t.copies[version.id] += 1
     return t
+
+
+def certain_lost(truth: Iterable[VersionLike], restart: tuple[float, float] | None) -> list[str]:
+    """What the receiver's source (v0.139.0) makes certain of path A's restart in the restart
+    phase (``restart``: when its collector was killed, when it was started again): a version whose
+    write was sent after the collector died, and which happened (``lastTimestamp``) before the
+    new one started, is never sent. The new receiver drops every Event that happened before its
+    own start when it lists or watches it, and a later version is another (count + 1)."""
+    if restart is None:
+        return []
+    killed, started = restart
+    return [v.id for v in truth if v.sent_at > killed and v.occurred < started]

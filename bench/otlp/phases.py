@@ -3,7 +3,7 @@
 Every process of either path runs under :class:`Kubelet`, which starts it again
 ``restart_delay`` seconds after it exits, as a kubelet restarts a container in its Pod (a
 bridge that lost its Lease exits 1 and comes back so; the collector of path B is the one
-process left out: its outage is a fault of its own). The load (``load.Kubelets``) writes all
+process left out: its outage is a fault of its own). The load (``load.Recorders``) writes all
 along; each phase tags the versions accepted while it runs:
 
 1. ``warm-up``: both paths running, the load flowing;
@@ -30,32 +30,28 @@ version (its promise) and path A's has stopped growing, stops everything and mat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.otlp import matching
-from bench.otlp.load import Kubelets, Version
+from bench.otlp import log, matching
+from bench.otlp.load import Recorders, Version
+from bench.otlp.outputs import Tail, bridge_key, key_a, receiver_key
 from bench.otlp.paths import BRIDGE, RECEIVER, BridgePath, ReceiverPath, Replica
+from bench.otlp.restarting import Kubelet, exit_of, running
 from bench.otlp.sampling import Sampler
 from bench.procs import cpu_seconds
 from k8s_event_sim.waiting import NotMet, eventually
 from tests.e2e.controlplane import ControlPlane
-from tests.otelcol import Record, parse
+from tests.otelcol import Record
 
 PHASES = ("warm-up", "restart", "otlp collector outage", "apiserver outage", "leader change")
 NAMESPACES = ("compare-a", "compare-b", "compare-c")
 SUBSCRIBER_BATCH = 512  # k8s-event-otlp's nats.batch (its default): the bound's unit
 PROBE = 10.0  # seconds the subscriber is watched for a batch in hand before its SIGKILL
-
-
-def log(msg: str) -> None:
-    print(f"[bench.otlp {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -72,140 +68,6 @@ class Plan:
 
 FULL = Plan()
 QUICK = Plan(rate=15.0, warmup=6.0, steady=6.0, outage=10.0, both_replicas=6.0)
-
-
-# -- the outputs, read as they grow -------------------------------------------------------------
-
-
-@dataclass
-class Tail:
-    """What the files of a path hold so far, read incrementally: the keys (``key`` of each
-    record) seen in each file. Only whole lines are read; a torn one is skipped here (the final
-    count reads the files whole, tests/otelcol.py's ``parse``)."""
-
-    files: Callable[[], list[Path]]
-    key: Callable[[Record], str | None]
-    offsets: dict[Path, int] = field(default_factory=dict)
-    seen: dict[Path, set[str]] = field(default_factory=dict)
-
-    def poll(self) -> None:
-        for path in self.files():
-            at = self.offsets.get(path, 0)
-            try:
-                with path.open("rb") as f:
-                    f.seek(at)
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = at + end + 1
-            keys = self.seen.setdefault(path, set())
-            for record in parse(data[: end + 1].decode("utf-8", errors="replace")).records:
-                k = self.key(record)
-                if k is not None:
-                    keys.add(k)
-
-    def has(self, key: str, path: Path | None = None) -> bool:
-        if path is not None:
-            return key in self.seen.get(path, set())
-        return any(key in keys for keys in self.seen.values())
-
-
-def receiver_key(r: Record) -> str | None:
-    uid = r["attributes"].get(matching.UID)
-    return None if uid is None else f"{uid}#{r['attributes'].get(matching.COUNT) or 0}"
-
-
-def bridge_key(r: Record) -> str | None:
-    got = r["attributes"].get(matching.EVENT_ID)
-    return None if got is None else str(got)
-
-
-def key_a(v: Version) -> str:
-    return f"{v.uid}#{v.count}"
-
-
-# -- restarts ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Kubelet:
-    """Starts a process again ``delay`` seconds after it exits, like a kubelet the container of
-    a Pod (restartPolicy Always), for as long as it is watched; ``restarts`` says who and why."""
-
-    delay: float
-    watched: dict[
-        str, tuple[Callable[[], bool], Callable[[], Awaitable[None]], Callable[[], str]]
-    ] = field(default_factory=dict)
-    restarts: list[dict[str, Any]] = field(default_factory=list)
-    _task: asyncio.Task[None] | None = None
-
-    def watch(
-        self,
-        name: str,
-        running: Callable[[], bool],
-        start: Callable[[], Awaitable[None]],
-        exit_code: Callable[[], str] = lambda: "",
-    ) -> None:
-        self.watched[name] = (running, start, exit_code)
-
-    def forget(self, name: str) -> None:
-        self.watched.pop(name, None)
-
-    async def _run(self) -> None:
-        restarting: dict[str, asyncio.Task[None]] = {}
-        try:
-            while True:
-                for name, (running, _, _) in list(self.watched.items()):
-                    if name not in restarting and not running():
-                        restarting[name] = asyncio.create_task(self._restart(name))
-                for name, task in list(restarting.items()):
-                    if task.done():
-                        del restarting[name]
-                        task.result()  # a start that failed ends the run
-                await asyncio.sleep(0.2)
-        finally:
-            for task in restarting.values():
-                task.cancel()
-
-    async def _restart(self, name: str) -> None:
-        exited = time.time()
-        code = self.watched[name][2]()
-        await asyncio.sleep(self.delay)
-        if name not in self.watched:  # gone for good meanwhile
-            return
-        await self.watched[name][1]()
-        self.restarts.append({"process": name, "exit": code, "exited_at": exited})
-        log(f"kubelet: {name} exited ({code}), started again")
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="kubelet")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` is on a CPU or ready to be (state R in /proc/<pid>/stat)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] == "R"
-
-
-def _code(proc: Any) -> str:
-    """How a process of ``proc`` (a ChildProcess or a Collector) ended."""
-    p = getattr(proc, "proc", None)
-    if p is None:  # a Collector forgets its process once it stopped or killed it
-        return "killed by the run"
-    rc = p.poll()
-    return "running" if rc is None else f"exit {rc}"
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -296,7 +158,7 @@ class Comparison:
         self.tail_b = Tail(
             lambda: [self.b.collector.output] if self.b.collector else [], bridge_key
         )
-        self.load = Kubelets(
+        self.load = Recorders(
             self.cp.url, self.cp.ssl_context(), NAMESPACES, p.rate, bump_ratio=p.bump_ratio
         )
         try:
@@ -333,7 +195,7 @@ class Comparison:
         async def start() -> None:
             await self.a.start(replica)
 
-        self.kubelet.watch(replica.name, c.running, start, lambda: _code(c))
+        self.kubelet.watch(replica.name, c.running, start, lambda: exit_of(c))
 
     async def _start_bridge(self, identity: str) -> None:
         b = self.b.start_bridge(identity)
@@ -347,14 +209,14 @@ class Comparison:
                 identity,
                 lambda: self.b.bridges[identity].running(),
                 again,
-                lambda: _code(self.b.bridges[identity]),
+                lambda: exit_of(self.b.bridges[identity]),
             )
 
     def _otlp_running(self) -> bool:
         return self.b.otlp is not None and self.b.otlp.running()
 
     def _otlp_code(self) -> str:
-        return _code(self.b.otlp)
+        return exit_of(self.b.otlp)
 
     async def _start_otlp(self) -> None:
         otlp = self.b.start_otlp()
@@ -620,7 +482,7 @@ class Comparison:
         sum_b = b.summary(truth, PHASES)
         for summary in (sum_a, sum_b):
             summary["lost_versions"] = [described(by_id[i]) for i in summary.pop("lost_ids")]
-        certain = certain_lost(truth, self.a_restart)
+        certain = matching.certain_lost(truth, self.a_restart)
         sum_a["certain_lost"] = len(certain)
         sum_a["certain_lost_in_output"] = sorted(set(certain) & set(a.copies))
         if self.a_restart is not None:
@@ -689,18 +551,6 @@ def described(v: Version) -> dict[str, Any]:
         "sent_at": round(v.sent_at, 3),
         "accepted_at": round(v.accepted_at, 3),
     }
-
-
-def certain_lost(truth: list[Version], restart: tuple[float, float] | None) -> list[str]:
-    """What the receiver's source (v0.139.0) makes certain of path A's restart in phase 2
-    (``restart``: when its collector was killed, when it was started again): a version whose
-    write was sent after the collector died, and which happened (``lastTimestamp``) before the
-    new one started, is never sent. The new receiver drops every Event that happened before its
-    own start when it lists or watches it, and a later version is another (count + 1)."""
-    if restart is None:
-        return []
-    killed, started = restart
-    return [v.id for v in truth if v.sent_at > killed and v.occurred < started]
 
 
 def dump(result: dict[str, Any]) -> str:

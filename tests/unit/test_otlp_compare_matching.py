@@ -1,7 +1,7 @@
 """How ``make bench-otlp`` (bench/otlp/matching.py) matches each path's log records to the Event
 versions written: path B by ``cloudevents.event_id``, path A by uid + count with the record's
 time checked; lost, duplicated, unmatched, per phase. And what the receiver's source makes
-certain of its restart (``phases.certain_lost``)."""
+certain of its restart (``matching.certain_lost``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from bench.otlp import matching
 from bench.otlp.load import Version
-from bench.otlp.phases import certain_lost
 
 T0 = 1_764_842_400  # 2025-12-04T10:00:00Z
 
@@ -118,5 +117,5 @@ def test_certain_lost_is_what_was_written_after_the_kill_and_happened_before_the
         version("u3", 3, 1, at=T0 + 13),  # the restart's own second, before it: never
         version("u4", 4, 1, at=T0 + 14),  # after the restart: sent
     ]
-    assert certain_lost(truth, (killed, started)) == ["u2/2", "u3/3"]
-    assert certain_lost(truth, None) == []
+    assert matching.certain_lost(truth, (killed, started)) == ["u2/2", "u3/3"]
+    assert matching.certain_lost(truth, None) == []
