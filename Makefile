@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo demo-cluster test quick lint docs unit integration e2e control-plane bench soak model fuzz clean
+.PHONY: demo demo-cluster test quick lint docs unit integration e2e control-plane bench bench-otlp soak model fuzz clean
 
 # The venv from the lock (requirements/, `make lock`): the locked build tools, the locked test
 # set (every file checked against its hash), then the local packages, editable, with nothing
@@ -117,6 +117,12 @@ test: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[bench,test]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# the OTLP subscriber's path side by side with the OpenTelemetry Collector's own k8s_events
+# receiver on a real API server, through the same faults (docs/performance.md; needs the e2e
+# binaries and otelcol, built and cached on first use): make bench-otlp [BENCH_ARGS="--quick"]
+bench-otlp: $(BIN)/.installed
+	$(BIN)/python -m bench.otlp $(BENCH_ARGS)
 
 # the soak test (docs/soak.md): steady Events through a fault schedule, memory and every internal
 # structure flat after warm-up, stream = truth; exits 1 on a failed check. CI runs 120 s of it

@@ -237,11 +237,12 @@ def config(
     flush_interval: str = "100ms",
     k8s_events: K8sEvents | None = None,
     k8s_events_output: Path | None = None,
-    debug_verbosity: str = "basic",
+    debug_verbosity: str | None = "basic",
 ) -> dict[str, Any]:
     """The collector's config: OTLP (HTTP on loopback ``port``, gRPC on ``grpc_port`` when
     given) to the file ``output`` (appended to: a restart keeps what was written) and to the
-    debug exporter; with ``k8s_events``, that receiver to ``k8s_events_output`` in a
+    debug exporter (left out when ``debug_verbosity`` is None: the benchmark measures the
+    collector without it); with ``k8s_events``, that receiver to ``k8s_events_output`` in a
     pipeline of its own. No telemetry of its own on a port (``metrics: level: none``), so
     collectors side by side do not fight over 8888."""
     http: dict[str, Any] = {"endpoint": f"127.0.0.1:{port}"}
@@ -253,10 +254,12 @@ def config(
     receivers: dict[str, Any] = {"otlp": {"protocols": protocols}}
     exporters: dict[str, Any] = {
         "file/otlp": {"path": str(output), "append": True, "flush_interval": flush_interval},
-        "debug": {"verbosity": debug_verbosity},
     }
+    debug = [] if debug_verbosity is None else ["debug"]
+    if debug:
+        exporters["debug"] = {"verbosity": debug_verbosity}
     pipelines: dict[str, Any] = {
-        "logs/otlp": {"receivers": ["otlp"], "exporters": ["file/otlp", "debug"]},
+        "logs/otlp": {"receivers": ["otlp"], "exporters": ["file/otlp", *debug]},
     }
     if k8s_events is not None:
         if k8s_events_output is None:
@@ -274,7 +277,7 @@ def config(
         }
         pipelines["logs/k8s_events"] = {
             "receivers": ["k8s_events"],
-            "exporters": ["file/k8s_events", "debug"],
+            "exporters": ["file/k8s_events", *debug],
         }
     return {
         "receivers": receivers,
@@ -310,6 +313,8 @@ class Collector:
     # the OTLP pipeline's file exporter writes to /dev/full (no space left on device) instead
     # of ``output``, which keeps what it holds: the receiver then answers 503 (see disk_full)
     disk_full: bool = False
+    # the debug exporter's verbosity; None: no debug exporter (what the benchmark measures)
+    debug_verbosity: str | None = "basic"
     binary: Path = field(default_factory=ensure_otelcol)
     port: int = field(default_factory=free_port)
     grpc_port: int | None = None
@@ -380,6 +385,7 @@ class Collector:
             flush_interval=self.flush_interval,
             k8s_events=self.k8s_events,
             k8s_events_output=self.k8s_events_output,
+            debug_verbosity=self.debug_verbosity,
         )
         self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

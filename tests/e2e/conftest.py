@@ -7,7 +7,9 @@ session fixture ``kubernetes_version`` is parametrized, and the control-plane fi
 it, so a test id ends in ``[v1.37.2]`` or ``[v1.32.9]``. The tests on a living cluster (the
 ``living_cluster`` and ``own_living_cluster`` fixtures) run on ``living_versions()`` only, by
 default the newest (``K8S_EVENT_BRIDGE_E2E_LIVING=newest,oldest`` adds the oldest); on the other
-versions they are deselected, with a line saying so (docs/e2e.md says why).
+versions they are deselected, with a line saying so (docs/e2e.md says why). So is a test marked
+``newest`` (``@pytest.mark.newest``: it runs on the newest pinned version only, as the side-by-side
+comparison with the OpenTelemetry Collector's receiver does) on every other version.
 
 The binaries are built (once, cached) by e2e/build-control-plane.sh right after collection when
 any e2e test is selected: the control plane's (etcd, kube-apiserver, kubectl), and the living
@@ -33,6 +35,7 @@ from tests.e2e.controlplane import (
     living_versions,
     selected_versions,
 )
+from tests.e2e.controlplane import kubernetes_version as version_named
 
 _build: dict[str, Any] = {}
 LIVING_FIXTURES = ("living_cluster", "own_living_cluster")
@@ -48,12 +51,18 @@ def _living(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on a living cluster runs on ``living_versions()`` only; deselected elsewhere."""
+    """A test on a living cluster runs on ``living_versions()`` only, a test marked ``newest``
+    on the newest version only; deselected elsewhere."""
     living = living_versions()
+    newest = version_named("newest")
     keep, drop = [], []
     for item in items:
         version = _version(item)
-        off = item.get_closest_marker("e2e") and _living(item) and version and version not in living
+        e2e = item.get_closest_marker("e2e") and version
+        off = e2e and (
+            (_living(item) and version not in living)
+            or (item.get_closest_marker("newest") and version != newest)
+        )
         (drop if off else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -62,8 +71,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tr is not None:
             versions = sorted({str(_version(item)) for item in drop})
             tr.write_line(
-                f"e2e: {len(drop)} tests on a living cluster deselected on {', '.join(versions)} "
-                f"(they run on {', '.join(living)}; docs/e2e.md)"
+                f"e2e: {len(drop)} tests deselected on {', '.join(versions)}: on a living cluster "
+                f"they run on {', '.join(living)} only, marked newest on {newest} only "
+                "(docs/e2e.md)"
             )
 
 
