@@ -7,8 +7,9 @@ what goes with it in one order:
 
 - the API server answered (``answered``) or failed (``failed``, ``denied``, ``expired``): the
   breaker's gauge and its opening or recovery (``apiserver_degraded``, ``apiserver_recovered``,
-  ``Sink.degradation``), reachability changes (``Sink.reachability``), the scope's health, the
-  permission a 401 or 403 says is missing (``kube_permission_denied``);
+  ``Sink.degradation``), reachability (``Sink.reachability``: the scope's first answer in this
+  process, then each change), the scope's health, the permission a 401 or 403 says is missing
+  (``kube_permission_denied``);
 - a list (``relisting``, ``relisted``, ``listed``): a history gap after a 410 (``history_gap``,
   ``Sink.gap``), or that the list proves nothing was missed;
 - input left out (``skipped``): counted by reason, bad input warned about with a sample;
@@ -53,7 +54,10 @@ class WatchReport:
         self.m = metrics
         self.health = health
         self.breaker = breaker  # read for its state, never moved from here
-        self._reachable = True  # as last told: a change is told once
+        # as last told (None: nothing yet). The first answer is told too: an outage that an
+        # earlier process saw (a leader fenced while the API server was away) ends in the stream
+        # with the first answer of the process that leads after it, and the gauge is 1 from then.
+        self._reachable: bool | None = None
         metrics.scope_started(scope)
 
     # -- the API server
@@ -64,10 +68,14 @@ class WatchReport:
         if reached:
             self.health.watch_ok()
         await self.breaker_changed(change)
-        if not self._reachable:
+        if self._reachable is not True:
+            first = self._reachable is None
             self._reachable = True
             self.m.apiserver_reachable.set(1)
-            await self.sink.reachability(True, "the API server answers again")
+            await self.sink.reachability(
+                True,
+                "the first answer of this process" if first else "the API server answers again",
+            )
 
     async def failed(self, exc: errors.KubeError, state: WatchState, change: Change | None) -> None:
         """A request failed and will be retried (``change``: what the breaker made of it)."""
@@ -81,7 +89,7 @@ class WatchReport:
             error=type(exc).__name__,
             detail=str(exc)[:300],
         )
-        if isinstance(exc, errors.KubeUnavailable) and self._reachable:
+        if isinstance(exc, errors.KubeUnavailable) and self._reachable is not False:
             self._reachable = False
             self.m.apiserver_reachable.set(0)
             await self.sink.reachability(False, str(exc)[:300])

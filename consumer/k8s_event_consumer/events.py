@@ -151,7 +151,8 @@ class ApiserverUnreachable(Status):
 
 @dataclass(frozen=True)
 class ApiserverReachable(Status):
-    """The API server answers again for ``scope``."""
+    """The API server answers again for ``scope`` (or answers a bridge process for the first
+    time: an outage an earlier process told ends too)."""
 
     scope: str = ""
     detail: str = ""

@@ -327,6 +327,18 @@ async def status_events(nats_url: str, what: str) -> list[dict[str, Any]]:
     ]
 
 
+async def outage_ended(nats_url: str) -> bool:
+    """The bridge told the API server unreachable, and its last word on reachability (in stream
+    order) is ``apiserver_reachable``: the scope's first answer in a process is told too, so
+    ``apiserver_reachable`` alone proves no outage ended."""
+    told = [
+        s.rsplit(".", 1)[1]
+        for s, _, _ in await stream_messages(nats_url, headers_only=True)
+        if s.endswith(("._bridge.apiserver_unreachable", "._bridge.apiserver_reachable"))
+    ]
+    return "apiserver_unreachable" in told and told[-1] == "apiserver_reachable"
+
+
 async def checkpoint(
     nats_url: str, key: str = "test.all", bucket: str = "k8s_event_bridge"
 ) -> int | None:

@@ -11,9 +11,12 @@ import pytest
 from tests.integration.harness import (
     Writer,
     all_of,
+    bridge_config,
     checkpoint,
     event_ids,
+    logged,
     metric_at_least,
+    outage_ended,
     readyz,
     status_events,
     watch_requests,
@@ -44,8 +47,9 @@ async def test_nats_outage_pauses_the_watch_bounds_memory_and_loses_nothing(
     queued = await bridge.metric("queue_depth")
     inflight = await bridge.metric("publish_inflight")
     assert queued <= 100
-    # and what is held is counted as received (published includes the "started" status event)
-    assert received + 1 >= published + queued + inflight, (received, published, queued, inflight)
+    # and what is held is counted as received (published includes the status events "started"
+    # and "apiserver_reachable", the scope's first answer)
+    assert received + 2 >= published + queued + inflight, (received, published, queued, inflight)
     assert rss_kib(bridge.proc.pid) - rss_before < 20 * 1024
     nats_server.start()  # same port, same store
     ids = await all_of(nats_server.url, w.ids, timeout=60)
@@ -122,9 +126,7 @@ async def test_mid_stream_resets_and_refused_connections_are_recovered(
     ids = await all_of(nats_server.url, w.ids)
     assert len(ids) == len(set(ids))
     assert sorted(ids) == sorted(w.ids)
-    unreachable = await status_events(nats_server.url, "apiserver_unreachable")
-    reachable = await status_events(nats_server.url, "apiserver_reachable")
-    assert unreachable and reachable
+    await eventually(lambda: outage_ended(nats_server.url), timeout=15)
 
 
 async def _apiserver_reachable(bridge, value):
@@ -387,3 +389,50 @@ async def test_an_api_server_that_keeps_failing_opens_the_breaker_and_a_relist_w
     assert scope["breaker"]["state"] == "healthy"
     assert await bridge.metric("apiserver_breaker_state") == 0
     assert await bridge.metric("apiserver_breaker_opened", 'reason="failures"') == 1
+
+
+async def test_an_outage_that_fenced_the_leader_ends_with_the_next_leaders_first_answer(
+    leasing_sim, nats_server, run_bridge, tmp_path
+):
+    """The leader tells ``apiserver_unreachable`` and is fenced (exit 1) while the API server is
+    away: it never sees it back. The process that leads after it never saw the outage, yet its
+    first answer is told, so the stream's last word on the scope is ``apiserver_reachable`` (the
+    alerting subscriber's control-plane alert resolves) and its gauge says 1."""
+    election = {
+        "enabled": True,
+        "namespace": "bridge",
+        "lease_duration": "3s",
+        "renew_deadline": "2s",
+        "retry_period": "500ms",
+    }
+    sim = leasing_sim
+    kubeconfig = write_kubeconfig(tmp_path / "leasing-kubeconfig", sim.url)
+
+    def start(identity: str):
+        cfg = bridge_config(
+            tmp_path,
+            nats_server.url,
+            kubeconfig,
+            leader_election={**election, "identity": identity},
+        )
+        return run_bridge(config=cfg)
+
+    w = Writer(sim)
+    leader = start("bridge-a")
+    await leader.wait_ready()
+    await eventually(lambda: logged(leader, "leading"), timeout=30)
+    standby = start("bridge-b")
+    await standby.wait_ready()
+    await w.write(20)
+    await all_of(nats_server.url, w.ids)
+    await sim.refuse_connections()
+    assert await leader.wait_exit(timeout=30) == 1
+    assert await logged(leader, "stopped_fenced")
+    await sim.accept_connections()
+    await eventually(lambda: logged(standby, "leading"), timeout=30)
+    await w.write(20)
+    await all_of(nats_server.url, w.ids)
+
+    # in stream order: the fenced leader's outage, then the next leader's first answer
+    await eventually(lambda: outage_ended(nats_server.url), timeout=30)
+    assert await standby.metric("apiserver_reachable") == 1

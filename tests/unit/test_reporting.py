@@ -89,6 +89,23 @@ async def test_unreachable_and_reachable_again_are_told_once_each(lines):
     assert health.synced and health.bad_since is None
 
 
+async def test_the_first_answer_is_told_once_so_an_earlier_process_outage_ends(lines):
+    """A process that never saw the API server away still tells its first answer: an outage an
+    earlier leader told before it was fenced ends in the stream, and the gauge says 1 from then."""
+    report, sink, metrics, _ = make()
+    assert value(metrics.apiserver_reachable) == 0  # nothing answered yet
+    await report.answered(None, reached=False)  # a probe's answer counts
+    await report.answered(None, reached=True)
+    assert sink.told == [("reachability", True, "the first answer of this process")]
+    assert value(metrics.apiserver_reachable) == 1
+    await report.failed(errors.KubeUnavailable("refused"), WatchState.WATCHING, None)
+    await report.answered(None, reached=True)
+    assert sink.told[1:] == [
+        ("reachability", False, "refused"),
+        ("reachability", True, "the API server answers again"),
+    ]
+
+
 async def test_a_failure_that_is_no_outage_leaves_reachability_alone(lines):
     report, sink, _, _ = make()
     await report.failed(errors.TooManyRequests("slow down", status=429), WatchState.WATCHING, None)
