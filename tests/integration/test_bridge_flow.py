@@ -356,13 +356,15 @@ async def test_tail_filters_by_namespace_reason_kind_type_and_time_in_json_and_c
         "Pod",
     )
     assert sorted(c["k8snamespace"] for c in got) == ["pay", "shop"]
-    # colour: Warning lines yellow, the bridge's own "started" cyan, Normal plain
-    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "4", "--color", "always")
+    # colour: Warning lines yellow, the bridge's own status events ("started", the scope's first
+    # answer "apiserver_reachable") cyan, Normal plain
+    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "5", "--color", "always")
     lines = out.decode().splitlines()
     assert sum(ln.startswith("\033[33m") for ln in lines) == 2
     assert sum(ln.startswith("\033[36m") and "STARTED" in ln for ln in lines) == 1
+    assert sum(ln.startswith("\033[36m") and "APISERVERREACHABLE" in ln for ln in lines) == 1
     assert sum("Pulled" in ln and "\033" not in ln for ln in lines) == 1
-    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "4")
+    code, out, _ = await run_tail(nats_server.url, "--all", "--count", "5")
     assert b"\033" not in out  # auto: not a terminal
     # --since: only what the stream received from then on
     await asyncio.sleep(1.5)
