@@ -121,16 +121,28 @@ def tls_context(opts: NatsOptions) -> ssl.SSLContext | None:
     naming the file that can not be used."""
     if not opts.wants_tls:
         return None
+    return client_tls_context(opts.tls_ca_file, opts.tls_cert_file, opts.tls_key_file)
+
+
+def client_tls_context(
+    ca_file: str | None, cert_file: str | None, key_file: str | None, *, where: str = "tls"
+) -> ssl.SSLContext:
+    """A client's TLS context: the system's CAs or ``ca_file``, and the client certificate of
+    mutual TLS when both files are given; NATS's and the subscribers' HTTP clients'. Raises
+    ``CredentialError`` naming the file (under ``where``, the settings' section) that can not
+    be used."""
     try:
-        ctx = ssl.create_default_context(cafile=opts.tls_ca_file)
+        ctx = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
-        raise CredentialError(f"tls.ca_file: not a CA bundle (PEM): {_ssl_reason(exc)}") from None
-    if opts.tls_cert_file and opts.tls_key_file:
+        raise CredentialError(
+            f"{where}.ca_file: not a CA bundle (PEM): {_ssl_reason(exc)}"
+        ) from None
+    if cert_file and key_file:
         try:
-            ctx.load_cert_chain(opts.tls_cert_file, opts.tls_key_file)
+            ctx.load_cert_chain(cert_file, key_file)
         except (OSError, ssl.SSLError) as exc:
             raise CredentialError(
-                f"tls.cert_file/tls.key_file: not a certificate and its key (PEM): "
+                f"{where}.cert_file/{where}.key_file: not a certificate and its key (PEM): "
                 f"{_ssl_reason(exc)}"
             ) from None
     return ctx

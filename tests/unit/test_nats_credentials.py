@@ -293,3 +293,38 @@ def test_run_with_a_creds_file_without_a_jwt_exits_2_at_once(tmp_path: Path, pro
     assert "Traceback" not in done.stderr
     assert all(s not in done.stderr + done.stdout for s in secrets)
     print(f"\n{program} run: exit 2 in {took:.1f}s")
+
+
+@pytest.mark.parametrize(
+    ("program", "section"),
+    [("k8s-event-alerting", "ALERTMANAGER"), ("k8s-event-otlp", "OTLP")],
+)
+@pytest.mark.parametrize("bad", ["ca_file", "cert_file"])
+@pytest.mark.processes  # runs a program (tests/unit/conftest.py)
+def test_run_with_a_broken_tls_file_for_its_endpoint_exits_2_naming_it(
+    tmp_path: Path, program: str, section: str, bad: str
+) -> None:
+    """The subscribers' HTTP clients (Alertmanager's, the OTLP endpoint's) load their TLS files
+    as NATS's are loaded (``client_tls_context``): a file that is no PEM of its kind is a config
+    error naming the key, exit 2, never a traceback."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a PEM block\n")
+    prefix = {"k8s-event-alerting": "ALERTING_", "k8s-event-otlp": "OTLP_"}[program]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefix)}
+    env[f"{prefix}NATS__SERVERS"] = '["nats://127.0.0.1:1"]'
+    where = f"{prefix}{section}__"
+    if section == "ALERTMANAGER":
+        env[f"{where}URLS"] = '["https://127.0.0.1:1"]'
+    else:
+        env[f"{where}ENDPOINT"] = "https://127.0.0.1:1"
+    files = {"ca_file": junk, "cert_file": junk, "key_file": junk}
+    for key in ("ca_file",) if bad == "ca_file" else ("cert_file", "key_file"):
+        env[f"{where}TLS__{key.upper()}"] = str(files[key])
+    exe = Path(sys.executable).parent / program
+    done = subprocess.run(
+        [str(exe), "run"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    named = f"{section.lower()}.tls.{bad}"
+    assert "config_error" in done.stderr and named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

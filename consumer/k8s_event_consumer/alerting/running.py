@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -22,7 +21,11 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 
-from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.connecting import (
+    CredentialError,
+    TLSGuardUnavailable,
+    client_tls_context,
+)
 from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.alerting import alertmanager
@@ -347,12 +350,15 @@ def rules(cfg: Settings) -> Rules:
 
 
 def client(cfg: Settings) -> alertmanager.Client:
+    """Raises ``CredentialError`` for a TLS file that does not load."""
     am = cfg.alertmanager
-    ctx: ssl.SSLContext | None = None
-    if am.tls.ca_file or am.tls.cert_file:
-        ctx = ssl.create_default_context(cafile=am.tls.ca_file)
-        if am.tls.cert_file and am.tls.key_file:
-            ctx.load_cert_chain(am.tls.cert_file, am.tls.key_file)
+    ctx = (
+        client_tls_context(
+            am.tls.ca_file, am.tls.cert_file, am.tls.key_file, where="alertmanager.tls"
+        )
+        if am.tls.ca_file or am.tls.cert_file
+        else None
+    )
     auth = alertmanager.Auth(
         user=am.user,
         password=am.password.get_secret_value() if am.password else None,
@@ -387,7 +393,11 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
         loop.add_signal_handler(sig, stopping.set)
     metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
     state = State(rules(cfg))
-    am = client(cfg)
+    try:
+        am = client(cfg)
+    except CredentialError as exc:  # a TLS file that does not load
+        log.error("config_error", error=str(exc))
+        return EXIT_CONFIG
     alerting = Alerting(
         state,
         am,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import ssl
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 
@@ -16,7 +15,11 @@ import nats.errors
 import nats.js.errors
 
 from k8s_event_common import streams
-from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
+from k8s_event_common.connecting import (
+    CredentialError,
+    TLSGuardUnavailable,
+    client_tls_context,
+)
 from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.connecting import connect_until
@@ -87,12 +90,13 @@ def _version() -> str:
 
 
 def client(cfg: Settings) -> sender.Client:
+    """Raises ``CredentialError`` for a TLS file that does not load."""
     o = cfg.otlp
-    ctx: ssl.SSLContext | None = None
-    if o.tls.ca_file or o.tls.cert_file:
-        ctx = ssl.create_default_context(cafile=o.tls.ca_file)
-        if o.tls.cert_file and o.tls.key_file:
-            ctx.load_cert_chain(o.tls.cert_file, o.tls.key_file)
+    ctx = (
+        client_tls_context(o.tls.ca_file, o.tls.cert_file, o.tls.key_file, where="otlp.tls")
+        if o.tls.ca_file or o.tls.cert_file
+        else None
+    )
     return sender.Client(
         o.url,
         timeout=o.timeout,
@@ -126,8 +130,8 @@ async def serve(cfg: Settings, provision: bool = False) -> int:
     )
     try:
         otlp = client(cfg)
-    except (OSError, ssl.SSLError) as exc:  # a TLS file that does not load
-        log.error("config_error", error=f"otlp.tls: {exc}")
+    except CredentialError as exc:  # a TLS file that does not load
+        log.error("config_error", error=str(exc))
         return EXIT_CONFIG
     http = HttpServer(metrics)
     if cfg.http.port is not None and not provision:  # a provision run serves nothing
