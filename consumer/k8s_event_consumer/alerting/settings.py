@@ -259,4 +259,4 @@ def redacted(settings: Settings) -> dict[str, Any]:
     return configuring.redacted(settings)
 
 
-__all__ = ["ConfigError", "Settings", "load", "redacted"]
+__all__ = ["CONFIG_FILE_ENV", "ConfigError", "Settings", "load", "redacted"]

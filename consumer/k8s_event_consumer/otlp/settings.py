@@ -227,4 +227,12 @@ def redacted(settings: Settings) -> dict[str, Any]:
     return configuring.redacted(settings)
 
 
-__all__ = ["ConfigError", "HttpSettings", "LogSettings", "Settings", "load", "redacted"]
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "ConfigError",
+    "HttpSettings",
+    "LogSettings",
+    "Settings",
+    "load",
+    "redacted",
+]
