@@ -109,23 +109,14 @@ def event_stream(
 ) -> StreamConfig:
     """The bridge's stream: every subject under ``<subject_prefix>.``, kept ``max_age``
     seconds; nothing deleted or purged but by its limits; nothing in but what is published."""
-    return StreamConfig(
-        name=name,
-        subjects=[f"{subject_prefix}.>"],
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        discard=DiscardPolicy.OLD,
+    return _kept(
+        name,
+        [f"{subject_prefix}.>"],
         max_age=max_age,
         max_bytes=max_bytes,
-        max_msgs=-1,
-        max_msgs_per_subject=-1,
-        max_msg_size=-1,
-        max_consumers=-1,
         num_replicas=num_replicas,
         duplicate_window=duplicate_window,
-        deny_delete=True,
         deny_purge=True,
-        allow_rollup_hdrs=False,
     )
 
 
@@ -140,14 +131,37 @@ def dead_letter_stream(
     """A subscriber's dead letters: the messages its endpoint refused for good, with the
     endpoint's reason in their headers, kept ``max_age`` seconds (0: until purged); a message
     id (``Nats-Msg-Id``, the CloudEvent id) stored once within ``duplicate_window``."""
+    return _kept(
+        name,
+        list(subjects),
+        max_age=max_age,
+        max_bytes=-1,
+        num_replicas=num_replicas,
+        duplicate_window=duplicate_window,
+        deny_purge=False,
+    )
+
+
+def _kept(
+    name: str,
+    subjects: list[str],
+    *,
+    max_age: float,
+    max_bytes: int,
+    num_replicas: int,
+    duplicate_window: float,
+    deny_purge: bool,
+) -> StreamConfig:
+    """A stream of messages kept by limits on a file: the oldest go first, no message deleted
+    one by one, no rollup; every setting named, so that a shape compares whole."""
     return StreamConfig(
         name=name,
-        subjects=list(subjects),
+        subjects=subjects,
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_age=max_age,
-        max_bytes=-1,
+        max_bytes=max_bytes,
         max_msgs=-1,
         max_msgs_per_subject=-1,
         max_msg_size=-1,
@@ -155,7 +169,7 @@ def dead_letter_stream(
         num_replicas=num_replicas,
         duplicate_window=duplicate_window,
         deny_delete=True,
-        deny_purge=False,
+        deny_purge=deny_purge,
         allow_rollup_hdrs=False,
     )
 
