@@ -633,3 +633,31 @@ async def test_a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_
     finally:
         proxy.heal()
         await proxy.stop()
+
+
+async def test_an_outage_that_fences_the_leader_ends_with_the_next_leaders_first_answer(
+    control_plane, writer, start_bridge, nats_server
+):
+    """The API server stops for longer than renew_deadline: the leader tells
+    ``apiserver_unreachable`` and is fenced (exit 1) before it is back. The standby, which never
+    saw the outage, takes the Lease once the API server is back; its first answer is the
+    ``apiserver_reachable`` that ends the outage in the stream, and nothing is lost."""
+    leader, standby = await _pair(start_bridge)
+    await writer.write(10)
+    await assert_stream_is(nats_server.url, writer.ids, timeout=60)
+    control_plane.stop_apiserver()
+    try:
+        await eventually(lambda: _told(nats_server.url, "apiserver_unreachable"), timeout=30)
+        assert await leader.wait_exit(timeout=40) == 1
+        assert await logged(leader, "stopped_fenced")
+    finally:
+        control_plane.start_apiserver()
+    await eventually(lambda: logged(standby, "leading"), timeout=60)
+    await writer.write(10)
+    await assert_stream_is(nats_server.url, writer.ids, timeout=90)
+    await eventually(lambda: outage_ended(nats_server.url), timeout=30)
+    assert await standby.metric("apiserver_reachable") == 1
+
+
+async def _told(url: str, what: str) -> bool:
+    return bool(await status_events(url, what))
