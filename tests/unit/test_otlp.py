@@ -453,6 +453,9 @@ def test_backoff_doubles_and_honours_retry_after() -> None:
     assert 4.0 <= b.delay(3) <= 8.0
     assert 4.0 <= b.delay(30) <= 8.0
     assert b.delay(0, retry_after=42.0) == 42.0
+    # Retry-After is a floor, never a way round the back-off: 0 (or 1 s) still backs off
+    assert 2.0 <= b.delay(2, retry_after=0.0) <= 4.0
+    assert 4.0 <= b.delay(3, retry_after=1.0) <= 8.0
 
 
 # --- the settings -------------------------------------------------------------------------------
