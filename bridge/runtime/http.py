@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 import msgspec
 
 from bridge import logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("http")
 
