@@ -23,7 +23,6 @@ from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 
 from bridge import logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.errors import (
     BridgeError,
     JetStreamUnavailable,
@@ -34,6 +33,7 @@ from bridge.errors import (
 from bridge.jetstream.connection import passing_api_error, unavailable
 from bridge.settings import NatsSettings
 from k8s_event_common import streams as shapes
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("streams")
 

@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,8 @@ class ChildProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    # run in the child before it starts (tests/hostile_http.py's nofile_1024: a container's limit)
+    preexec_fn: Callable[[], None] | None = None
     what = "process"
 
     def command(self) -> list[str]:
@@ -122,7 +125,11 @@ class ChildProcess:
     def start(self) -> Any:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=log, env={**os.environ, **self.env}
+                self.command(),
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self.env},
+                preexec_fn=self.preexec_fn,
             )
         return self
 
