@@ -51,6 +51,10 @@ class Clock:
         async with self.timeout(seconds):
             return await aw
 
+    def utcnow(self) -> datetime:
+        """The wall time as an aware ``datetime`` in UTC."""
+        return datetime.fromtimestamp(self.wall(), UTC)
+
     def timestamp(self) -> str:
         """The wall time as RFC 3339 in UTC, to the microsecond (status events' ``at``)."""
         return datetime.fromtimestamp(self.wall(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,27 +1,28 @@
-"""The command line the alerting and OTLP subscribers share:
-``<prog> [run|check-config|provision] [--config FILE]``.
+"""The one command line of the subscribers: ``<prog> [run|check-config|provision] [--config
+FILE]``.
 
 A config error prints one line (``<prog>: <what is wrong>``) and exits 2; ``check-config``
 prints the effective config, secrets redacted; ``run`` and ``provision`` set up the logs and
-hand the settings to the subscriber's ``serve`` (imported only then: ``check-config`` loads
-nothing of the running service)."""
+run the program on the runtime (``k8s_event_consumer.runtime``, imported only then:
+``check-config`` loads nothing of the running service)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from k8s_event_consumer import logs
-from k8s_event_consumer.configuring import ConfigError
+from k8s_event_consumer.configuring import ConfigError, redacted
+
+if TYPE_CHECKING:
+    from k8s_event_consumer.runtime import Subscriber
 
 EXIT_CONFIG = 2
-
-Serve = Callable[[Any, bool], Coroutine[Any, Any, int]]
 
 
 class SettingsModule(Protocol):
@@ -31,8 +32,6 @@ class SettingsModule(Protocol):
 
     def load(self, path: str | None = None) -> Any: ...
 
-    def redacted(self, settings: Any) -> Mapping[str, Any]: ...
-
 
 def main(
     argv: Sequence[str] | None,
@@ -41,10 +40,10 @@ def main(
     description: str,
     provision: str,
     settings: SettingsModule,
-    serve: Callable[[], Serve],
+    program: Callable[[], type[Subscriber]],
 ) -> int:
-    """``provision``: what ``provision`` makes (the help's words); ``serve``: returns the
-    subscriber's ``serve(cfg, provision)``, imported when called."""
+    """``provision``: what ``provision`` makes (the help's words); ``program``: returns the
+    subscriber's class, imported when called."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument(
         "command",
@@ -62,7 +61,10 @@ def main(
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check-config":
-        print(yaml.safe_dump(settings.redacted(cfg), sort_keys=False), end="")
+        print(yaml.safe_dump(redacted(cfg), sort_keys=False), end="")
         return 0
+    cls = program()
     logs.setup(cfg.log.level, cfg.log.format)
-    return asyncio.run(serve()(cfg, args.command == "provision"))
+    from k8s_event_consumer import runtime
+
+    return asyncio.run(runtime.serve(cls, cfg, provision=args.command == "provision"))

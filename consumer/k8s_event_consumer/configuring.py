@@ -30,7 +30,7 @@ from k8s_event_common.configuring import (
     redacted,
 )
 from k8s_event_common.durations import parse_duration
-from k8s_event_consumer.consuming import ConsumerOptions
+from k8s_event_consumer.options import ConsumerOptions
 
 __all__ = [
     "ConfigError",

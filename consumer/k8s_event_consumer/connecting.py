@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from dataclasses import dataclass
 
 from nats.aio.client import Client as NATS
 
 from k8s_event_common import connecting as shared
 from k8s_event_common import options
+from k8s_event_common.clock import SYSTEM, Clock
+from k8s_event_common.logformat import Logger
 
-log = logging.getLogger("k8s_event_consumer.nats")
+log = Logger("k8s_event_consumer.nats")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ async def connect(opts: options.NatsOptions) -> NATS:
 
 
 async def connect_until(
-    opts: options.NatsOptions, stopping: asyncio.Event, *, every: float = 2.0
+    opts: options.NatsOptions, stopping: asyncio.Event, *, every: float = 2.0, clock: Clock = SYSTEM
 ) -> NATS | None:
     """``connect``, until NATS takes the connection (a subscriber may start before it), or None
     when ``stopping`` is set meanwhile. ``every``: the wait between whole attempts, should
@@ -51,9 +52,9 @@ async def connect_until(
             try:
                 return attempt.result()
             except (OSError, TimeoutError) as exc:
-                log.warning("nats_unavailable", extra={"fields": {"error": str(exc)}})
+                log.warning("nats_unavailable", error=str(exc))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), every)
+                    await clock.wait_for(stopping.wait(), every)
                 continue
         attempt.cancel()
         await asyncio.gather(attempt, return_exceptions=True)

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from k8s_event_common import streams as shapes
-from k8s_event_consumer.consuming import Consumer, Handlers, KVSeen, Start
+from k8s_event_consumer.consuming import Consumer, Handlers
+from k8s_event_consumer.options import Start
+from k8s_event_consumer.seen import KVSeen
 from tests.integration import test_nats_permissions as perms
 from tests.integration.test_nats_permissions import (
     ALERTING,
@@ -134,7 +136,7 @@ async def test_a_durable_made_headers_only_is_refused(
     this subscriber. The subscriber refuses to bind, naming the key."""
     from nats.js.api import AckPolicy, ConsumerConfig
 
-    from k8s_event_consumer.consuming import ConsumerConflict
+    from k8s_event_consumer.durables import ConsumerConflict
 
     operator = await users(OPERATOR)
     config = READ_OPTIONS.config(ALERTING, ["k8s.events.>"])

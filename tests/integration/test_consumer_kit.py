@@ -33,7 +33,7 @@ from k8s_event_consumer import (
     Start,
     replay,
 )
-from k8s_event_consumer.consuming import ConsumerConflict
+from k8s_event_consumer.durables import ConsumerConflict
 from k8s_event_consumer.events import Gap, Status
 from tests.streams import k8s_events
 from tests.support import eventually

@@ -42,8 +42,10 @@ from bridge.jetstream.checkpoints import KvCheckpointStore
 from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
 from k8s_event_common import streams as shapes
-from k8s_event_consumer.consuming import Consumer, ConsumerOptions, Handlers, KVSeen, Start
+from k8s_event_consumer.consuming import Consumer, Handlers
+from k8s_event_consumer.options import ConsumerOptions, Start
 from k8s_event_consumer.otlp.settings import DeadLetterSettings
+from k8s_event_consumer.seen import KVSeen
 from k8s_event_sim.natsserver import NatsServer, binary, free_port
 from k8s_event_sim.workload import make_event
 from tests import provisioning
@@ -459,7 +461,7 @@ async def test_the_alerting_subscribers_read_back_reads_a_large_stream_with_no_c
     ($JS.API.STREAM.MSG.GET.<stream>, next by subject), from a time on: no consumer, so its
     user needs no consumer create subject (whose holder could make a push consumer delivering
     into any inbox)."""
-    from k8s_event_consumer.consuming import replay
+    from k8s_event_consumer.replaying import replay
 
     bridge = await users(BRIDGE)
     n = 600

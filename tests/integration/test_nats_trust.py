@@ -329,7 +329,7 @@ async def test_a_subscribers_nats_connected_and_readyz_are_read_from_the_client(
 
         async def gauge(value: float) -> bool:
             _, text = await p.get("/metrics")
-            return f"k8s_event_remediation_nats_connected {value:g}" in text.splitlines()
+            return f"k8s_event_remediation_nats_connected {value:.1f}" in text.splitlines()
 
         assert await gauge(1)
         nats_server.kill()

@@ -347,8 +347,10 @@ def test_each_program_exports_the_refusals(monkeypatch: pytest.MonkeyPatch) -> N
     shared connection's count."""
     from bridge.jetstream import connection as bridge_connection
     from bridge.metrics import Metrics as BridgeMetrics
-    from k8s_event_consumer.metrics import Metrics as ConsumerMetrics
-    from k8s_event_consumer.serving import HttpServer
+    from k8s_event_common.clock import SYSTEM
+    from k8s_event_consumer.remediation.running import Program
+    from k8s_event_consumer.remediation.settings import Settings as RemediationSettings
+    from k8s_event_consumer.runtime import Runtime
 
     monkeypatch.setattr(connecting, "_refusals", {"tls": 3, "redirect": 1})
     bridge = BridgeMetrics()
@@ -356,11 +358,10 @@ def test_each_program_exports_the_refusals(monkeypatch: pytest.MonkeyPatch) -> N
     text = bridge.render().decode()
     assert 'k8s_event_bridge_nats_refused_total{reason="tls"} 3.0' in text
     assert 'k8s_event_bridge_nats_refused_total{reason="redirect"} 1.0' in text
-    subscriber = ConsumerMetrics("k8s_event_remediation_", [])
-    HttpServer(subscriber)
-    rendered = subscriber.render()
+    settings = RemediationSettings(kubernetes={"cluster": "test"})
+    rendered = Runtime(Program, settings, False, SYSTEM).metrics.render().decode()
     assert "# TYPE k8s_event_remediation_nats_refused_total counter" in rendered
-    assert 'k8s_event_remediation_nats_refused_total{reason="tls"} 3' in rendered
+    assert 'k8s_event_remediation_nats_refused_total{reason="tls"} 3.0' in rendered
 
 
 async def test_no_program_hands_its_password_to_a_redirected_wss_upgrade(

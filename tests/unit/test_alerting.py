@@ -711,7 +711,7 @@ async def test_an_ignored_event_sends_nothing(fake_am: Any) -> None:
         await c.close()
     assert len(am.posts) == 2  # the BackOff alert, then the resend of it
     assert alerting.metrics.value("events_total", result="ignored") == 1
-    assert "k8s_event_alerting_alerts{alertname=" in alerting.metrics.render()
+    assert b"k8s_event_alerting_alerts{alertname=" in alerting.metrics.render()
 
 
 @pytest.mark.parametrize(

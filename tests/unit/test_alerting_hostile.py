@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from bridge.core.converting import Converter
-from k8s_event_consumer.consuming import Consumer, ConsumerOptions, Handlers, MemorySeen
+from k8s_event_consumer.consuming import Consumer, Handlers
 from k8s_event_consumer.events import BadMessage, decode
+from k8s_event_consumer.options import ConsumerOptions
+from k8s_event_consumer.seen import MemorySeen
 
 CLUSTER = "prod-eu-1"
 NOW = "2026-11-30T12:00:00Z"

@@ -11,12 +11,12 @@ def test_the_kits_counts_are_exported_by_result() -> None:
     metrics = Metrics("k8s_event_x_", [])
     stats = Stats()
     stats.export(metrics)
-    assert 'k8s_event_x_messages_total{result="bad"} 0' in metrics.render()
+    assert b'k8s_event_x_messages_total{result="bad"} 0.0' in metrics.render()
     stats.handled, stats.skipped_duplicates, stats.bad, stats.failed = 5, 2, 3, 1
-    text = metrics.render()
+    text = metrics.render().decode()
     assert "# TYPE k8s_event_x_messages_total counter" in text
     for result, value in (("handled", 5), ("duplicate", 2), ("bad", 3), ("failed", 1)):
-        assert f'k8s_event_x_messages_total{{result="{result}"}} {value}' in text
+        assert f'k8s_event_x_messages_total{{result="{result}"}} {value}.0' in text
     assert {f"{r}" for r, _ in Stats.RESULTS} == {
         "handled",
         "duplicate",

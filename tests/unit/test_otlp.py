@@ -23,7 +23,7 @@ from k8s_event_consumer.events import decode
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.otlp import mapping, sender, settings, shipping
 from k8s_event_consumer.otlp.__main__ import main
-from k8s_event_consumer.otlp.running import COUNTERS, METRICS_PREFIX, UNLABELLED
+from k8s_event_consumer.otlp.running import COUNTERS, METRICS_PREFIX
 from k8s_event_consumer.otlp.shipping import Backoff, DeadLetters, Shipper
 from tests import support
 
@@ -309,7 +309,7 @@ def shipper(
     s = Shipper(
         endpoint,  # type: ignore[arg-type]
         dead or FakeDeadLetters(),
-        Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED),
+        Metrics(METRICS_PREFIX, COUNTERS),
         stopping,
         max_request_bytes=kw.pop("max_request_bytes", 1 << 22),
         backoff=Backoff(0.001, 0.002),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from k8s_event_common.clock import ManualClock
 from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import Decoded, KubeEvent, ObjectRef
 from k8s_event_consumer.remediation import rules
@@ -256,8 +257,10 @@ def records(kube: FakeKube) -> list[dict[str, Any]]:
     return [e for e in kube.events.values() if e["reason"].startswith("Remediation")]
 
 
-def worker(kube: FakeKube, **remediation: Any) -> tuple[Worker, list[float]]:
-    now = [1000.0]
+def worker(kube: FakeKube, **remediation: Any) -> tuple[Worker, ManualClock]:
+    """A worker on a manual clock: 1000 s of monotonic time at 2026-11-30T00:10:00Z."""
+    at = datetime(2026, 11, 30, 0, 10, tzinfo=UTC).timestamp()
+    clock = ManualClock(1000.0, wall_at_zero=at - 1000.0)
     settings = Settings(
         kubernetes={"cluster": "prod"},
         remediation={"dry_run": False, **remediation},
@@ -265,11 +268,10 @@ def worker(kube: FakeKube, **remediation: Any) -> tuple[Worker, list[float]]:
     w = Worker(
         settings,
         kube,  # type: ignore[arg-type]
-        clock=lambda: now[0],
+        clock=clock,
         namespace="k8s-event-bridge",
-        wall_clock=lambda: datetime(2026, 11, 30, 0, 10, tzinfo=UTC),
     )
-    return w, now
+    return w, clock
 
 
 def delivery(n: int = 1) -> Delivery:
@@ -342,7 +344,7 @@ async def test_one_action_per_object_within_the_rate_limit() -> None:
     kube.pods["web-1"] = pod()
     await w.on_event(kube_event(rv=2), delivery())
     assert w.counts.rate_limited == 1 and len(records(kube)) == 1
-    now[0] += 601
+    now.advance(601)
     await w.on_event(kube_event(rv=3), delivery())
     assert len(records(kube)) == 2 and kube.deleted[-1] == ("pod-uid", True)
 
@@ -429,8 +431,8 @@ def test_what_the_rate_limit_remembers_is_bounded() -> None:
     kube = FakeKube()
     w, now = worker(kube, rate_limit="10m")
     for i in range(3000):
-        w._acted_on(f"uid-{i}", now[0])
-        now[0] += 1.0  # one action a second: only the last 10 minutes count
+        w._acted_on(f"uid-{i}", now.now)
+        now.advance(1.0)  # one action a second: only the last 10 minutes count
     assert len(w._last_action) <= 1024 + 1
     assert "uid-2999" in w._last_action and "uid-0" not in w._last_action
 
@@ -443,10 +445,10 @@ def test_the_counters_alerts_read_are_exported_from_zero() -> None:
     from k8s_event_consumer.remediation import worker
 
     for module, prefix in ((worker, "k8s_event_remediation_"), (running, "k8s_event_alerting_")):
-        text = Metrics(prefix, module.COUNTERS, module.UNLABELLED).render()
-        assert f"\n{prefix}held_total 0\n" in text
+        text = Metrics(prefix, module.COUNTERS).render().decode()
+        assert f"\n{prefix}held_total 0.0\n" in text
         # a labelled counter gets no unlabelled series
-        assert f"\n{prefix}events_total 0\n" not in text
+        assert f"\n{prefix}events_total 0.0\n" not in text
 
 
 # -- what the worker trusts: the API server, not the message (an attacker with publish rights
@@ -611,9 +613,9 @@ async def test_an_answer_asking_again_will_not_change_ends_the_message() -> None
 
 def test_the_untrusted_counter_has_every_why_from_zero_and_no_other() -> None:
     w, _ = worker(FakeKube())
-    text = w.metrics.render()
+    text = w.metrics.render().decode()
     for why in UNTRUSTED:
-        assert f'k8s_event_remediation_untrusted_total{{why="{why}"}} 0' in text
+        assert f'k8s_event_remediation_untrusted_total{{why="{why}"}} 0.0' in text
     assert text.count("k8s_event_remediation_untrusted_total{") == len(UNTRUSTED)
 
 
@@ -691,8 +693,8 @@ async def test_a_controller_the_pod_merely_names_is_never_annotated_nor_trusted(
     with pytest.raises(Discard):
         await w.on_event(kube_event(reason=reason, count=9), delivery())
     assert kube.annotated == 0 and kube.deleted == [] and records(kube) == []
-    assert w.metrics._families["untrusted_total"].values[(("why", "owner_unproven"),)] == 1
-    assert w.metrics._families["owner_unproven_total"].values[(("why", proof),)] == 1
+    assert w.metrics.value("untrusted_total", why="owner_unproven") == 1
+    assert w.metrics.value("owner_unproven_total", why=proof) == 1
 
 
 async def test_a_pod_of_a_real_deployment_gets_its_deployment_annotated_and_is_deleted() -> None:
@@ -704,7 +706,7 @@ async def test_a_pod_of_a_real_deployment_gets_its_deployment_annotated_and_is_d
     assert kube.annotated == 1
     kube.pods["web-1"] = pod()
     kube.events["web-1.abc"] = api_event(kube_event(count=9))
-    now[0] += 10_000
+    now.advance(10_000)
     await w.on_event(kube_event(count=9, rv=2), delivery())
     assert kube.deleted == [("pod-uid", False)]
     assert ("Deployment", "shop", "web") in kube.reads  # its owner found, up to the top
@@ -732,7 +734,7 @@ async def test_a_deployment_an_operator_manages_is_still_its_pods_proven_owner()
     assert kube.annotated == 1  # the Deployment, the farthest owner proven
     kube.pods["web-1"] = pod()
     kube.events["web-1.abc"] = api_event(kube_event(count=9))
-    now[0] += 10_000
+    now.advance(10_000)
     await w.on_event(kube_event(count=9, rv=2), delivery())
     assert kube.deleted == [("pod-uid", False)]
 
@@ -744,7 +746,7 @@ async def test_a_deployment_an_operator_manages_is_still_its_pods_proven_owner()
     with pytest.raises(Discard):
         await w.on_event(kube_event(count=9), delivery())
     assert kube.deleted == []
-    assert w.metrics._families["owner_unproven_total"].values[(("why", "kind"),)] == 1
+    assert w.metrics.value("owner_unproven_total", why="kind") == 1
 
 
 @pytest.mark.parametrize("length", [1, 40, 41, 63])

@@ -1,33 +1,24 @@
-"""The running subscriber: settings → clients → the durable consumer bound → the stream's last
-window read back and the own alerts taken back from Alertmanager → the consumer and the resend
-loop → signals → stop.
+"""The alerting subscriber on the runtime (``k8s_event_consumer.runtime``): its durable bound,
+the stream's last window read back and its own alerts taken back from Alertmanager, then each
+message made alerts (``alerts.State``) and sent (``alertmanager.Client``), and every alert due
+sent again by the resend loop.
 
 ``Alerting`` holds the handlers and the resend loop around one ``alerts.State`` and one
-``alertmanager.Client``; ``serve`` wires them. NATS is reached through the kit
-(``connecting``, ``consuming``); nats-py is imported here for its exception types only.
+``alertmanager.Client``; ``Program`` gives them to the runtime.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Coroutine, Sequence
+from datetime import timedelta
+from typing import Any
 
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client as NATS
 
-from k8s_event_common.connecting import (
-    CredentialError,
-    TLSGuardUnavailable,
-    client_tls_context,
-)
-from k8s_event_common.streams import ShapeMismatch
-from k8s_event_consumer import logs
+from k8s_event_common.clock import SYSTEM, Clock
+from k8s_event_common.connecting import CredentialError, client_tls_context
+from k8s_event_consumer import logs, runtime
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import (
     Alert,
@@ -39,17 +30,7 @@ from k8s_event_consumer.alerting.alerts import (
     rfc3339,
 )
 from k8s_event_consumer.alerting.settings import Settings
-from k8s_event_consumer.connecting import connect_until
-from k8s_event_consumer.consuming import (
-    Consumer,
-    ConsumerConflict,
-    ConsumerOptions,
-    Delivery,
-    Handlers,
-    Retry,
-    Start,
-    replay,
-)
+from k8s_event_consumer.consuming import Consumer, Delivery, Handlers, Retry
 from k8s_event_consumer.events import (
     ApiserverReachable,
     ApiserverUnreachable,
@@ -58,46 +39,62 @@ from k8s_event_consumer.events import (
     KubeEvent,
     Status,
 )
-from k8s_event_consumer.metrics import Labels, Metrics
-from k8s_event_consumer.serving import HttpServer
+from k8s_event_consumer.metrics import Counter, Metrics
+from k8s_event_consumer.options import Start
+from k8s_event_consumer.replaying import replay
 
 log = logs.get("alerting")
 
 METRICS_PREFIX = "k8s_event_alerting_"
-COUNTERS = (
-    ("events_total", "Kubernetes Events read, by result: alerted or ignored"),
-    (
-        "status_events_total",
-        "status events of the bridge read, by what (other: a kind this version does not know)",
-    ),
-    (
-        "future_dated_total",
-        "messages dated ahead of their stream timestamp by more than "
-        "alerts.max_clock_skew, by what (event or the status event's kind)",
-    ),
-    ("sends_total", "alert sends per Alertmanager, by result: ok, unavailable, rejected"),
-    ("held_total", "messages held (nak'd) because no Alertmanager took their alerts"),
-    ("resends_total", "rounds of the resend loop, by result: ok or failed"),
-    ("replayed_total", "messages of the stream read back into the state at start"),
-    ("adopted_total", "alerts taken back from Alertmanager at start"),
-)
-UNLABELLED = ("held_total", "replayed_total", "adopted_total")  # exported from 0 on
-
 # The status events a label may name: a message's own kind is its publisher's word, and a label
 # value taken from it unchecked would make a new series per value (unbounded memory for
 # Prometheus and for the subscriber). Anything else is counted as "other".
-STATUS_KINDS = frozenset(
-    {
-        "gap",
-        "apiserver_unreachable",
-        "apiserver_reachable",
-        "apiserver_degraded",
-        "apiserver_recovered",
-        "dropped",
-        "leader_changed",
-        "started",
-        "stopped",
-    }
+STATUS_KINDS = (
+    "gap",
+    "apiserver_unreachable",
+    "apiserver_reachable",
+    "apiserver_degraded",
+    "apiserver_recovered",
+    "dropped",
+    "leader_changed",
+    "started",
+    "stopped",
+)
+KINDS = ("event", *STATUS_KINDS, "other")
+COUNTERS = (
+    Counter.by(
+        "events_total",
+        "Kubernetes Events read, by result: alerted or ignored",
+        "result",
+        ("alerted", "ignored"),
+    ),
+    Counter.by(
+        "status_events_total",
+        "status events of the bridge read, by what (other: a kind this version does not know)",
+        "what",
+        (*STATUS_KINDS, "other"),
+    ),
+    Counter.by(
+        "future_dated_total",
+        "messages dated ahead of their stream timestamp by more than "
+        "alerts.max_clock_skew, by what (event or the status event's kind)",
+        "what",
+        KINDS,
+    ),
+    Counter(
+        "sends_total",
+        "alert sends per Alertmanager, by result: ok, unavailable, rejected",
+        ("alertmanager", "result"),
+    ),
+    Counter("held_total", "messages held (nak'd) because no Alertmanager took their alerts"),
+    Counter.by(
+        "resends_total",
+        "rounds of the resend loop, by result: ok or failed",
+        "result",
+        ("ok", "failed"),
+    ),
+    Counter("replayed_total", "messages of the stream read back into the state at start"),
+    Counter("adopted_total", "alerts taken back from Alertmanager at start"),
 )
 FUTURE_DATED_LOGGED = 1024  # ids remembered so each future-dated message is logged once
 
@@ -114,9 +111,6 @@ def stored(d: Delivery) -> Stored:
     return Stored(d.stream_sequence, d.timestamp)
 
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
 RESEND_BATCH = 256  # alerts per POST of the resend loop (Prometheus sends up to 256)
 
 
@@ -131,8 +125,10 @@ class Alerting:
         *,
         hold: float,
         resend_interval: float,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.state = state
+        self.clock = clock
         self.client = client
         self.metrics = metrics
         self.hold = hold
@@ -141,15 +137,12 @@ class Alerting:
         # after no Alertmanager took a send, the next messages are held at once until this
         # time (monotonic) instead of each waiting out its attempts
         self._down_until = 0.0
-        metrics.gauge(
-            "alerts", "alerts kept (sent and sent again), by alertname and state", self._alerts
+        metrics.read(
+            "alerts",
+            "alerts kept (sent and sent again), by alertname and state",
+            lambda: {key: float(n) for key, n in self.state.summary().items()},
+            labels=("alertname", "state"),
         )
-
-    def _alerts(self) -> dict[Labels, float]:
-        return {
-            (("alertname", name), ("state", st)): float(n)
-            for (name, st), n in self.state.summary().items()
-        }
 
     def handlers(self) -> Handlers:
         return Handlers(
@@ -222,13 +215,13 @@ class Alerting:
         (``Retry``): JetStream delivers it again after ``hold`` seconds."""
         if not alerts:
             return
-        if time.monotonic() < self._down_until:
+        if self.clock.monotonic() < self._down_until:
             self.metrics.inc("held_total")
             raise Retry(self.hold, "no Alertmanager took the last alerts")
         try:
             outcome = await self.client.send(alerts)
         except alertmanager.NotDelivered as exc:
-            self._down_until = time.monotonic() + self.hold
+            self._down_until = self.clock.monotonic() + self.hold
             self._count(exc.failures, [])
             self.metrics.inc("held_total")
             log.warning(
@@ -273,7 +266,7 @@ class Alerting:
 
     async def resend_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.resend_interval)
+            await self.clock.sleep(self.resend_interval)
             await self.resend()
 
     def apply(self, d: Delivery) -> None:
@@ -302,7 +295,7 @@ class Alerting:
         """Read the last ``window`` of the stream into the state, sending nothing: after a
         restart the resend loop then sends every alert still due, even to an Alertmanager
         that restarted meanwhile (Alertmanager keeps alerts in memory only)."""
-        since = datetime.now(UTC) - window
+        since = self.clock.utcnow() - window
         n = 0
         for subject in subjects:
             start = Start.at_time(since)
@@ -349,7 +342,7 @@ def rules(cfg: Settings) -> Rules:
     )
 
 
-def client(cfg: Settings) -> alertmanager.Client:
+def client(cfg: Settings, clock: Clock = SYSTEM) -> alertmanager.Client:
     """Raises ``CredentialError`` for a TLS file that does not load."""
     am = cfg.alertmanager
     ctx = (
@@ -374,124 +367,49 @@ def client(cfg: Settings) -> alertmanager.Client:
         horizon=timedelta(seconds=4 * cfg.alerts.resend_interval),
         auth=auth,
         ssl_context=ctx,
+        clock=clock.utcnow,
+        sleep=clock.sleep,
     )
 
 
-async def _until(stopping: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds`` or until stopping; True when stopping."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stopping.wait(), seconds)
-    return stopping.is_set()
+class Program(runtime.Subscriber):
+    """The alerting subscriber: ``k8s-event-alerting``."""
 
+    name = "alerting"
+    counters = COUNTERS
 
-async def serve(cfg: Settings, provision: bool = False) -> int:
-    """Run until SIGTERM or SIGINT; ``provision``: only make the durable (with an operator's
-    credentials: the subscriber's own may not), then exit. The exit code."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    metrics = Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
-    state = State(rules(cfg))
-    try:
-        am = client(cfg)
-    except CredentialError as exc:  # a TLS file that does not load
-        log.error("config_error", error=str(exc))
-        return EXIT_CONFIG
-    alerting = Alerting(
-        state,
-        am,
-        metrics,
-        hold=cfg.alertmanager.hold,
-        resend_interval=cfg.alerts.resend_interval,
-    )
-    http = HttpServer(metrics)
-    if cfg.http.port is not None and not provision:  # a provision run serves nothing
-        await http.start(cfg.http.host, cfg.http.port)
-    log.info(
-        "starting",
-        stream=cfg.nats.stream,
-        durable=cfg.nats.durable,
-        subjects=cfg.nats.filters,
-        alertmanagers=cfg.alertmanager.urls,
-        reasons=cfg.alerts.reasons,
-    )
-    nc = None
-    tasks: list[asyncio.Task[None]] = []
-    try:
+    async def setup(self) -> None:
+        cfg: Settings = self.settings
         try:
-            nc = await connect_until(cfg.nats.options(), stopping)
-        except (CredentialError, TLSGuardUnavailable) as exc:  # a TLS file that does not load
-            log.error("config_error", error=f"nats: {exc}")
-            return EXIT_CONFIG
-        if nc is None:
-            return EXIT_OK
-        http.watch(nc)
-        consumer = None
-        while consumer is None:
-            try:
-                consumer = await Consumer.open(
-                    nc,
-                    stream=cfg.nats.stream,
-                    durable=cfg.nats.durable,
-                    subjects=cfg.nats.filters,
-                    options=ConsumerOptions(
-                        ack_wait=cfg.nats.ack_wait,
-                        max_deliver=-1,
-                        max_ack_pending=cfg.nats.max_ack_pending,
-                        batch=cfg.nats.batch,
-                    ),
-                    start=Start.all() if cfg.nats.start == "all" else Start.new(),
-                    subject_prefix=cfg.nats.subject_prefix,
-                )
-            except ConsumerConflict as exc:
-                log.error("consumer_conflict", durable=cfg.nats.durable, error=str(exc))
-                return EXIT_FAILED
-            except ShapeMismatch as exc:  # each key logged by the kit: stream_config_differs
-                log.error("stream_refused", stream=exc.stream, error=str(exc))
-                return EXIT_FAILED
-            except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
-                # the bridge creates the stream: it may not have yet
-                log.warning("stream_unavailable", stream=cfg.nats.stream, error=str(exc))
-                if await _until(stopping, 2.0):
-                    return EXIT_OK
-        if provision:
-            log.info("provisioned", durable=cfg.nats.durable)
-            return EXIT_OK
+            self.client = client(cfg, self.clock)
+        except CredentialError as exc:  # a TLS file that does not load
+            raise runtime.Unusable(str(exc)) from exc
+        self.alerting = Alerting(
+            State(rules(cfg), self.clock.utcnow),
+            self.client,
+            self.metrics,
+            hold=cfg.alertmanager.hold,
+            resend_interval=cfg.alerts.resend_interval,
+            clock=self.clock,
+        )
+
+    def status(self) -> dict[str, Any]:
+        return {"alertmanagers": self.settings.alertmanager.urls}
+
+    async def prepare(self, nc: NATS, consumer: Consumer) -> None:
+        cfg: Settings = self.settings
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
             # by message gets, no consumer: its user may create none (docs/deploy.md)
-            await alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
-        await alerting.adopt()
-        consumer.stats.export(metrics)
-        http.ready = True
-        log.info("consuming", stream=cfg.nats.stream, durable=cfg.nats.durable)
-        tasks = [
-            asyncio.create_task(consumer.run(alerting.handlers()), name="consuming"),
-            asyncio.create_task(alerting.resend_forever(), name="resending"),
-        ]
-        stop_wait = asyncio.create_task(stopping.wait(), name="stopping")
-        done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
-        for t in done:
-            if t is not stop_wait and t.exception() is not None:
-                log.error("task_failed", task=t.get_name(), error=repr(t.exception()))
-                return EXIT_FAILED
-        log.info("stopping")
-        await consumer.stop()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(tasks[0], 10.0)
-        return EXIT_OK
-    finally:
-        http.ready = False
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        await am.close()
-        await http.stop()
-        if nc is not None:
-            with contextlib.suppress(Exception):
-                await nc.close()
-        log.info("stopped")
+            await self.alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
+        await self.alerting.adopt()
+
+    async def consume(self, consumer: Consumer) -> None:
+        await consumer.run(self.alerting.handlers())
+
+    def background(self) -> Sequence[Coroutine[Any, Any, None]]:
+        return [self.alerting.resend_forever()]
+
+    async def close(self) -> None:
+        if hasattr(self, "client"):
+            await self.client.close()

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from k8s_event_consumer import commands
 from k8s_event_consumer.otlp import settings
 
+if TYPE_CHECKING:
+    from k8s_event_consumer.runtime import Subscriber
 
-def _serve() -> commands.Serve:
-    from k8s_event_consumer.otlp import running
 
-    return lambda cfg, provision: running.serve(cfg, provision=provision)
+def _program() -> type[Subscriber]:
+    from k8s_event_consumer.otlp.running import Program
+
+    return Program
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "endpoint as OpenTelemetry log records.",
         provision="the durable and the dead-letter stream with exactly their config",
         settings=settings,
-        serve=_serve,
+        program=_program,
     )
 
 

@@ -32,13 +32,14 @@ import email.utils
 import gzip
 import json
 import ssl
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+from k8s_event_common.clock import SYSTEM, Clock
 
 PROTOBUF = "application/x-protobuf"
 RETRYABLE = frozenset({429, 502, 503, 504})
@@ -95,7 +96,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
         return None
     if when is None:
         return None
-    wait = when.timestamp() - (time.time() if now is None else now)
+    wait = when.timestamp() - (SYSTEM.wall() if now is None else now)
     return min(max(wait, 0.0), MAX_RETRY_AFTER)
 
 
@@ -154,8 +155,9 @@ def reason(status: int, content_type: str, body: bytes) -> str:
     return (f"HTTP {status}: {text}" if text else f"HTTP {status}")[:MAX_REASON]
 
 
-def answer(status: int, headers: Any, body: bytes) -> Answer:
-    """An HTTP answer to an export request, read as the module docstring says."""
+def answer(status: int, headers: Any, body: bytes, now: float | None = None) -> Answer:
+    """An HTTP answer to an export request, read as the module docstring says (``now``: the
+    wall clock, for a ``Retry-After`` that is a date)."""
     content_type = str(headers.get("Content-Type", ""))
     if 200 <= status < 300:
         if not body:
@@ -188,7 +190,7 @@ def answer(status: int, headers: Any, body: bytes) -> Answer:
         return Blocked(status, f"HTTP {status}: a redirect, not followed")
     if status in RETRYABLE:
         return Unavailable(
-            reason(status, content_type, body), retry_after(headers.get("Retry-After"))
+            reason(status, content_type, body), retry_after(headers.get("Retry-After"), now)
         )
     if status in REFUSED:
         return Refused(status, reason(status, content_type, body))
@@ -208,8 +210,10 @@ class Client:
         headers: dict[str, str] | None = None,
         compression: str = "gzip",
         ssl_context: ssl.SSLContext | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.url = url
+        self.clock = clock
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._headers = {"Content-Type": PROTOBUF, **(headers or {})}
         if compression == "gzip":
@@ -232,7 +236,7 @@ class Client:
                 allow_redirects=False,
             ) as resp:
                 got = await resp.content.read(MAX_ANSWER)
-                return answer(resp.status, resp.headers, got)
+                return answer(resp.status, resp.headers, got, self.clock.wall())
         except TimeoutError:
             return Unavailable(f"no answer within {self._timeout.total:g}s")
         except aiohttp.ClientError as exc:

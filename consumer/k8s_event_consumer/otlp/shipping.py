@@ -31,16 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import random
-import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 
+from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Discard, Outcome, Retry
 from k8s_event_consumer.metrics import Metrics
@@ -110,11 +109,16 @@ class Backoff:
     initial: float = 1.0
     max: float = 30.0
 
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+    def delay(
+        self,
+        attempt: int,
+        retry_after: float | None = None,
+        random: Callable[[], float] = SYSTEM.random,
+    ) -> float:
         """The wait before attempt ``attempt + 1`` (full jitter on the upper half), or the
         endpoint's ``Retry-After`` when it is longer."""
         step = min(self.max, self.initial * 2 ** min(attempt, 30))
-        jittered = float(step / 2 + random.random() * step / 2)
+        jittered = float(step / 2 + random() * step / 2)
         return max(jittered, retry_after) if retry_after is not None else jittered
 
 
@@ -133,8 +137,10 @@ class Shipper:
         backoff: Backoff = Backoff(),
         resource: mapping.Resource = (),
         version: str = "",
+        clock: Clock = SYSTEM,
     ) -> None:
         self.client = client
+        self.clock = clock
         self.dead_letters = dead_letters
         self.metrics = metrics
         self.stopping = stopping
@@ -267,7 +273,9 @@ class Shipper:
             result = "unavailable" if isinstance(got, sender.Unavailable) else "blocked"
             self.metrics.inc("requests_total", result=result)
             wait = self.backoff.delay(
-                attempt, got.retry_after if isinstance(got, sender.Unavailable) else None
+                attempt,
+                got.retry_after if isinstance(got, sender.Unavailable) else None,
+                self.clock.random,
             )
             self._down(result, got.why if isinstance(got, sender.Unavailable) else got.reason,
                        len(idx), wait)  # fmt: skip
@@ -310,10 +318,10 @@ class Shipper:
             self._failed[d.id] = self.accepted_requests
             if len(self._failed) > FAILED_REMEMBERED:
                 self._failed.popitem(last=False)
-        wait = self.backoff.delay(self._unproven)
+        wait = self.backoff.delay(self._unproven, random=self.clock.random)
         self._unproven += 1
         self.endpoint_up = False
-        self._pace_until = time.monotonic() + wait
+        self._pace_until = self.clock.monotonic() + wait
         self.metrics.inc("records_total", result="handed_back")
         log.error(
             "record_refused_unproven",
@@ -332,7 +340,7 @@ class Shipper:
 
     async def _paced(self) -> bool:
         """Wait out the pace after refusals without proof; True when stopping came first."""
-        wait = self._pace_until - time.monotonic()
+        wait = self._pace_until - self.clock.monotonic()
         if wait <= 0:
             return False
         return await self._stopped_within(wait)
@@ -376,5 +384,5 @@ class Shipper:
 
     async def _stopped_within(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
+            await self.clock.wait_for(self.stopping.wait(), seconds)
         return self.stopping.is_set()

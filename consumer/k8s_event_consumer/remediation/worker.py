@@ -53,18 +53,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from k8s_event_common import owners
+from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import KubeEvent
-from k8s_event_consumer.metrics import Metrics
+from k8s_event_consumer.metrics import Counter, Metrics
 from k8s_event_consumer.remediation import rules
 from k8s_event_consumer.remediation.kube import (
     Conflict,
@@ -80,33 +78,6 @@ from k8s_event_consumer.remediation.settings import Settings
 
 log = logs.get("remediation")
 METRICS_PREFIX = "k8s_event_remediation_"
-COUNTERS = (
-    (
-        "actions_total",
-        "actions, by action (delete_pod, suggest_memory) and result: acted, already_done, "
-        "rate_limited, target_gone",
-    ),
-    ("held_total", "messages held (nak'd) because the API server could not be reached"),
-    (
-        "events_total",
-        "Kubernetes Events read, by result: planned (an action), ignored, stale (the API "
-        "server no longer has the Event) or refused (the API server refused a read or an "
-        "action for good)",
-    ),
-    (
-        "untrusted_total",
-        "messages the API server did not confirm, never acted on, by why: "
-        "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
-        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven, "
-        "pod_not_as_template",
-    ),
-    (
-        "owner_unproven_total",
-        "controllers a Pod names that the owner walk did not prove (each also an "
-        "untrusted_total{why=owner_unproven}), by why: kind, group, namespace, invalid, "
-        "notfound, uid, unclaimed, depth",
-    ),
-)
 # why a message is untrusted: the only values of untrusted_total's label
 UNTRUSTED = (
     "no_involved_uid",  # the message names no Pod uid
@@ -125,8 +96,45 @@ UNTRUSTED = (
 )
 # the controllers the owner walk reads (deploy/consumers/remediation-rbac.yaml grants get)
 OWNER_KINDS = frozenset(owners.CLAIMS)
+COUNTERS = (
+    Counter(
+        "actions_total",
+        "actions, by action (delete_pod, suggest_memory) and result: acted, already_done, "
+        "rate_limited, target_gone",
+        ("action", "result"),
+        tuple(
+            (action, result)
+            for action in (rules.DELETE_POD, rules.SUGGEST_MEMORY)
+            for result in ("acted", "already_done", "rate_limited", "target_gone")
+        ),
+    ),
+    Counter("held_total", "messages held (nak'd) because the API server could not be reached"),
+    Counter.by(
+        "events_total",
+        "Kubernetes Events read, by result: planned (an action), ignored, stale (the API "
+        "server no longer has the Event) or refused (the API server refused a read or an "
+        "action for good)",
+        "result",
+        ("planned", "ignored", "stale", "refused"),
+    ),
+    Counter.by(
+        "untrusted_total",
+        "messages the API server did not confirm, never acted on, by why: "
+        "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
+        "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven, "
+        "pod_not_as_template",
+        "why",
+        UNTRUSTED,
+    ),
+    Counter(
+        "owner_unproven_total",
+        "controllers a Pod names that the owner walk did not prove (each also an "
+        "untrusted_total{why=owner_unproven}), by why: kind, group, namespace, invalid, "
+        "notfound, uid, unclaimed, depth",
+        ("why",),
+    ),
+)
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-UNLABELLED = ("held_total",)  # exported from 0 on
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
 KEY_ANNOTATION = "remediation.k8s-event-bridge.io/action"
 
@@ -178,25 +186,21 @@ class Worker:
         self,
         settings: Settings,
         kube: Kube,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         metrics: Metrics | None = None,
         namespace: str | None = None,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings
         self.cfg = settings.remediation
         self.kube = kube
         self.clock = clock
         self.counts = Counts()
-        self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS, UNLABELLED)
-        self.wall_clock = wall_clock
+        self.metrics = metrics or Metrics(METRICS_PREFIX, COUNTERS)
         self._last_action: dict[str, float] = {}  # object uid → when
         self._instance = socket.gethostname()
         ns = self.cfg.namespaces
         self.allowed = frozenset(ns.allow)
         self.denied = frozenset(ns.deny) | {namespace or own_namespace() or ""} - {""}
-        for why in UNTRUSTED:
-            self.metrics.inc("untrusted_total", 0, why=why)
 
     def may_act_in(self, namespace: str) -> bool:
         return namespace not in self.denied and (not self.allowed or namespace in self.allowed)
@@ -400,7 +404,7 @@ class Worker:
         seen longer ago than the Event TTL, else never there."""
         ttl = self.settings.kubernetes.event_ttl
         seen = ev.last_seen or ev.first_seen
-        if seen is not None and (self.wall_clock() - seen).total_seconds() > ttl:
+        if seen is not None and (self.clock.utcnow() - seen).total_seconds() > ttl:
             raise _Stale(f"Event {ev.namespace}/{ev.name} is gone, last seen {seen.isoformat()}")
         raise Untrusted(
             "event_not_found",
@@ -431,7 +435,7 @@ class Worker:
             log.info("resuming", key=action.key, id=ev.id, record=record)
         else:
             last = self._last_action.get(t.uid)
-            now = self.clock()
+            now = self.clock.monotonic()
             if last is not None and now - last < self.cfg.rate_limit:
                 self._result(action, "rate_limited")
                 log.info("rate_limited", key=action.key, id=ev.id, seconds_ago=round(now - last, 1))
@@ -488,7 +492,7 @@ class Worker:
 
     async def _record(self, action: rules.Action, ev: KubeEvent, name: str, dry: bool) -> None:
         t = action.target
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = self.clock.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
         if dry:
             reason, verb = "RemediationDryRun", "would"
         elif action.kind == rules.DELETE_POD:

@@ -1,0 +1,148 @@
+"""A stretch of the stream read without a durable and without acks: ``replay`` (the alerting
+subscriber reads the last window back into its state at start; ``tail``-like tools)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from k8s_event_common.logformat import Logger
+from k8s_event_consumer import events
+from k8s_event_consumer.consuming import Delivery
+from k8s_event_consumer.events import BadMessage
+from k8s_event_consumer.options import Start
+
+log = Logger("k8s_event_consumer.replaying")
+
+
+async def replay(
+    nc: NATS,
+    *,
+    stream: str,
+    subject: str | None = None,
+    start: Start | None = None,
+    idle: float = 2.0,
+    name: str | None = None,
+    gets: bool = False,
+) -> AsyncIterator[Delivery]:
+    """The stream from ``start`` up to its end when called, in order, with no durable and no
+    acks; ``subject`` narrows it (default: the stream's first subject). A message that does
+    not decode is logged and passed over.
+
+    ``name``: read through an ephemeral pull consumer of that name (created, read, deleted;
+    one left by a crash is replaced), so that the credentials need only that consumer's API
+    subjects (``$JS.API.CONSUMER.{CREATE,MSG.NEXT,DELETE}.<stream>.<name>``): the unnamed
+    create subject an ordered consumer uses lets its holder rewrite any consumer of the
+    stream. None: an ordered consumer."""
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    last = int(info.state.last_seq)
+    if last == 0:
+        return
+    subjects = info.config.subjects or [">"]
+    if gets:
+        async for d in _gets(nc, js, stream, subject or subjects[0], start or Start.all(), last):
+            yield d
+        return
+    if name is None:
+        deliveries = _ordered(js, stream, subject or subjects[0], start, idle)
+    else:
+        deliveries = _named(js, stream, subject or subjects[0], start, idle, name)
+    async with contextlib.aclosing(deliveries) as msgs:  # its consumer gone when done
+        async for msg in msgs:
+            meta = msg.metadata
+            try:
+                decoded = events.decode(msg.subject, msg.headers, msg.data)
+            except BadMessage as exc:
+                log.error("bad_message", stream_sequence=meta.sequence.stream, error=str(exc))
+            else:
+                yield Delivery(decoded, meta.sequence.stream, meta.num_delivered, meta.timestamp)
+            if meta.sequence.stream >= last or meta.num_pending == 0:
+                return
+
+
+async def _gets(
+    nc: NATS, js: Any, stream: str, subject: str, start: Start, last: int
+) -> AsyncGenerator[Delivery, None]:
+    if start.policy == DeliverPolicy.NEW:
+        return
+    if start.policy == DeliverPolicy.BY_START_TIME and start.time is not None:
+        # the first sequence at or after the time (nats-py's get_msg takes no time)
+        req = {"start_time": start.time.isoformat(), "next_by_subj": subject}
+        msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode())
+        resp = json.loads(msg.data)
+        if "error" in resp:
+            if resp["error"].get("code") == 404:
+                return  # nothing from then on
+            nats.js.errors.APIError.from_error(resp["error"])
+        seq = int(resp["message"]["seq"])
+    else:
+        seq = start.sequence or 1
+    while seq <= last:
+        try:
+            raw = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return  # nothing more on the subject
+        if raw.seq is None or raw.seq > last:
+            return
+        try:
+            decoded = events.decode(raw.subject or "", raw.headers, raw.data or b"")
+        except BadMessage as exc:
+            log.error("bad_message", stream_sequence=raw.seq, error=str(exc))
+        else:
+            yield Delivery(decoded, raw.seq, 1, raw.time)
+        seq = raw.seq + 1
+
+
+async def _ordered(
+    js: Any, stream: str, subject: str, start: Start | None, idle: float
+) -> AsyncGenerator[Msg, None]:
+    cfg = (start or Start.all()).apply(ConsumerConfig())
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=cfg)
+    try:
+        while True:
+            try:
+                yield await sub.next_msg(timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError):
+                return  # nothing (more) from start on
+    finally:
+        await sub.unsubscribe()
+
+
+async def _named(
+    js: Any, stream: str, subject: str, start: Start | None, idle: float, name: str
+) -> AsyncGenerator[Msg, None]:
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await js.delete_consumer(stream, name)  # a crash's leftover, with another start
+    cfg = (start or Start.all()).apply(
+        ConsumerConfig(
+            name=name,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=subject,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=max(60.0, 10 * idle),
+        )
+    )
+    await js.add_consumer(stream, cfg)
+    sub = await js.pull_subscribe_bind(name, stream=stream)
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(256, timeout=idle)
+            except (nats.errors.TimeoutError, TimeoutError):
+                return  # nothing (more) from start on
+            for msg in msgs:
+                yield msg
+    finally:
+        await sub.unsubscribe()
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await js.delete_consumer(stream, name)
