@@ -480,20 +480,14 @@ class ObjectEnrichment(_Section):
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, v: list[str]) -> list[str]:
-        unknown = [k for k in v if k not in LOOKUP_KINDS]
+        # the one table of kinds both programs read
+        unknown = [k for k in v if k not in owners.KINDS]
         if unknown:
             raise ValueError(
                 f"{', '.join(unknown)}: not a kind the bridge can read "
-                f"(known: {', '.join(LOOKUP_KINDS)})"
+                f"(known: {', '.join(owners.KINDS)})"
             )
         return v
-
-
-# kind → (API path prefix, resource, namespaced): what ``enrich.object.kinds`` may name, from
-# the one table of kinds both programs read (k8s_event_common.owners.KINDS)
-LOOKUP_KINDS: dict[str, tuple[str, str, bool]] = {
-    name: (k.prefix, k.resource, k.namespaced) for name, k in owners.KINDS.items()
-}
 
 
 class EnrichSettings(_Section):
