@@ -15,25 +15,15 @@ unit tests hold both to :func:`rules`).
 
 from __future__ import annotations
 
-from bridge.settings import LOOKUP_KINDS, Settings
+from bridge.settings import Settings
+from k8s_event_common import owners
 
-__all__ = ["NAMESPACES_RULE", "Rule", "api_group", "cluster_role", "rules"]
+__all__ = ["NAMESPACES_RULE", "Rule", "cluster_role", "rules"]
 
 # a ClusterRole rule: apiGroups, resources, verbs
 Rule = dict[str, list[str]]
 
 NAMESPACES_RULE: Rule = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
-
-
-def api_group(prefix: str) -> str:
-    """The API group of an API path prefix: ``/api/v1`` is core (``""``), ``/apis/apps/v1``
-    is ``apps``."""
-    parts = prefix.strip("/").split("/")
-    if len(parts) == 2 and parts[0] == "api":
-        return ""
-    if len(parts) == 3 and parts[0] == "apis":
-        return parts[1]
-    raise ValueError(f"{prefix!r} is not an API path prefix such as /api/v1 or /apis/apps/v1")
 
 
 def rules(settings: Settings) -> list[Rule]:
@@ -47,8 +37,8 @@ def rules(settings: Settings) -> list[Rule]:
     if enrich.reads_objects:
         groups: dict[str, set[str]] = {}
         for kind in enrich.object.kinds:
-            prefix, resource, _namespaced = LOOKUP_KINDS[kind]
-            groups.setdefault(api_group(prefix), set()).add(resource)
+            k = owners.KINDS[kind]
+            groups.setdefault(k.group, set()).add(k.resource)
         for group in sorted(groups):
             out.append({"apiGroups": [group], "resources": sorted(groups[group]), "verbs": ["get"]})
     return out

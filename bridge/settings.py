@@ -31,8 +31,11 @@ from k8s_event_common.configuring import (
     Duration,
     ExistingFile,
     LogSettings,
+    Name,
     PositiveDuration,
+    Subject,
     TLSSettings,
+    redacted,
 )
 from k8s_event_common.durations import parse_duration
 
@@ -265,37 +268,23 @@ class FilterSettings(_Section):
     MODIFIED only."""
 
 
-class NatsSettings(common.NatsConnection):
+class NatsSettings(common.NatsStream):
     """NATS: the servers, the JetStream stream the CloudEvents go to (created by the bridge
     unless told not to), and how the bridge authenticates."""
 
-    # the connection's keys (servers ... tls) are the subscribers' too, described once in
-    # k8s_event_common.configuring.NatsConnection; here only the bridge's defaults
+    # the connection's keys (servers ... tls) and the stream's name and subjects are the
+    # subscribers' too, described once in k8s_event_common.configuring.NatsStream; here only
+    # the bridge's defaults and its own keys
     name: str = "k8s-event-bridge"
-    inbox_prefix: str = "_INBOX_k8s_event_bridge"
+    inbox_prefix: Subject = "_INBOX_k8s_event_bridge"
     connect_timeout: Duration = 5.0  # 0 is let through, as it always was
-    stream: str = "K8S_EVENTS"
-    """The JetStream stream the CloudEvents go to (A-Z a-z 0-9 _ -)."""
-    domain: str | None = None
-    """The JetStream domain to use (A-Z a-z 0-9 _ -): the stream and the checkpoint bucket are
-    then made and used through $JS.<domain>.API, that domain's JetStream and no other (with a
-    domain nobody serves, the bridge waits, not ready, rather than fall back). A leaf node with
-    its own JetStream answers the plain API itself, so in the topology of docs/deploy.md this
-    pins the target rather than changes it. null: the JetStream the server answers with (the
-    account's default)."""
-    subject_prefix: str = "k8s.events"
-    """Subject prefix: Events go to `<prefix>.<cluster>.<namespace>.<kind>.<reason>`, status
-    events to `<prefix>.<cluster>._bridge.<what>`. Dot-separated tokens of A-Z a-z 0-9 _ -,
-    no wildcards."""
-    subject_template: str = subjects.DEFAULT_TEMPLATE
-    """What follows `<prefix>.` in an Event's subject: dot-separated tokens, each a literal
-    (A-Z a-z 0-9 _ -, not starting with `_`) or one `{placeholder}`: `{cluster}`,
-    `{namespace}`, `{kind}` (involvedObject.kind), `{reason}`, `{type}`, or the extension name
-    of an `enrich` value, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Each value is
-    made one token, distinct values distinct tokens (A-Z a-z 0-9 _ - starting with a letter or
-    digit as it is, any other escaped: `pay.ments` is `_pay__ments`); a missing one is `_`.
-    The first token is `{cluster}`; the second a literal, `{namespace}` or a label (status
-    events live at `<prefix>.<cluster>._bridge.<what>`, which no value's token is)."""
+    domain: Name | None = None
+    """The JetStream domain to use: the stream and the checkpoint bucket are then made and used
+    through $JS.<domain>.API, that domain's JetStream and no other (with a domain nobody
+    serves, the bridge waits, not ready, rather than fall back). A leaf node with its own
+    JetStream answers the plain API itself, so in the topology of docs/deploy.md this pins the
+    target rather than changes it. null: the JetStream the server answers with (the account's
+    default)."""
     create_stream: bool = True
     """Create the stream with its one shape (docs/deploy.md, "Provisioning") when it is missing,
     also when it was deleted while the bridge runs, where the credentials may (the shipped NATS
@@ -323,29 +312,6 @@ class NatsSettings(common.NatsConnection):
     message larger than the rest of the room is never stuck). With the queue's bounds it caps
     what a JetStream that stops acking can make the bridge hold: each of these bytes may be
     held three times while a connection stalls (docs/performance.md, the worst case)."""
-
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
-            raise ValueError("a stream name may hold only A-Z a-z 0-9 _ -")
-        return v
-
-    @field_validator("domain")
-    @classmethod
-    def _domain(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", v):
-            raise ValueError("a JetStream domain may hold only A-Z a-z 0-9 _ -")
-        return v
-
-    @field_validator("subject_prefix")
-    @classmethod
-    def _prefix(cls, v: str) -> str:
-        if not re.fullmatch(common.SUBJECT_TOKENS, v):
-            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        if len(v) > 256:
-            raise ValueError("at most 256 characters (a subject must stay under 4 KiB)")
-        return v
 
     @field_validator("max_bytes")
     @classmethod
@@ -480,20 +446,14 @@ class ObjectEnrichment(_Section):
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, v: list[str]) -> list[str]:
-        unknown = [k for k in v if k not in LOOKUP_KINDS]
+        # the one table of kinds both programs read
+        unknown = [k for k in v if k not in owners.KINDS]
         if unknown:
             raise ValueError(
                 f"{', '.join(unknown)}: not a kind the bridge can read "
-                f"(known: {', '.join(LOOKUP_KINDS)})"
+                f"(known: {', '.join(owners.KINDS)})"
             )
         return v
-
-
-# kind → (API path prefix, resource, namespaced): what ``enrich.object.kinds`` may name, from
-# the one table of kinds both programs read (k8s_event_common.owners.KINDS)
-LOOKUP_KINDS: dict[str, tuple[str, str, bool]] = {
-    name: (k.prefix, k.resource, k.namespaced) for name, k in owners.KINDS.items()
-}
 
 
 class EnrichSettings(_Section):
@@ -586,18 +546,11 @@ class CheckpointSettings(_Section):
     """How far each watch got, kept in JetStream KV: where the bridge resumes after a
     restart."""
 
-    bucket: str = "k8s_event_bridge"
+    bucket: Name = "k8s_event_bridge"
     """The KV bucket holding the resourceVersion to resume from, one key per cluster and watch
-    scope (A-Z a-z 0-9 _ -). Created when missing."""
+    scope. Created when missing."""
     interval: PositiveDuration = 1.0
     """Write a checkpoint at most this often (only when it moved), and once more on stop."""
-
-    @field_validator("bucket")
-    @classmethod
-    def _bucket(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
-            raise ValueError("a bucket name may hold only A-Z a-z 0-9 _ -")
-        return v
 
 
 class QueueSettings(_Section):
@@ -674,13 +627,7 @@ class ShutdownSettings(_Section):
 
 
 class Settings(common.FileAndEnvSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="BRIDGE_",
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = SettingsConfigDict(env_prefix="BRIDGE_")
 
     cluster: ClusterSettings = ClusterSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
@@ -697,10 +644,8 @@ class Settings(common.FileAndEnvSettings):
 
     @model_validator(mode="after")
     def _template(self) -> Settings:
-        try:
-            tokens = subjects.parse_template(self.nats.subject_template)
-        except ValueError as exc:
-            raise ValueError(f"nats.subject_template: {exc}") from None
+        # its grammar and its {cluster} first are NatsStream's; here what the enrichment adds
+        tokens = subjects.parse_template(self.nats.subject_template)
         sources = self.enrich.extensions
         for placeholder, name in tokens:
             if placeholder and name not in TEMPLATE_FIELDS and name not in sources:
@@ -708,8 +653,6 @@ class Settings(common.FileAndEnvSettings):
                     f"nats.subject_template: {{{name}}} is neither one of "
                     f"{', '.join(TEMPLATE_FIELDS)} nor an extension named in enrich"
                 )
-        if tokens[0] != (True, "cluster") or len(tokens) < 2:
-            raise ValueError("nats.subject_template must start with {cluster}. and go on")
         second_placeholder, second = tokens[1]
         if second_placeholder and not (second == "namespace" or sources.get(second) == "label"):
             raise ValueError(
@@ -751,8 +694,3 @@ def load(path: str | None = None) -> Settings:
         )
     except common.ConfigError as exc:
         raise ConfigError(str(exc)) from exc
-
-
-def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, with every secret shown as ``"***"``."""
-    return common.redacted(settings)

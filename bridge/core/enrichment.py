@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bridge.settings import LOOKUP_KINDS, EnrichSettings
+from bridge.settings import EnrichSettings
 from k8s_event_common import owners
 
 # whys of what is missing, as ``k8senrichmissing`` writes them (``part:why``)
@@ -169,12 +169,16 @@ class Plan:
         """The object to read for an involvedObject or an owner, or the why it is not read."""
         if not isinstance(kind, str) or kind not in self.kinds:
             return KIND
-        group = LOOKUP_KINDS[kind][0]
-        if isinstance(api_version, str) and api_version and not _same_group(group, api_version):
+        known = owners.KINDS[kind]
+        if (
+            isinstance(api_version, str)
+            and api_version
+            and api_version.rpartition("/")[0] != known.group
+        ):
             return KIND  # a kind of that name in another API group: not ours to read
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             return INVALID
-        if LOOKUP_KINDS[kind][2]:
+        if known.namespaced:
             ns = namespace if isinstance(namespace, str) and namespace else event_namespace
             # only in the Event's own namespace: an Event can not make the bridge read (and
             # publish the owner of) an object of another namespace
@@ -191,21 +195,13 @@ class Plan:
 OVERSIZED_MARK: Final = "\x00oversized"  # stands for a value left out for its size
 
 
-def _same_group(prefix: str, api_version: str) -> bool:
-    """Whether an apiVersion (``v1``, ``apps/v1``) is in the group of a path prefix."""
-    group = api_version.rpartition("/")[0]
-    if prefix == "/api/v1":
-        return group == ""
-    return prefix.split("/")[2] == group
-
-
 def object_path(key: Key) -> str:
     """The API path of an object (its segments validated by ``Plan.target``)."""
     kind, namespace, name = key
-    prefix, resource, namespaced = LOOKUP_KINDS[kind]
-    if namespaced:
-        return f"{prefix}/namespaces/{namespace}/{resource}/{name}"
-    return f"{prefix}/{resource}/{name}"
+    k = owners.KINDS[kind]
+    if k.namespaced:
+        return f"{k.prefix}/namespaces/{namespace}/{k.resource}/{name}"
+    return f"{k.prefix}/{k.resource}/{name}"
 
 
 class Namespaces:

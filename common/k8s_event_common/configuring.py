@@ -1,8 +1,9 @@
 """What the bridge's and the subscribers' configurations share: a YAML file plus
 ``<PREFIX><SECTION>__<KEY>`` environment variables (which override the file; lists and maps as
-JSON), the NATS connection's keys (``NatsConnection``), the log section, the duration and file
-types, and ``load()``, which turns every problem into one ``ConfigError`` naming the key and
-what is wrong (each command line exits 2 on it).
+JSON), the NATS connection's keys (``NatsConnection``) and the bridge's stream and subjects
+(``NatsStream``: each program's ``nats`` section is one), the log section, the duration, file,
+name and subject types, and ``load()``, which turns every problem into one ``ConfigError``
+naming the key and what is wrong (each command line exits 2 on it).
 
 Only settings modules import this one: it needs pydantic-settings with YAML (the ``settings``
 extra of this wheel; the bridge requires it, the subscribers' kit does not). Durations are read
@@ -41,26 +42,35 @@ from pydantic_settings import (
 )
 
 from k8s_event_common import options as shared
+from k8s_event_common import subjects
 from k8s_event_common.durations import parse_duration
 from k8s_event_common.secrets import SECRET_KEYS, never_echo, redact_text
 
 __all__ = [
+    "NAME",
+    "SUBJECT_TOKENS",
     "ConfigError",
     "Duration",
     "ExistingFile",
     "FileAndEnvSettings",
     "LogSettings",
+    "Name",
     "NatsConnection",
+    "NatsStream",
     "PositiveDuration",
     "Section",
+    "Subject",
     "TLSSettings",
     "load",
     "parse_duration",
     "redacted",
 ]
 
+# the name of a stream, a durable, a bucket, a JetStream domain: one token of a subject
+NAME = r"[A-Za-z0-9_-]+"
 # dot-separated tokens of a subject, without wildcards
-SUBJECT_TOKENS = r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*"
+SUBJECT_TOKENS = rf"{NAME}(\.{NAME})*"
+MAX_SUBJECT_PREFIX = 256  # characters: with the template's tokens a subject stays under 4 KiB
 
 
 class ConfigError(Exception):
@@ -84,6 +94,18 @@ def _file_exists(value: str | None) -> str | None:
     return value
 
 
+def _name(value: str) -> str:
+    if not re.fullmatch(NAME, value):
+        raise ValueError("may hold only A-Z a-z 0-9 _ -")
+    return value
+
+
+def _subject(value: str) -> str:
+    if not re.fullmatch(SUBJECT_TOKENS, value):
+        raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
+    return value
+
+
 # How a type reads in the configuration reference (``doc``, which pydantic ignores): what a key
 # accepts, where a validator decides it (tools/configref.py shows it next to the key).
 Duration = Annotated[float, BeforeValidator(parse_duration), doc("duration")]
@@ -91,6 +113,9 @@ PositiveDuration = Annotated[
     float, AfterValidator(require_positive), BeforeValidator(parse_duration), doc("duration, > 0")
 ]
 ExistingFile = Annotated[str | None, AfterValidator(_file_exists), doc("path of an existing file")]
+# a model that overrides a default of such a field gives the type again (``durable: Name = ...``)
+Name = Annotated[str, AfterValidator(_name), doc("string of A-Z a-z 0-9 _ -")]
+Subject = Annotated[str, AfterValidator(_subject), doc("dot-separated tokens of A-Z a-z 0-9 _ -")]
 
 
 class Section(BaseModel):
@@ -122,9 +147,9 @@ class TLSSettings(Section):
 
 class NatsConnection(Section):
     """How a program reaches NATS and authenticates: the keys of its ``nats`` section that
-    ``k8s_event_common.connecting`` takes (``options()``). Each program subclasses it with its
-    own keys (the stream, a durable consumer) and its own defaults for ``name`` and
-    ``inbox_prefix``."""
+    ``k8s_event_common.connecting`` takes (``options()``). Each program's section is a
+    ``NatsStream``, with its own keys (the stream's sizes, a durable consumer) and its own
+    defaults for ``name`` and ``inbox_prefix``."""
 
     servers: list[str] = Field(
         ["nats://127.0.0.1:4222"], examples=[["nats://nats-0:4222", "nats://nats-1:4222"]]
@@ -153,7 +178,7 @@ class NatsConnection(Section):
     blocks, a user JWT, the seed of that user) and read again at each connect, so a file
     replaced on disk (a rotated Secret) is used at the next reconnect. Not with
     `nkey_seed_file`. null: none."""
-    inbox_prefix: str = "_INBOX_k8s_event"
+    inbox_prefix: Subject = "_INBOX_k8s_event"
     """The prefix of the program's reply subjects (JetStream API answers, publish acks,
     fetches): give each program its own, so that a permission on `<inbox_prefix>.>` lets it
     read its own replies and nobody else's (docs/deploy.md)."""
@@ -174,13 +199,6 @@ class NatsConnection(Section):
     @classmethod
     def _servers(cls, v: list[str]) -> list[str]:
         return shared.servers_checked(v)
-
-    @field_validator("inbox_prefix")
-    @classmethod
-    def _inbox(cls, v: str) -> str:
-        if not re.fullmatch(SUBJECT_TOKENS, v):
-            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        return v
 
     @model_validator(mode="after")
     def _auth(self) -> NatsConnection:
@@ -212,6 +230,48 @@ class NatsConnection(Section):
         )
 
 
+class NatsStream(NatsConnection):
+    """The ``nats`` section of every program: the connection, and the bridge's stream and
+    subjects, which the bridge publishes to and its subscribers read (so each must name the
+    same: one declaration, one description, one check)."""
+
+    stream: Name = "K8S_EVENTS"
+    """The JetStream stream the bridge publishes its CloudEvents to, and its subscribers read."""
+    subject_prefix: Subject = "k8s.events"
+    """The bridge's subject prefix: Events go to `<prefix>.` and `subject_template` filled in
+    (by default `<prefix>.<cluster>.<namespace>.<kind>.<reason>`), status events to
+    `<prefix>.<cluster>._bridge.<what>`. A subscriber's is its bridge's (its `match` and its
+    check of the stream's subjects build on it). At most 256 characters."""
+    subject_template: str = subjects.DEFAULT_TEMPLATE
+    """What follows `<prefix>.` in an Event's subject: dot-separated tokens, each a literal
+    (A-Z a-z 0-9 _ -, not starting with `_`) or one `{placeholder}`: `{cluster}`,
+    `{namespace}`, `{kind}` (involvedObject.kind), `{reason}`, `{type}`, or the extension name
+    of one of the bridge's `enrich` values, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`.
+    Each value is made one token, distinct values distinct tokens (A-Z a-z 0-9 _ - starting
+    with a letter or digit as it is, any other escaped: `pay.ments` is `_pay__ments`); a
+    missing one is `_`. The first token is `{cluster}`; the second a literal, `{namespace}` or
+    a label (status events live at `<prefix>.<cluster>._bridge.<what>`, which no value's token
+    is). A subscriber's is the one of every bridge whose Events it reads (its `match` builds
+    on it)."""
+
+    @field_validator("subject_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if len(v) > MAX_SUBJECT_PREFIX:
+            raise ValueError(
+                f"at most {MAX_SUBJECT_PREFIX} characters (a subject must stay under 4 KiB)"
+            )
+        return v
+
+    @field_validator("subject_template")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        tokens = subjects.parse_template(v)  # a ValueError naming the token
+        if tokens[0] != (True, "cluster") or len(tokens) < 2:
+            raise ValueError("must start with {cluster}. and go on")
+        return v
+
+
 class LogSettings(Section):
     """Logs: one line per event, on stderr."""
 
@@ -230,8 +290,10 @@ class FileAndEnvSettings(BaseSettings):
     """A program's settings: the YAML file (given to the model as its arguments), overridden by
     the environment. Each program sets its ``model_config`` (env prefix) and sections."""
 
-    # a program's own model_config (its env prefix) is merged with this one
-    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+    # a program's own model_config (its env_prefix) is merged with this one
+    model_config = SettingsConfigDict(
+        env_nested_delimiter="__", extra="forbid", frozen=True, use_attribute_docstrings=True
+    )
 
     @classmethod
     def settings_customise_sources(

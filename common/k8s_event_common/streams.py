@@ -311,18 +311,6 @@ def differences(
     return out
 
 
-def check(
-    have: Mapping[str, Any],
-    want: StreamConfig | Mapping[str, Any],
-    *,
-    unchecked: Iterable[str] = (),
-) -> None:
-    """Raise ``ShapeMismatch`` naming every difference, if there is one."""
-    diffs = differences(have, want, unchecked=unchecked)
-    if diffs:
-        raise ShapeMismatch(str(wire(want).get("name") or have.get("name")), diffs)
-
-
 async def read_config(
     nc: NATS, name: str, *, api: str = API, timeout: float = 5.0
 ) -> dict[str, Any] | None:
@@ -464,7 +452,8 @@ async def provision(
         await _request(nc, f"{api}.STREAM.UPDATE.{name}", {**kept, **body}, timeout)
         status = "updated"
     after = await read_config(nc, name, api=api, timeout=timeout)
-    check(after or {}, want)
+    if diffs := differences(after or {}, want):  # keys JetStream took and did not change
+        raise ShapeMismatch(name, diffs)
     return status
 
 

@@ -1,8 +1,10 @@
-"""What the subscribers' configurations share: the NATS section (the connection's keys, from
-``k8s_event_common.configuring`` as the bridge has them, plus the durable consumer's), the HTTP
-and log sections, and ``load()``: a YAML file plus ``<PREFIX><SECTION>__<KEY>`` environment
-variables, every problem one ``ConfigError`` naming the key (the command lines exit 2 on it).
-Needs the ``settings`` extra (pydantic-settings with YAML).
+"""What the subscribers' configurations share: the NATS section (the connection's keys and the
+bridge's stream and subjects, ``k8s_event_common.configuring.NatsStream`` as the bridge has
+them, plus the durable consumer's), the HTTP and log sections, the TLS section and URL check of
+an HTTP client (Alertmanager, an OTLP endpoint), and ``load()``: a YAML file plus
+``<PREFIX><SECTION>__<KEY>`` environment variables, every problem one ``ConfigError`` naming the
+key (the command lines exit 2 on it). Needs the ``settings`` extra (pydantic-settings with
+YAML).
 
 The docstring under each field is its description (``use_attribute_docstrings``), and ``doc()``
 in a type says how it reads: docs/configuration.md and config/remediation.yaml are generated
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
@@ -19,17 +22,19 @@ from pydantic_settings import BaseSettings
 from k8s_event_common import configuring as common
 from k8s_event_common import subjects as subject_names
 from k8s_event_common.configuring import (
-    SUBJECT_TOKENS,
     ConfigError,
     Duration,
     ExistingFile,
     LogSettings,
+    Name,
     PositiveDuration,
     Section,
+    Subject,
     TLSSettings,
     redacted,
 )
 from k8s_event_common.durations import parse_duration
+from k8s_event_common.options import redact_url
 from k8s_event_consumer.options import ConsumerOptions
 
 __all__ = [
@@ -37,38 +42,34 @@ __all__ = [
     "Duration",
     "ExistingFile",
     "HttpSettings",
+    "HttpTLS",
     "LogSettings",
+    "Name",
     "NatsSettings",
     "PositiveDuration",
     "Section",
+    "Subject",
     "SubscriberSettings",
     "TLSSettings",
+    "http_url_checked",
     "load",
     "parse_duration",
     "redacted",
 ]
 
 
-class NatsSettings(common.NatsConnection):
+class NatsSettings(common.NatsStream):
     """NATS: the bridge's stream, and the durable consumer the subscriber reads it with."""
 
     # each subscriber subclasses this to give ``durable`` and ``name`` its own default (the
-    # descriptions here still apply: tools/configref.py looks them up in the class's bases)
+    # descriptions here still apply: tools/configref.py looks them up in the class's bases);
+    # the connection, the stream and its subjects are the bridge's keys (NatsStream)
 
     name: str = "k8s-event-consumer"
-    inbox_prefix: str = "_INBOX_k8s_event_consumer"
-    stream: str = "K8S_EVENTS"
-    """The bridge's stream (A-Z a-z 0-9 _ -)."""
+    inbox_prefix: Subject = "_INBOX_k8s_event_consumer"
     subjects: list[str] = Field(["k8s.events.>"], examples=[["k8s.events.prod-eu-1.>"]])
     """The subject filters of the durable consumer: by default every Event and status event of
     every cluster; `k8s.events.<cluster>.>` for one cluster. Not with `match`."""
-    subject_prefix: str = "k8s.events"
-    """The bridge's `nats.subject_prefix`, for `match` (dot-separated tokens of A-Z a-z 0-9 _ -,
-    no wildcards)."""
-    subject_template: str = subject_names.DEFAULT_TEMPLATE
-    """The bridge's `nats.subject_template`, for `match`: what follows the prefix in an Event's
-    subject, e.g. `{cluster}.{team}.{namespace}.{kind}.{reason}`. Every bridge whose Events this
-    subscriber reads must use the same one."""
     match: dict[str, str] = Field({}, examples=[{"team": "payments"}])
     """One slice of the Events by one subject filter, built from `subject_template`: its
     placeholders (`cluster`, `namespace`, `kind`, `reason`, `type`, an enrichment extension such
@@ -80,9 +81,8 @@ class NatsSettings(common.NatsConnection):
     """With `match`: also read the bridge's status events (`<prefix>.<cluster>._bridge.*`, of
     the matched cluster or of every one), which the alerting subscriber's control plane, gap
     and dropped alerts come from. false: the matched Events only."""
-    durable: str = "k8s-event-consumer"
-    """The durable consumer's name (A-Z a-z 0-9 _ -): where the subscriber resumes after a
-    restart."""
+    durable: Name = "k8s-event-consumer"
+    """The durable consumer's name: where the subscriber resumes after a restart."""
     start: Literal["all", "new"] = "all"
     """Where a new durable starts: all (the whole stream) or new (only what comes after); an
     existing one keeps its place."""
@@ -93,13 +93,6 @@ class NatsSettings(common.NatsConnection):
     batch: int = Field(64, ge=1, le=1000)
     """Messages per fetch."""
 
-    @field_validator("stream", "durable")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
-            raise ValueError("may hold only A-Z a-z 0-9 _ -")
-        return v
-
     @field_validator("subjects")
     @classmethod
     def _subjects(cls, v: list[str]) -> list[str]:
@@ -108,19 +101,6 @@ class NatsSettings(common.NatsConnection):
         for s in v:
             if not re.fullmatch(r"[^\s.]+(\.[^\s.]+)*", s):
                 raise ValueError(f"{s!r} is not a NATS subject filter")
-        return v
-
-    @field_validator("subject_prefix")
-    @classmethod
-    def _prefix(cls, v: str) -> str:
-        if not re.fullmatch(SUBJECT_TOKENS, v):
-            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        return v
-
-    @field_validator("subject_template")
-    @classmethod
-    def _template(cls, v: str) -> str:
-        subject_names.parse_template(v)  # a ValueError naming the token
         return v
 
     @field_validator("match")
@@ -190,6 +170,28 @@ def _overlap(a: str, b: str) -> bool:
     """Some subject both filters take (filters of ``*`` and literals only)."""
     ta, tb = a.split("."), b.split(".")
     return len(ta) == len(tb) and all(x == y or "*" in (x, y) for x, y in zip(ta, tb, strict=True))
+
+
+class HttpTLS(TLSSettings):
+    """HTTPS with a private CA, or mutual TLS: used when `ca_file` or `cert_file` is set
+    (https:// URLs are otherwise verified with the system's CAs)."""
+
+    handshake_first: bool = False
+    """Not used: an https:// connection is TLS from its first byte (the key is the NATS
+    section's, `nats.tls.handshake_first`)."""
+
+
+def http_url_checked(url: str, instead: str) -> str:
+    """An http:// or https:// URL with no user name or password in it (it would be logged and
+    a metric label): else a ``ValueError`` showing it redacted, and what to set ``instead``."""
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"{redact_url(url)!r} is not an http:// or https:// URL")
+    if "@" in urlsplit(url).netloc:
+        raise ValueError(
+            f"{redact_url(url)!r} holds a user name or password: set {instead} (from a "
+            "Secret) instead"
+        )
+    return url
 
 
 class HttpSettings(Section):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from bridge import access, settings
-from bridge.settings import LOOKUP_KINDS
+from k8s_event_common.owners import KINDS
 from tests import gotools
 
 GO_TOOLS = ("helm",)  # tests/conftest.py builds it after collection
@@ -137,23 +137,9 @@ def test_the_rules_are_new_lists_each_time() -> None:
     assert access.NAMESPACES_RULE == NAMESPACES
 
 
-@pytest.mark.parametrize(
-    ("prefix", "group"),
-    [("/api/v1", ""), ("/apis/apps/v1", "apps"), ("/apis/batch/v1", "batch"), ("api/v1/", "")],
-)
-def test_api_group_of_a_path_prefix(prefix: str, group: str) -> None:
-    assert access.api_group(prefix) == group
-
-
-@pytest.mark.parametrize("prefix", ["", "/api", "/apis/apps", "/apis/apps/v1/x", "/v1"])
-def test_api_group_refuses_what_is_no_path_prefix(prefix: str) -> None:
-    with pytest.raises(ValueError, match="not an API path prefix"):
-        access.api_group(prefix)
-
-
 def test_every_lookup_kind_is_in_a_group_the_docs_name() -> None:
     """docs/deploy.md names the groups: core, apps and batch."""
-    groups = {access.api_group(prefix) for prefix, _, _ in LOOKUP_KINDS.values()}
+    groups = {k.group for k in KINDS.values()}
     assert groups == {"", "apps", "batch"}
 
 
@@ -320,7 +306,7 @@ CHART_CASES = [
         },
         id="core-apps-batch-mix",
     ),
-    pytest.param({"object": {"owner_kind": "k", "kinds": list(LOOKUP_KINDS)}}, id="every-kind"),
+    pytest.param({"object": {"owner_kind": "k", "kinds": list(KINDS)}}, id="every-kind"),
 ]
 
 
@@ -334,17 +320,17 @@ def test_the_chart_grants_what_access_computes(tmp_path: Path, enrich: dict[str,
     assert chart_rules(objects) == (expected or None)
 
 
-@pytest.mark.parametrize("kind", list(LOOKUP_KINDS))
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.processes  # runs helm (tests/unit/conftest.py)
 def test_the_charts_kind_table_is_lookup_kinds(tmp_path: Path, kind: str) -> None:
     """Each kind alone: the chart's table (templates/_helpers.tpl) gives the group and
-    resource of bridge.settings.LOOKUP_KINDS."""
-    prefix, resource, _ = LOOKUP_KINDS[kind]
+    resource of k8s_event_common.owners.KINDS."""
+    k = KINDS[kind]
     objects = rendered(
         tmp_path, {"config": {"enrich": {"object": {"owner_kind": "k", "kinds": [kind]}}}}
     )
     assert chart_rules(objects) == [
-        {"apiGroups": [access.api_group(prefix)], "resources": [resource], "verbs": ["get"]}
+        {"apiGroups": [k.group], "resources": [k.resource], "verbs": ["get"]}
     ]
 
 
@@ -352,7 +338,7 @@ def test_the_charts_schema_takes_the_lookup_kinds_and_no_other() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     enrich = schema["properties"]["config"]["properties"]["enrich"]
     kinds = enrich["properties"]["object"]["properties"]["kinds"]
-    assert kinds["items"]["enum"] == list(LOOKUP_KINDS)
+    assert kinds["items"]["enum"] == list(KINDS)
 
 
 @pytest.mark.processes  # runs helm (tests/unit/conftest.py)

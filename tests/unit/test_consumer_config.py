@@ -2,17 +2,22 @@
 subjects the durable consumer reads. By default ``subjects``; with ``match``, one slice of the
 Events by one filter built from the bridge's subject template, plus the status events. A name
 the template does not hold, or ``match`` beside ``subjects``, is a config error naming the key
-(exit 2), as every other one."""
+(exit 2), as every other one. And what every program's NATS section shares with the bridge's
+(``k8s_event_common.configuring.NatsStream``): the stream, its subjects, their checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from bridge import settings as bridge_settings
+from k8s_event_common.configuring import NatsStream
 from k8s_event_consumer.alerting import settings as alerting
 from k8s_event_consumer.alerting.__main__ import main as alerting_main
 from k8s_event_consumer.configuring import ConfigError, NatsSettings
+from k8s_event_consumer.otlp import settings as otlp
 from k8s_event_consumer.remediation import settings as remediation
 from k8s_event_consumer.remediation.__main__ import main as remediation_main
 
@@ -117,3 +122,69 @@ def _config(tmp_path: Path, doc: dict[str, object]) -> Path:
     f = tmp_path / "config.yaml"
     f.write_text(yaml.safe_dump(doc))
     return f
+
+
+# --------------------------------------------------- the keys every program's nats section shares
+
+NATS_SECTIONS = [
+    pytest.param(bridge_settings.NatsSettings, id="bridge"),
+    pytest.param(alerting.NatsSettings, id="alerting"),
+    pytest.param(otlp.NatsSettings, id="otlp"),
+    pytest.param(remediation.NatsSettings, id="remediation"),
+]
+
+
+@pytest.mark.parametrize("section", NATS_SECTIONS)
+def test_every_program_declares_the_stream_and_its_subjects_once(section: type) -> None:
+    """One declaration, one default, one description: a program's section only inherits them."""
+    assert issubclass(section, NatsStream)
+    for key in ("stream", "subject_prefix", "subject_template"):
+        assert key not in vars(section).get("__annotations__", {}), key
+    n = section()
+    assert (n.stream, n.subject_prefix, n.subject_template) == (
+        "K8S_EVENTS",
+        "k8s.events",
+        "{cluster}.{namespace}.{kind}.{reason}",
+    )
+
+
+@pytest.mark.parametrize("section", NATS_SECTIONS)
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("stream", "K8S.EVENTS", "may hold only A-Z a-z 0-9 _ -"),
+        ("inbox_prefix", "_INBOX.>", "dot-separated tokens"),
+        ("subject_prefix", "k8s.*", "dot-separated tokens"),
+        ("subject_prefix", "k" * 257, "at most 256 characters"),
+        ("subject_template", "{cluster}..{reason}", "token ''"),
+        ("subject_template", "{namespace}.{cluster}", r"must start with \{cluster\}"),
+        ("subject_template", "{cluster}", r"must start with \{cluster\}. and go on"),
+    ],
+)
+def test_every_program_checks_the_shared_keys_alike(
+    section: type, key: str, value: str, error: str
+) -> None:
+    """A program's own default for a key (``inbox_prefix``) keeps the check of its type."""
+    with pytest.raises(ValidationError, match=error) as info:
+        section(**{key: value})
+    assert info.value.errors()[0]["loc"] == (key,)
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        (alerting.NatsSettings, "durable"),
+        (otlp.NatsSettings, "durable"),
+        (remediation.NatsSettings, "durable"),
+        (remediation.NatsSettings, "seen_bucket"),
+        (bridge_settings.NatsSettings, "domain"),
+        (bridge_settings.CheckpointSettings, "bucket"),
+        (otlp.DeadLetterSettings, "stream"),
+    ],
+)
+def test_every_name_of_a_durable_bucket_stream_or_domain_is_one_token(
+    section: type, key: str
+) -> None:
+    with pytest.raises(ValidationError, match="may hold only A-Z a-z 0-9 _ -"):
+        section(**{key: "a.b"})
+    assert getattr(section(**{key: "A-z_9"}), key) == "A-z_9"

@@ -11,24 +11,25 @@ tools.configref``); what the subscribers share (NATS, HTTP, log, the loading) is
 from __future__ import annotations
 
 import re
-from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from k8s_event_common.cloudevents import EXTENSION_NAME
-from k8s_event_common.options import redact_url
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ConfigError,
     Duration,
     ExistingFile,
     HttpSettings,
+    HttpTLS,
     LogSettings,
+    Name,
     PositiveDuration,
     Section,
-    TLSSettings,
+    Subject,
+    http_url_checked,
+    redacted,
 )
 
 ENV_PREFIX = "ALERTING_"
@@ -54,9 +55,9 @@ DEFAULT_REASONS = [
 
 
 class NatsSettings(configuring.NatsSettings):
-    durable: str = "k8s-event-alerting"
+    durable: Name = "k8s-event-alerting"
     name: str = "k8s-event-alerting"
-    inbox_prefix: str = "_INBOX_k8s_event_alerting"
+    inbox_prefix: Subject = "_INBOX_k8s_event_alerting"
 
     @field_validator("durable")
     @classmethod
@@ -100,25 +101,15 @@ class AlertmanagerSettings(Section):
     bearer_token_file: ExistingFile = None
     """A file holding the bearer token, read on every request (a rotated token is picked up).
     null: none."""
-    tls: TLSSettings = TLSSettings()
-    """HTTPS with a private CA, or mutual TLS: used when `ca_file` or `cert_file` is set
-    (https:// URLs are otherwise verified with the system's CAs)."""
+    tls: HttpTLS = HttpTLS()
 
     @field_validator("urls")
     @classmethod
     def _urls(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("at least one Alertmanager URL is needed")
-        for url in v:
-            if not re.match(r"^https?://[^/\s]+", url):
-                raise ValueError(f"{redact_url(url)!r} is not an http:// or https:// URL")
-            if "@" in urlsplit(url).netloc:
-                # it would be a metric label and in every log line naming the Alertmanager
-                raise ValueError(
-                    f"{redact_url(url)!r} holds a user name or password: set "
-                    "alertmanager.user and alertmanager.password (from a Secret) instead"
-                )
-        return [url.rstrip("/") for url in v]
+        instead = "alertmanager.user and alertmanager.password"
+        return [http_url_checked(url, instead).rstrip("/") for url in v]
 
     @model_validator(mode="after")
     def _auth(self) -> AlertmanagerSettings:
@@ -217,12 +208,7 @@ class AlertsSettings(Section):
 
 
 class Settings(configuring.SubscriberSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
     nats: NatsSettings = NatsSettings()
     """NATS: the bridge's stream, and the durable consumer the subscriber reads it with. Its
@@ -252,11 +238,6 @@ class Settings(configuring.SubscriberSettings):
 def load(path: str | None = None) -> Settings:
     """The settings from ``path`` (or ``ALERTING_CONFIG_FILE``) and the environment."""
     return configuring.load(Settings, ENV_PREFIX, CONFIG_FILE_ENV, path)
-
-
-def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, every secret shown as ``"***"``."""
-    return configuring.redacted(settings)
 
 
 __all__ = ["CONFIG_FILE_ENV", "ConfigError", "Settings", "load", "redacted"]

@@ -9,36 +9,38 @@ subscribers share (NATS, HTTP, log, the loading) is ``k8s_event_consumer.configu
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from k8s_event_common.options import redact_url
 from k8s_event_consumer import configuring
 from k8s_event_consumer.configuring import (
     ConfigError,
     Duration,
     HttpSettings,
+    HttpTLS,
     LogSettings,
+    Name,
     PositiveDuration,
     Section,
-    TLSSettings,
+    Subject,
+    http_url_checked,
+    redacted,
 )
 
 ENV_PREFIX = "OTLP_"
 MIN_ACK_WAIT = 1.0  # seconds
 CONFIG_FILE_ENV = "OTLP_CONFIG_FILE"
 _HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an HTTP field name (RFC 9110 token)
-_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _FIELD_VALUE = re.compile(r"[\t \x21-\x7e\x80-\xff]*")  # RFC 9110 field-value (with obs-text)
 
 
 class NatsSettings(configuring.NatsSettings):
-    durable: str = "k8s-event-otlp"
+    durable: Name = "k8s-event-otlp"
     name: str = "k8s-event-otlp"
-    inbox_prefix: str = "_INBOX_k8s_event_otlp"
+    inbox_prefix: Subject = "_INBOX_k8s_event_otlp"
     batch: int = Field(512, ge=1, le=1000)
     """Most records per export request: the messages fetched and held together (one batch is
     in hand at a time)."""
@@ -51,27 +53,13 @@ class DeadLetterSettings(Section):
     endpoint's status and reason in headers (`K8s-Event-Otlp-Status`,
     `K8s-Event-Otlp-Reason`), stored by JetStream in the dead-letter stream."""
 
-    stream: str = "K8S_EVENTS_DEAD"
-    """The dead-letter stream (A-Z a-z 0-9 _ -); `k8s-event-otlp provision` makes it."""
-    subject: str = "k8s.dead.otlp"
+    stream: Name = "K8S_EVENTS_DEAD"
+    """The dead-letter stream; `k8s-event-otlp provision` makes it."""
+    subject: Subject = "k8s.dead.otlp"
     """The subject dead letters are published on: one of the stream's, outside the bridge's
     `nats.subject_prefix`."""
     max_age: Duration = 14 * 86400.0
     """How long a dead letter is kept (0: until purged)."""
-
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", v):
-            raise ValueError("may hold only A-Z a-z 0-9 _ -")
-        return v
-
-    @field_validator("subject")
-    @classmethod
-    def _subject(cls, v: str) -> str:
-        if not _SUBJECT.fullmatch(v):
-            raise ValueError("dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards) expected")
-        return v
 
 
 class OtlpSettings(Section):
@@ -106,21 +94,12 @@ class OtlpSettings(Section):
     )
     """Resource attributes every record gets (they override the mapped ones of the same
     name): what the stream does not say, such as `k8s.cluster.uid`."""
-    tls: TLSSettings = TLSSettings()
-    """HTTPS with a private CA, or mutual TLS: used when `ca_file` or `cert_file` is set
-    (https:// endpoints are otherwise verified with the system's CAs)."""
+    tls: HttpTLS = HttpTLS()
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"{redact_url(v)!r} is not an http:// or https:// URL")
-        parts = urlsplit(v)
-        if "@" in parts.netloc:
-            raise ValueError(
-                f"{redact_url(v)!r} holds a user name or password: set otlp.headers "
-                "(from a Secret) instead"
-            )
+        parts = urlsplit(http_url_checked(v, "otlp.headers"))
         if parts.query or parts.fragment or v.endswith(("?", "#")):
             # a key in a query would be logged and written into every dead letter
             raise ValueError(
@@ -166,9 +145,7 @@ class OtlpSettings(Section):
 
 
 class Settings(configuring.SubscriberSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
     nats: NatsSettings = NatsSettings()
     """NATS: the bridge's stream, and the durable consumer the subscriber reads it with. Its
@@ -220,11 +197,6 @@ def _takes(pattern: str, subject: str) -> bool:
         if i >= len(s) or (token != "*" and token != s[i]):
             return False
     return len(p) == len(s)
-
-
-def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, every secret shown as ``"***"``."""
-    return configuring.redacted(settings)
 
 
 __all__ = [

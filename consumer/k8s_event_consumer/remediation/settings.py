@@ -15,8 +15,10 @@ from k8s_event_consumer.configuring import (
     ExistingFile,
     HttpSettings,
     LogSettings,
+    Name,
     PositiveDuration,
     Section,
+    Subject,
 )
 
 # the longest name part of memory.annotation: the key's name part is at most 63, and a
@@ -31,10 +33,10 @@ _QUALIFIED_NAME = re.compile(
 
 
 class NatsSettings(configuring.NatsSettings):
-    durable: str = "k8s-event-remediation"
+    durable: Name = "k8s-event-remediation"
     name: str = "k8s-event-remediation"
-    inbox_prefix: str = "_INBOX_k8s_event_remediation"
-    seen_bucket: str = "k8s_event_remediation"
+    inbox_prefix: Subject = "_INBOX_k8s_event_remediation"
+    seen_bucket: Name = "k8s_event_remediation"
     """The KV bucket keeping the CloudEvent ids handled, across restarts and replicas (a
     redelivery is not acted on twice)."""
 
@@ -145,9 +147,7 @@ class RemediationSettings(Section):
 
 
 class Settings(configuring.SubscriberSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
     kubernetes: KubernetesSettings
     nats: NatsSettings = NatsSettings()

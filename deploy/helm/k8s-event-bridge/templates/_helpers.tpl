@@ -110,7 +110,7 @@ What config.enrich reads needs rights of its own (bridge/access.py computes the 
 from a config; tests/unit/test_access.py holds the chart to it). */}}
 
 {{/* The kinds config.enrich.object.kinds may name: kind -> its API group and resource, as
-LOOKUP_KINDS in bridge/settings.py. */}}
+KINDS in common/k8s_event_common/owners.py. */}}
 {{- define "k8s-event-bridge.lookupKinds" -}}
 Pod: {group: "", resource: pods}
 Node: {group: "", resource: nodes}
