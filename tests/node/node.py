@@ -44,7 +44,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -56,7 +55,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from k8s_event_sim.natsserver import NatsServer, binary
 from tests import gotools
 from tests.e2e.controlplane import ApiServer, Certs, Etcd, ensure_binaries, kubernetes_version
 from tests.node import configs, host
@@ -689,33 +687,6 @@ class Node:
             run(self._ctr("tasks", "kill", "-s", "SIGKILL", t), check=False)
         for t in tasks:
             run(self._ctr("tasks", "delete", "-f", t), check=False)
-
-
-class HostNats(NatsServer):
-    """nats-server -js on the host's address (where Pods reach it), its own store."""
-
-    def __init__(self, address: str, store_dir: str) -> None:
-        super().__init__(store_dir=store_dir)
-        self.host = address
-
-    @property
-    def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> HostNats:
-        cmd = [binary(), "-js", "-a", self.host, "-p", str(self.port), "-sd", self.store_dir]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        proc = self.proc
-
-        def listening() -> bool:
-            if proc.poll() is not None:
-                raise NodeError(f"nats-server exited: {tail(Path(self.log_path))}")
-            with socket.create_connection((self.host, self.port), timeout=0.5):
-                return True
-
-        eventually_sync(listening, timeout, 0.05, what=f"nats-server on {self.host}:{self.port}")
-        return self
 
 
 class _Background:
