@@ -12,7 +12,8 @@ process, the bridge as a real child process (``python -m bridge run``):
    process reading the watch from the same start resourceVersion into its own stream: the
    Python one (``bench/reference.py``, stream ``BENCH_REF`` on ``ref.>``), then the Go one
    (``bench/goref``, built and cached by ``e2e/build-go-tool.sh goref`` through
-   ``tests/gotools.py``; stream ``BENCH_GOREF`` on ``goref.>``); the ratios bridge/reference.
+   ``tests/standins/gotools.py``; stream ``BENCH_GOREF`` on ``goref.>``); the ratios
+   bridge/reference.
    Without a Go binary (no ``go``, the module proxy refusing) the Go figures say why and the
    rest runs;
 3. latency at a steady rate (default 1k events/s): publish latency from the bridge's
@@ -166,11 +167,11 @@ def machine_facts() -> dict[str, Any]:
 
 
 def build_goref() -> dict[str, Any]:
-    """bench/goref's binary, built when the cached one is missing or stale (tests/gotools.py,
-    ``e2e/build-go-tool.sh goref``: from the Go module proxy, cached outside the repo, keyed by
-    a hash of its source): ``binary``, ``version`` (its ``--version``), ``build_s``; or
-    ``binary`` None and ``error``, why it can not be built."""
-    from tests import gotools
+    """bench/goref's binary, built when the cached one is missing or stale
+    (tests/standins/gotools.py, ``e2e/build-go-tool.sh goref``: from the Go module proxy, cached
+    outside the repo, keyed by a hash of its source): ``binary``, ``version`` (its ``--version``),
+    ``build_s``; or ``binary`` None and ``error``, why it can not be built."""
+    from tests.standins import gotools
 
     t = time.monotonic()
     info: dict[str, Any] = {"binary": None, "version": None, "error": None}

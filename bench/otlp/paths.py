@@ -1,6 +1,6 @@
 """The two paths from one API server to an OpenTelemetry Collector's file, as real processes.
 
-- **A, the collector's ``k8s_events`` receiver**: ``otelcol`` (tests/otelcol.py, contrib's
+- **A, the collector's ``k8s_events`` receiver**: ``otelcol`` (tests/standins/otelcol.py, contrib's
   receiver on the API server's kubeconfig, every namespace) writing each record to a file.
   Replicas are collectors of their own (their own files), the path's output all of them: two
   replicas are what a user runs for HA, each sending what it sees.
@@ -28,7 +28,7 @@ from bench.otlp.sampling import Sampler
 from k8s_event_sim.configs import bridge_config, subscriber_config
 from k8s_event_sim.natsserver import NatsServer
 from k8s_event_sim.programs import BridgeProcess, ConsumerProcess
-from tests.otelcol import Collector, K8sEvents, Record, read
+from tests.standins.otelcol import Collector, K8sEvents, Record, read
 
 RECEIVER = "A"  # the path names in the results
 BRIDGE = "B"

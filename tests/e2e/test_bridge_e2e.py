@@ -18,7 +18,6 @@ import msgspec
 import pytest
 
 from k8s_event_sim.tcpproxy import LatencyProxy
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.writer import ApiWriter
 from tests.integration.harness import (
     BridgeProcess,
@@ -34,6 +33,7 @@ from tests.integration.harness import (
     status_events,
     stream_messages,
 )
+from tests.standins.controlplane import BRIDGE_NAMESPACE, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -54,9 +54,6 @@ from k8s_event_sim.programs import cpu_seconds, memory_kb
 from k8s_event_sim.tcpproxy import LatencyProxy
 from k8s_event_sim.workload import Style
 from tests.cloudevent_expected import CLUSTER, expected_attributes
-from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
-from tests.e2e.controlplane import REPO, ControlPlane
-from tests.e2e.controlplane import kubernetes_version as version_named
 from tests.e2e.truth import Truth, cloudevent, stream_events
 from tests.integration.harness import (
     BridgeProcess,
@@ -66,6 +63,9 @@ from tests.integration.harness import (
     status_events,
     stream_messages,
 )
+from tests.standins.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
+from tests.standins.controlplane import REPO, ControlPlane
+from tests.standins.controlplane import kubernetes_version as version_named
 from tests.support import NotMet, eventually, make_event
 
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """Fixtures of the node tier (tests/node, marker ``node``): the application image, a real node
-(tests/node/node.py) and a nats-server the Pods reach, one each per session.
+(tests/standins/node.py) and a nats-server the Pods reach, one each per session.
 
 Right after collection, when a node test is selected, the session builds what the node runs,
 outside pytest-timeout's per-test limit and with the progress on the terminal: the newest
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from k8s_event_sim.natsserver import NatsServer
-from tests.e2e.controlplane import ControlPlaneError, ensure_binaries, kubernetes_version
-from tests.node.host import address
-from tests.node.node import Node
+from tests.standins.controlplane import ControlPlaneError, ensure_binaries, kubernetes_version
+from tests.standins.node import Node
+from tests.standins.node_host import address
 
 HERE = Path(__file__).resolve().parent
 NODE_TIMEOUT = 900

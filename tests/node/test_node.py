@@ -1,4 +1,4 @@
-"""The node harness itself (tests/node/node.py): a Pod from the application image runs on the
+"""The node harness itself (tests/standins/node.py): a Pod from the application image runs on the
 real kubelet as the image's user with a read-only root, the projected service-account token and
 ``kube-root-ca.crt`` in place, reaches the API server through the ``kubernetes`` Service and the
 host's nats-server; a container killed from the host with a real SIGKILL is restarted by the
@@ -13,7 +13,7 @@ import signal
 from typing import Any
 
 from k8s_event_sim.natsserver import NatsServer
-from tests.node.node import Node
+from tests.standins.node import Node
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

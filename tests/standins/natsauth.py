@@ -1,5 +1,5 @@
 """NATS in operator mode (decentralised auth: JWTs signed by NKeys) for the tests, made by
-``natsauth`` (e2e/natsauth, built by tests/gotools.py) and served by a real nats-server.
+``natsauth`` (e2e/natsauth, built by tests/standins/gotools.py) and served by a real nats-server.
 
     op = Operator(tmp_path / "op").setup()      # operator, accounts SYS and APP (JetStream)
     creds = op.user("bridge", expires=5)        # tmp_path/op/bridge.creds
@@ -21,7 +21,7 @@ from typing import Any
 import nats
 
 from k8s_event_sim.natsserver import NatsServer, free_port
-from tests import gotools
+from tests.standins import gotools
 
 # the full resolver's subject for a pushed account JWT (nsc push, `nats server request`)
 CLAIMS_UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
