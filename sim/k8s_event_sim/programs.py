@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -88,6 +89,8 @@ class ChildProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    # run in the child before it starts (tests/hostile_http.py's nofile_1024: a container's limit)
+    preexec_fn: Callable[[], None] | None = None
     keep_session: bool = False
     session: aiohttp.ClientSession | None = None
     started_at: float = 0.0  # time.monotonic() at the last start
@@ -112,7 +115,11 @@ class ChildProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=log, env={**os.environ, **self.env}
+                cmd,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self.env},
+                preexec_fn=self.preexec_fn,
             )
         self.ready_after = None
         return self
