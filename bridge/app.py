@@ -15,7 +15,6 @@ import socket
 from typing import Any
 
 from bridge import __version__, logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError, PublishError
 from bridge.jetstream import connection, streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
@@ -30,6 +29,7 @@ from bridge.runtime.leading import Elector
 from bridge.runtime.pipeline import Pipeline
 from bridge.runtime.starting import Stopped, jetstream_step, until_stopped
 from bridge.settings import Settings
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("app")
 

@@ -8,19 +8,16 @@ checked against what a real bridge exposes (tests/integration/test_monitoring.py
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from prometheus_client import Counter, Gauge
 
-from prometheus_client import (
-    PLATFORM_COLLECTOR,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    ProcessCollector,
-    generate_latest,
+from k8s_event_common.metrics import (
+    HotCounter,
+    HotHistogram,
+    labelled_counter,
+    nats_refused,
+    registry,
+    render,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 PREFIX = "k8s_event_bridge"
 # why a message is given up: bridge.jetstream.publishing (too large for max_payload, or
@@ -44,106 +41,16 @@ ENRICH_WHYS = (
     "timeout", "unreachable", "forbidden", "notfound", "error", "unknown", "kind", "invalid",
     "oversized", "nouid", "scope", "unproven",
 )  # fmt: skip
-# why a NATS connection was refused before CONNECT (k8s_event_common.connecting.refusals)
-NATS_REFUSALS = ("tls", "redirect")
+# why a publish attempt failed, besides DROP_REASONS (bridge.jetstream.publishing)
+PUBLISH_FAILURES = ("send", "no_responders", "bad_ack", "wrong_stream", "stream_refused")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-
-
-class HotCounter(Collector):
-    """A counter bumped once or more per event: a plain int, no lock (one event loop)."""
-
-    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.value = 0
-        registry.register(self)
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.name, self.documentation, value=self.value)
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.name, self.documentation)
-
-
-class ReadCounter(Collector):
-    """A labelled counter kept elsewhere (``read`` returns its values by label), read when
-    scraped: ``nats_refused_total``, counted by the shared NATS connection."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        label: str,
-        values: tuple[str, ...],
-        registry: CollectorRegistry,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.label = label
-        self.values = values
-        self.read: Callable[[], Mapping[str, int]] = dict
-        registry.register(self)
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
-        counts = self.read()
-        for value in self.values:
-            family.add_metric([value], counts.get(value, 0))
-        yield family
-
-    def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.name, self.documentation, labels=[self.label])
-
-
-class HotHistogram(Collector):
-    """A histogram observed once per publish: bucket counts in a list, no lock."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        buckets: tuple[float, ...],
-        registry: CollectorRegistry,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.bounds = buckets
-        self.counts = [0] * (len(buckets) + 1)  # the last one: above every bound
-        self.sum = 0.0
-        registry.register(self)
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def collect(self) -> Iterator[Metric]:
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            cumulative += n
-            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
-        yield HistogramMetricFamily(
-            self.name, self.documentation, buckets=buckets, sum_value=self.sum
-        )
-
-    def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation)
 
 
 class Metrics:
     def __init__(self, version: str = "") -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
-        # process_* (memory, CPU, open fds, start time: restarts show as its changes) and
-        # python_info, as every Python exporter has them
-        ProcessCollector(registry=r)
-        r.register(PLATFORM_COLLECTOR)
+        # with process_* and python_info; every labelled counter's known values from 0 on:
+        # increase() and rate() see an alert's first event (labelled_counter)
+        r = self.registry = registry()
         self.build_info = Gauge(
             f"{PREFIX}_build_info", "Always 1: the running version", ["version"], registry=r
         )
@@ -172,27 +79,29 @@ class Metrics:
             "Publishes JetStream acked as duplicates (already in the stream)",
             registry=r,
         )
-        self.failed = Counter(
+        self.failed = labelled_counter(
+            r,
             f"{PREFIX}_publish_failures",
             "Publish attempts that failed, by reason (each is retried unless the reason is "
             "permanent: then the message is dropped, see messages_dropped_total)",
-            ["reason"],
-            registry=r,
+            "reason",
+            (*DROP_REASONS, *PUBLISH_FAILURES),
         )
-        self.dropped = Counter(
+        self.dropped = labelled_counter(
+            r,
             f"{PREFIX}_messages_dropped",
             "Messages no server of the stream can take (too large), replaced in the stream by a "
             "dropped status event, by reason",
-            ["reason"],
-            registry=r,
+            "reason",
+            DROP_REASONS,
         )
         self.retries = Counter(
             f"{PREFIX}_publish_retries",
             "Publishes sent again with the same Nats-Msg-Id",
             registry=r,
         )
-        self.skipped = Counter(
-            f"{PREFIX}_input_skipped", "Bad input skipped, by reason", ["reason"], registry=r
+        self.skipped = labelled_counter(
+            r, f"{PREFIX}_input_skipped", "Bad input skipped, by reason", "reason", SKIP_REASONS
         )
         self.latency = HotHistogram(
             f"{PREFIX}_publish_latency_seconds",
@@ -200,23 +109,33 @@ class Metrics:
             LATENCY_BUCKETS,
             registry=r,
         )
-        self.watch_restarts = Counter(
-            f"{PREFIX}_watch_restarts", "Watches started again, by cause", ["cause"], registry=r
+        self.watch_restarts = labelled_counter(
+            r,
+            f"{PREFIX}_watch_restarts",
+            "Watches started again, by cause",
+            "cause",
+            ("closed", "quiet", "expired", "error", "auth"),
         )
-        self.relists = Counter(
-            f"{PREFIX}_relists", "Lists after the first, by cause", ["cause"], registry=r
+        self.relists = labelled_counter(
+            r,
+            f"{PREFIX}_relists",
+            "Lists after the first, by cause",
+            "cause",
+            ("expired", "no_resource_version"),
         )
-        self.gaps = Counter(
+        self.gaps = labelled_counter(
+            r,
             f"{PREFIX}_gaps",
             "Gap events: history that may be lost to compaction, by certainty (likely, possible)",
-            ["certainty"],
-            registry=r,
+            "certainty",
+            ("likely", "possible"),
         )
-        self.auth_failures = Counter(
+        self.auth_failures = labelled_counter(
+            r,
             f"{PREFIX}_kube_auth_failures",
             "401/403 answers from the API server",
-            ["status"],
-            registry=r,
+            "status",
+            ("401", "403"),
         )
         self.queue_depth = Gauge(
             f"{PREFIX}_queue_depth", "Messages waiting to be published", registry=r
@@ -264,14 +183,8 @@ class Metrics:
         self.nats_connected = Gauge(
             f"{PREFIX}_nats_connected", "1 while connected to NATS", registry=r
         )
-        self.nats_refused = ReadCounter(
-            f"{PREFIX}_nats_refused",
-            "NATS connections refused before CONNECT (nothing of the credentials sent): "
-            "tls (TLS wanted, the socket has none), redirect (the WebSocket upgrade redirected)",
-            "reason",
-            NATS_REFUSALS,
-            r,
-        )
+        # read from the shared connection's count, set by the app (bridge.jetstream's)
+        self.nats_refused = nats_refused(r, f"{PREFIX}_nats_refused")
         self.apiserver_reachable = Gauge(
             f"{PREFIX}_apiserver_reachable",
             "1 while the last list or watch reached the API server",
@@ -310,18 +223,20 @@ class Metrics:
             registry=r,
         )
         # the enrichment (enrich): its cache, its reads, what Events went out without
-        self.enrich_cache = Counter(
+        self.enrich_cache = labelled_counter(
+            r,
             f"{PREFIX}_enrich_cache_lookups",
             "Object lookups of the enrichment by result: hit (fresh in the cache) or miss",
-            ["result"],
-            registry=r,
+            "result",
+            ("hit", "miss"),
         )
-        self.enrich_reads = Counter(
+        self.enrich_reads = labelled_counter(
+            r,
             f"{PREFIX}_enrich_reads",
             "Objects read from the API server for the enrichment, by result (ok, notfound, "
             "forbidden, unreachable, error); one read serves every Event waiting on the object",
-            ["result"],
-            registry=r,
+            "result",
+            ENRICH_READS,
         )
         self.enrich_missing = Counter(
             f"{PREFIX}_enrich_missing",
@@ -352,28 +267,7 @@ class Metrics:
             registry=r,
         )
 
-        # Every known label value from 0 on: increase() and rate() see an alert's first event
-        # (a series born at 1 has no earlier sample, so its first increase is invisible).
-        for certainty in ("likely", "possible"):
-            self.gaps.labels(certainty)
-        for reason in DROP_REASONS:
-            self.dropped.labels(reason)
-            self.failed.labels(reason)
-        for reason in ("send", "no_responders", "bad_ack", "wrong_stream", "stream_refused"):
-            self.failed.labels(reason)
-        for cause in ("closed", "quiet", "expired", "error", "auth"):
-            self.watch_restarts.labels(cause)
-        for cause in ("expired", "no_resource_version"):
-            self.relists.labels(cause)
-        for reason in SKIP_REASONS:
-            self.skipped.labels(reason)
-        for status in ("401", "403"):
-            self.auth_failures.labels(status)
-        for result in ("hit", "miss"):
-            self.enrich_cache.labels(result)
-        for result in ENRICH_READS:
-            self.enrich_reads.labels(result)
-        for part in ENRICH_PARTS:
+        for part in ENRICH_PARTS:  # two labels: every pair from 0 on
             for why in ENRICH_WHYS:
                 self.enrich_missing.labels(part, why)
 
@@ -384,4 +278,4 @@ class Metrics:
             self.breaker_opened.labels(scope, reason)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return render(self.registry)

@@ -16,7 +16,7 @@ import selectors
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bridge.core.clock import Clock
+from k8s_event_common.clock import Clock
 
 WALL_AT_ZERO = 1_700_000_000.0
 

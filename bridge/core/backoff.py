@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from bridge.core.clock import SYSTEM, Clock
 from bridge.settings import BackoffSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 T = TypeVar("T")
 

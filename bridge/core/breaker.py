@@ -23,8 +23,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from bridge.core.backoff import Backoff
-from bridge.core.clock import SYSTEM, Clock
 from bridge.settings import BreakerSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 MIN_SAMPLES = 5
 

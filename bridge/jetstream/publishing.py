@@ -41,12 +41,12 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from bridge import logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.messages import Message, Outgoing
 from bridge.core.queueing import BoundedQueue
 from bridge.errors import StreamConfigMismatch
 from bridge.jetstream import fastpath
 from bridge.metrics import Metrics
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("publishing")
 

@@ -23,7 +23,6 @@ from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 
 from bridge import logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.errors import (
     BridgeError,
     JetStreamUnavailable,
@@ -31,10 +30,12 @@ from bridge.errors import (
     PublishError,
     StreamConfigMismatch,
 )
-from bridge.jetstream.connection import passing_api_error, unavailable
+from bridge.jetstream.connection import unavailable
 from bridge.settings import NatsSettings
 from k8s_event_common import streams as shapes
+from k8s_event_common.clock import SYSTEM, Clock
 
+LOGGER = "bridge.streams"
 log = logs.get("streams")
 
 CHECKPOINT_HISTORY = 5
@@ -75,57 +76,24 @@ async def ensure(
 ) -> None:
     """Check the stream ``want`` names against ``want``; create it when missing and
     ``create`` (and the credentials may: with the shipped permissions the request gets no
-    answer, ``JetStreamUnavailable``, asked again until an operator provisioned it)."""
-    assert want.name is not None
-    api = shapes.api_prefix(settings.domain)
-    have = await shapes.read_config(nc, want.name, api=api)
-    if have is None:
-        if not create:
-            raise NoStream(
-                f"{what} {want.name} does not exist and nats.create_stream is false: provision "
-                "it (k8s-event-bridge provision)"
-            )
-        try:
-            await nc.jetstream(domain=settings.domain).add_stream(want)
-        except nats.errors.TimeoutError as exc:
-            # the shipped permissions refuse the request: it gets no answer
-            raise JetStreamUnavailable(
-                f"{what} {want.name} does not exist and creating it got no answer (may these "
-                "credentials create it? provision it: k8s-event-bridge provision)"
-            ) from exc
-        except nats.js.errors.APIError as exc:
-            if passing_api_error(exc):
-                raise  # passing: ``unavailable`` makes it JetStreamUnavailable, asked again
-            if exc.err_code != 10058:  # 10058: made meanwhile with another shape: checked below
-                raise PublishError(f"creating {what} {want.name}: {exc}") from exc
-        else:
-            log.info("stream_created", stream=want.name, what=what, subjects=want.subjects)
-        have = await shapes.read_config(nc, want.name, api=api)
-        if have is None:
-            raise PublishError(f"{what} {want.name}: created, and gone again")
-    refuse_differences(have, want, what=what)
-
-
-def refuse_differences(have: dict[str, Any], want: StreamConfig, *, what: str = "stream") -> None:
-    """Raise ``StreamConfigMismatch`` naming every key ``have`` differs in from ``want``."""
-    diffs = shapes.differences(have, want)
-    if not diffs:
-        return
-    log_differences(diffs, want, what)
-    raise StreamConfigMismatch(str(shapes.ShapeMismatch(str(want.name), diffs)))
-
-
-def log_differences(diffs: list[shapes.Difference], want: StreamConfig, what: str) -> None:
-    """One ``stream_config_differs`` line for each key that differs."""
-    for d in diffs:
-        log.error(
-            "stream_config_differs",
-            what=what,
-            stream=want.name,
-            key=d.key,
-            existing=shapes.show(d.have),
-            wanted=shapes.show(d.want),
-        )
+    answer, ``JetStreamUnavailable``, asked again until an operator provisioned it). The one
+    check both sides share (``k8s_event_common.streams.ensure``), its errors the bridge's."""
+    try:
+        await shapes.ensure(nc, want, what, create=create, domain=settings.domain, logger=LOGGER)
+    except shapes.ShapeMismatch as exc:  # each key logged: stream_config_differs
+        raise StreamConfigMismatch(str(exc)) from exc
+    except shapes.StreamNotCreated as exc:
+        raise JetStreamUnavailable(
+            f"{what} {want.name} does not exist and creating it got no answer (may these "
+            "credentials create it? provision it: k8s-event-bridge provision)"
+        ) from exc
+    except shapes.StreamMissing as exc:
+        if create:  # made, and gone again
+            raise PublishError(str(exc)) from exc
+        raise NoStream(
+            f"{what} {want.name} does not exist and nats.create_stream is false: provision "
+            "it (k8s-event-bridge provision)"
+        ) from exc
 
 
 def recreating(
@@ -189,7 +157,7 @@ async def provision(
                 status = await shapes.provision(conn.nc, want, api=api, update=update)
             except shapes.ShapeMismatch as exc:
                 failed = True
-                log_differences(exc.differences, want, what)
+                shapes.log_differences(exc.differences, want, what, logger=LOGGER)
                 continue
             except (nats.errors.Error, nats.js.errors.APIError) as exc:
                 failed = True

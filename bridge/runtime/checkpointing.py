@@ -11,11 +11,11 @@ import asyncio
 
 from bridge import logs
 from bridge.core.checkpoints import scope_name
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.progress import Progress
 from bridge.metrics import Metrics
 from bridge.runtime.ports import CheckpointStore
 from bridge.runtime.watching import Watcher
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("checkpointing")
 

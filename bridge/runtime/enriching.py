@@ -35,7 +35,6 @@ from typing import Any, Final
 
 from bridge import errors, logs
 from bridge.core.backoff import Backoff
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.enrichment import (
     ERROR,
     FORBIDDEN,
@@ -66,6 +65,7 @@ from bridge.runtime.ports import ObjectReader, Staged
 from bridge.runtime.staging import Converting
 from bridge.settings import Settings
 from k8s_event_common import owners
+from k8s_event_common.clock import SYSTEM, Clock
 
 # the whys of an object not read that say the Event names one it may not (an Event in a
 # namespace about another's object, a Node from a namespace not trusted for it, no uid)

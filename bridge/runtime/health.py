@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bridge.core.clock import SYSTEM, Clock
+from k8s_event_common.clock import SYSTEM, Clock
 
 
 class ScopeHealth:

@@ -14,7 +14,6 @@ import os
 import socket
 from typing import Any
 
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
 from bridge.core.messages import Message
@@ -22,6 +21,7 @@ from bridge.core.progress import Progress
 from bridge.metrics import Metrics
 from bridge.runtime.ports import Item, Stage, Staged
 from bridge.runtime.staging import skip_input
+from k8s_event_common.clock import SYSTEM, Clock
 
 
 class Intake:

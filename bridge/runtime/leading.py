@@ -26,9 +26,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from bridge import errors, logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.leases import LeaseRecord, claimed, held_by_other, lease_object, released
 from bridge.settings import LeaderElectionSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("leading")
 

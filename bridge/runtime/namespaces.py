@@ -19,7 +19,6 @@ from typing import Any
 import msgspec
 
 from bridge import logs
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.events import Event
 from bridge.core.resources import NAMESPACES
 from bridge.metrics import Metrics
@@ -28,6 +27,7 @@ from bridge.runtime.health import ScopeHealth
 from bridge.runtime.ports import Item, ListerWatcher
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("enriching")
 

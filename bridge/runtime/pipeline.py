@@ -16,7 +16,6 @@ from typing import Any
 
 from bridge import logs
 from bridge.core.checkpoints import checkpoint_key, scope_name
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter, server_field_selector
 from bridge.core.messages import Message, Outgoing
@@ -34,6 +33,7 @@ from bridge.runtime.staging import Converting
 from bridge.runtime.starting import jetstream_step
 from bridge.runtime.watching import Watcher
 from bridge.settings import Settings
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("app")
 

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 from bridge import errors, logs
 from bridge.core.backoff import Backoff, retrying
-from bridge.core.clock import SYSTEM, Clock
 from bridge.metrics import Metrics
 from bridge.runtime.ports import ClusterIdentity
 from bridge.settings import BackoffSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 log = logs.get("starting")
 

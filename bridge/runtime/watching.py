@@ -37,7 +37,6 @@ from bridge.core import gaps
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import Breaker
 from bridge.core.checkpoints import scope_name
-from bridge.core.clock import SYSTEM, Clock
 from bridge.core.initial import FirstList
 from bridge.core.resources import EVENTS, Resource
 from bridge.core.resume import ResumePoint
@@ -47,6 +46,7 @@ from bridge.runtime.health import ScopeHealth
 from bridge.runtime.ports import Item, ListerWatcher, Sink, WatchEntry
 from bridge.runtime.reporting import WatchReport
 from bridge.settings import KubernetesSettings
+from k8s_event_common.clock import SYSTEM, Clock
 
 CHANGE_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
 # A watch that the server ends this soon without sending anything is a failure, not a

@@ -27,14 +27,29 @@ not what). Any other
 key, a key of a newer server included, must have the shape's value, or be absent or zero-like
 where the shape does not set it.
 
-A difference is a configuration problem: the program names each one (``ShapeMismatch``) and
-stops; an operator fixes the stream (``k8s-event-bridge provision``, docs/deploy.md).
+A difference is a configuration problem: the program names each one (``ShapeMismatch``, and
+one log line ``stream_config_differs`` per key) and stops; an operator fixes the stream
+(``k8s-event-bridge provision``, docs/deploy.md).
+
+What a program does with them: ``ensure`` (a stream or bucket of its own: checked, or created
+when missing and allowed), ``check_event_stream`` (what a subscriber checks of the bridge's
+stream), ``refuse`` (a configuration read in hand), ``provision`` (an operator's command).
+Their errors::
+
+    ShapeMismatch                 there, in another shape: each key named (and logged)
+    nats.js.errors.NotFoundError
+    └── StreamMissing             not there, and not made: ``create`` false, or made and gone
+        └── StreamNotCreated      not there, and the request to create it got no answer (the
+                                  credentials may not: the shipped permissions answer nothing)
+
+and nats-py's own otherwise, as ``read_config`` says (``APIError`` for JetStream's answers,
+a refused create among them; ``nats.errors.TimeoutError`` when none came).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +58,12 @@ import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
+from k8s_event_common.logformat import Logger
+
 API = "$JS.API"
 KV_PREFIX = "KV_"
+LOGGER = "k8s_event_common.streams"  # the logger of ``ensure`` and ``refuse``, unless given one
+STREAM_NAME_IN_USE = 10058  # JetStream's err_code: a stream of that name, in another shape
 
 # keys that weaken nothing, whatever their value (the module docstring says why)
 UNCHECKED = frozenset(
@@ -219,6 +238,23 @@ def show(v: Any) -> str:
     return json.dumps(v, sort_keys=True, separators=(",", ":"))
 
 
+class StreamMissing(nats.js.errors.NotFoundError):
+    """The stream or bucket is not there, and was not made: ``create`` was false, or it was
+    made and is gone again. ``description`` says which, ``stream`` names it."""
+
+    def __init__(self, stream: str, description: str) -> None:
+        super().__init__(code=404, description=description, stream=stream)
+
+    def __str__(self) -> str:
+        return self.description or ""
+
+
+class StreamNotCreated(StreamMissing):
+    """The stream or bucket is not there, and the request to create it got no answer: the
+    credentials may not create it (the shipped permissions answer nothing), or JetStream is
+    away. Provision it (docs/deploy.md)."""
+
+
 class ShapeMismatch(Exception):
     """A stream or bucket is there with another shape; ``differences`` names each key."""
 
@@ -300,6 +336,104 @@ async def read_config(
         return None
     config: dict[str, Any] = resp["config"]
     return config
+
+
+async def ensure(
+    nc: NATS,
+    want: StreamConfig,
+    what: str,
+    *,
+    create: bool = True,
+    unchecked: Sequence[str] = (),
+    domain: str | None = None,
+    logger: str = LOGGER,
+) -> dict[str, Any]:
+    """The configuration JetStream answered for the stream ``want`` names (``what`` says what
+    it is in the messages: "stream", "bucket", ...), checked against ``want``: ``refuse``
+    raises ``ShapeMismatch`` on any difference but in ``unchecked``, logged once per key.
+    When missing, created with exactly ``want`` if ``create`` (logged ``stream_created``), else
+    ``StreamMissing``; a create that gets no answer (the shipped permissions grant no program
+    ``STREAM.CREATE``) raises ``StreamNotCreated``; one that JetStream refuses, nats-py's
+    ``APIError``; one made meanwhile by someone else is read and checked. ``domain``: through
+    ``$JS.<domain>.API``."""
+    assert want.name is not None
+    name = want.name
+    api = api_prefix(domain)
+    have = await read_config(nc, name, api=api)
+    if have is None:
+        if not create:
+            raise StreamMissing(
+                name, f"{what} {name} does not exist: provision it (docs/deploy.md)"
+            )
+        try:
+            await nc.jetstream(domain=domain).add_stream(want)
+        except TimeoutError as exc:  # nats-py's TimeoutError is one
+            raise StreamNotCreated(
+                name,
+                f"{what} {name} does not exist and creating it got no answer (may these "
+                "credentials create it? provision it: docs/deploy.md)",
+            ) from exc
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != STREAM_NAME_IN_USE:
+                raise
+            # made meanwhile, in another shape: read and compared below
+        else:
+            Logger(logger).info("stream_created", stream=name, what=what, subjects=want.subjects)
+        have = await read_config(nc, name, api=api)
+        if have is None:
+            raise StreamMissing(name, f"{what} {name}: created, and gone again")
+    refuse(have, want, unchecked, what=what, logger=logger)
+    return have
+
+
+def refuse(
+    have: dict[str, Any],
+    want: StreamConfig,
+    unchecked: Sequence[str] = (),
+    *,
+    what: str = "stream",
+    logger: str = LOGGER,
+) -> None:
+    """Raise ``ShapeMismatch`` naming every key ``have`` (JetStream's configuration of a
+    stream) differs in from ``want``, but those in ``unchecked``; each logged first
+    (``log_differences``)."""
+    diffs = differences(have, want, unchecked=unchecked)
+    if diffs:
+        log_differences(diffs, want, what, logger=logger)
+        raise ShapeMismatch(str(want.name), diffs)
+
+
+def log_differences(
+    diffs: Iterable[Difference], want: StreamConfig, what: str, *, logger: str = LOGGER
+) -> None:
+    """One ERROR line ``stream_config_differs`` for each key that differs: ``what``,
+    ``stream``, ``key``, ``existing`` and ``wanted`` (their JSON)."""
+    log = Logger(logger)
+    for d in diffs:
+        log.error(
+            "stream_config_differs",
+            what=what,
+            stream=want.name,
+            key=d.key,
+            existing=show(d.have),
+            wanted=show(d.want),
+        )
+
+
+async def check_event_stream(
+    nc: NATS, stream: str, subject_prefix: str | None = None, *, logger: str = LOGGER
+) -> None:
+    """The bridge's stream checked for what a subscriber relies on: every key of its shape
+    (``event_stream``) but the sizes the bridge's settings give (``SIZING``), and its subjects
+    when ``subject_prefix`` is given. ``ShapeMismatch`` names each difference (a stream with
+    rollups, sources, a mirror, purges allowed ...); ``StreamMissing`` when it is not there (a
+    subscriber never creates it: the bridge does, or an operator)."""
+    have = await read_config(nc, stream)
+    if have is None:
+        raise StreamMissing(stream, f"stream {stream} not found")
+    want = event_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
+    unchecked = [*SIZING, *([] if subject_prefix else ["subjects"])]
+    refuse(have, want, unchecked, logger=logger)
 
 
 def seen_bucket(bucket: str, *, ttl: float = 7 * 86400.0, replicas: int = 1) -> StreamConfig:

@@ -6,7 +6,6 @@ import msgspec
 import nats
 import pytest
 
-from bridge.core.clock import Clock
 from bridge.core.messages import Message, Outgoing
 from bridge.core.progress import Progress
 from bridge.core.queueing import BoundedQueue
@@ -15,6 +14,7 @@ from bridge.jetstream import streams
 from bridge.jetstream.publishing import Publisher
 from bridge.metrics import Metrics
 from bridge.settings import NatsSettings
+from k8s_event_common.clock import Clock
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration

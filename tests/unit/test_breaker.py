@@ -6,8 +6,8 @@ import pytest
 
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import Breaker, BreakerState
-from bridge.core.clock import ManualClock
 from bridge.settings import BreakerSettings
+from k8s_event_common.clock import ManualClock
 
 
 def make(**settings):

@@ -1,4 +1,4 @@
-"""The one Clock (bridge.core.clock): the system's by default; a manual one for tests."""
+"""The one Clock (k8s_event_common.clock): the system's by default; a manual one for tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bridge.core.clock import SYSTEM, Clock, ManualClock
+from k8s_event_common.clock import SYSTEM, Clock, ManualClock
 
 
 def test_the_system_clock_is_the_systems():

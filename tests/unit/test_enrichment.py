@@ -11,7 +11,6 @@ from pydantic import ValidationError
 
 from bridge import errors
 from bridge.core import events
-from bridge.core.clock import Clock
 from bridge.core.converting import Converter
 from bridge.core.enrichment import (
     INVALID,
@@ -32,6 +31,7 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.settings import EnrichSettings, FilterSettings, Settings
 from k8s_event_common import cloudevents, owners
+from k8s_event_common.clock import Clock
 from tests import support
 from tests.support import Reader
 from tests.virtualtime import LOOP, virtual_time

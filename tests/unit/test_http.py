@@ -1,24 +1,41 @@
-"""bridge.runtime.http: the probes' and the scraper's server, on a real socket, against peers
-that do not behave (what reaches the port is not trusted)."""
+"""k8s_event_common.http: every program's server for probes and the scraper, on a real socket,
+against peers that do not behave (what reaches the port is not trusted); and the bridge's four
+paths on it (bridge.runtime.http)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 
 import pytest
 
 from bridge.metrics import Metrics
-from bridge.runtime import http
+from bridge.runtime import http as bridge_http
 from bridge.runtime.health import Health
+from k8s_event_common import http
 from tests.support import eventually
+
+PROBLEMS: list[str] = []  # what the fixture's /readyz names (a test sets it)
+
+
+def broken() -> http.Answer:
+    raise RuntimeError("bug")
+
+
+ROUTES: dict[str, http.Route] = {
+    **http.probes(lambda: PROBLEMS, lambda: b"up 1\n"),
+    "/big": lambda: (200, http.TEXT, b"x" * (8 << 20)),
+    "/broken": broken,
+}
 
 
 @pytest.fixture
 async def server():
-    s = http.HttpServer("127.0.0.1", 0, Health(30.0), Metrics("test"))
+    PROBLEMS.clear()
+    s = http.HttpServer("127.0.0.1", 0, ROUTES, logger="test.http")
     await s.start()
     yield s
     await s.stop()
@@ -45,19 +62,37 @@ async def get(port: int, path: str, method: str = "GET") -> tuple[int, dict[str,
     return parse(await exchange(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()))
 
 
-async def test_the_four_paths(server):
-    server.status = lambda: {"scopes": {"*": "watching"}}
+async def test_the_probes(server):
     status, headers, body = await get(server.port, "/healthz")
     assert (status, body, headers["Connection"]) == (200, b"ok\n", "close")
+    assert headers["Content-Type"] == http.TEXT
+    assert (await get(server.port, "/readyz"))[::2] == (200, b"ready\n")
+    PROBLEMS.extend(["scope * not synced", "nats not connected"])
     status, _, body = await get(server.port, "/readyz")
-    assert status == 503 and body.startswith(b"not ready: ")  # nothing synced yet
+    assert (status, body) == (503, b"not ready: scope * not synced; nats not connected\n")
     status, headers, body = await get(server.port, "/metrics?x=1")  # a query is ignored
-    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    assert b"k8s_event_bridge_ready 0.0" in body
+    assert (status, headers["Content-Type"], body) == (200, http.METRICS, b"up 1\n")
     assert int(headers["Content-Length"]) == len(body)
-    status, headers, body = await get(server.port, "/status")
-    assert status == 200 and headers["Content-Type"] == "application/json"
-    assert b'"scopes":{"*":"watching"}' in body and b'"ready":false' in body
+
+
+async def test_the_bridges_four_paths():
+    s = bridge_http.HttpServer("127.0.0.1", 0, Health(30.0), Metrics("test"))
+    s.status = lambda: {"scopes": {"*": "watching"}}
+    await s.start()
+    try:
+        status, headers, body = await get(s.port, "/healthz")
+        assert (status, body, headers["Connection"]) == (200, b"ok\n", "close")
+        status, _, body = await get(s.port, "/readyz")
+        assert status == 503 and body.startswith(b"not ready: ")  # nothing synced yet
+        status, headers, body = await get(s.port, "/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert b"k8s_event_bridge_ready 0.0" in body
+        assert int(headers["Content-Length"]) == len(body)
+        status, headers, body = await get(s.port, "/status")
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        assert b'"scopes":{"*":"watching"}' in body and b'"ready":false' in body
+    finally:
+        await s.stop()
 
 
 async def test_head_has_the_length_and_no_body(server):
@@ -81,7 +116,7 @@ async def test_stop_closes_connections_accepted_but_not_yet_started(turns):
     one turn asyncio 3.11 itself holds the accepted sockets: their transports are refused by
     the closed server and the sockets wait for the garbage collector, before any code of the
     bridge sees them.)"""
-    s = http.HttpServer("127.0.0.1", 0, Health(30.0), Metrics("test"))
+    s = http.HttpServer("127.0.0.1", 0, ROUTES)
     await s.start()
     socks = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(5)]
     for _ in range(turns):
@@ -166,7 +201,6 @@ def open_fds() -> int:
 async def test_a_peer_that_does_not_read_is_dropped(server, monkeypatch):
     """The connection's descriptor is released within WRITE_TIMEOUT."""
     monkeypatch.setattr(http, "WRITE_TIMEOUT", 0.2)
-    server._routes["/big"] = lambda: (200, http.TEXT, b"x" * (8 << 20))
     before = open_fds()
     sock = socket.create_connection(("127.0.0.1", server.port))
     sock.sendall(b"GET /big HTTP/1.1\r\n\r\n")  # and never reads
@@ -185,12 +219,12 @@ async def test_an_answer_is_sent_whole_before_the_connection_is_let_go(server):
     writer.close()
 
 
-async def test_a_failing_handler_answers_500_and_the_server_goes_on(server):
-    def broken() -> tuple[int, str, bytes]:
-        raise RuntimeError("bug")
-
-    server._routes["/status"] = broken
-    assert (await get(server.port, "/status"))[0] == 500
+async def test_a_failing_handler_answers_500_is_logged_and_the_server_goes_on(server, caplog):
+    caplog.set_level(logging.ERROR, "test.http")
+    assert (await get(server.port, "/broken"))[0] == 500
+    failed = [r for r in caplog.records if r.getMessage() == "http_handler_failed"]
+    assert [(r.name, r.fields["path"]) for r in failed] == [("test.http", "/broken")]  # type: ignore[attr-defined]
+    assert "RuntimeError('bug')" in failed[0].fields["error"]  # type: ignore[attr-defined]
     assert (await get(server.port, "/healthz"))[0] == 200
 
 

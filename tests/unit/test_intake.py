@@ -5,7 +5,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core.clock import ManualClock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
@@ -16,6 +15,7 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
+from k8s_event_common.clock import ManualClock
 from tests import support
 
 CONVERTER = Converter("c", "k8s.events", "structured")

@@ -9,10 +9,10 @@ import copy
 import pytest
 
 from bridge import errors
-from bridge.core.clock import Clock, ManualClock
 from bridge.core.leases import LeaseRecord, micro_time
 from bridge.runtime.leading import Elector, LeadershipLost
 from bridge.settings import LeaderElectionSettings
+from k8s_event_common.clock import Clock, ManualClock
 from tests.virtualtime import LOOP, virtual_time
 
 

@@ -1,10 +1,14 @@
-"""The hot-path collectors expose what prometheus_client's own Counter and Histogram would."""
+"""The shared metrics layer (k8s_event_common.metrics): the hot-path collectors expose what
+prometheus_client's own Counter and Histogram would, a program's registry and its counters from
+0 on; the bridge's metrics on it follow Prometheus' conventions."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from bridge.metrics import LATENCY_BUCKETS, HotCounter, HotHistogram
+from bridge.metrics import LATENCY_BUCKETS
+from k8s_event_common import metrics
+from k8s_event_common.metrics import HotCounter, HotHistogram
 
 
 def samples(registry: CollectorRegistry) -> dict[str, float]:
@@ -34,10 +38,10 @@ def test_hot_counter_and_histogram_render_like_the_library_ones():
     assert h1.count == len(values)
 
 
-def _families(metrics) -> dict[str, str]:
+def _families(exposition: bytes) -> dict[str, str]:
     """name -> type, as the exposition's # TYPE lines say."""
     out = {}
-    for line in metrics.render().decode().splitlines():
+    for line in exposition.decode().splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
             out[name] = kind
@@ -47,7 +51,7 @@ def _families(metrics) -> dict[str, str]:
 def test_names_follow_prometheus_conventions():
     from bridge.metrics import PREFIX, Metrics
 
-    for name, kind in _families(Metrics("1.2.3")).items():
+    for name, kind in _families(Metrics("1.2.3").render()).items():
         if not name.startswith(PREFIX):
             assert name.startswith(("process_", "python_")), name
             continue
@@ -101,3 +105,36 @@ def test_every_skip_reason_in_the_code_starts_at_zero():
         for pair in re.findall(r'reason = "(\w+)" if .* else "(\w+)"', text):
             found |= set(pair)
     assert found == set(SKIP_REASONS)
+
+
+def test_a_programs_registry_has_the_process_and_python_families_and_nothing_else():
+    names = set(_families(metrics.render(metrics.registry())))
+    assert {"process_resident_memory_bytes", "process_open_fds", "python_info"} <= names
+    assert all(n.startswith(("process_", "python_")) for n in names), names
+    assert _families(metrics.render(metrics.registry(process_collectors=False))) == {}
+
+
+def test_a_labelled_counters_known_values_are_exported_from_zero_in_their_order():
+    r = metrics.registry(process_collectors=False)
+    c = metrics.labelled_counter(r, "x_failures", "Failures, by reason", "reason", ("b", "a"))
+    c.labels("a").inc(2)
+    lines = [ln for ln in metrics.render(r).decode().splitlines() if ln.startswith("x_failures_t")]
+    assert lines == ['x_failures_total{reason="b"} 0.0', 'x_failures_total{reason="a"} 2.0']
+
+
+def test_nats_refused_reads_the_count_when_scraped_every_reason_from_zero():
+    r = metrics.registry(process_collectors=False)
+    counts = {"redirect": 3}
+    refused = metrics.nats_refused(r, "x_nats_refused", read=lambda: counts)
+    text = metrics.render(r).decode()
+    assert f"# HELP x_nats_refused_total {metrics.NATS_REFUSED_HELP}" in text
+    assert 'x_nats_refused_total{reason="tls"} 0.0' in text
+    assert 'x_nats_refused_total{reason="redirect"} 3.0' in text
+    refused.read = lambda: {"tls": 1}  # a program may wire the count later
+    assert 'x_nats_refused_total{reason="tls"} 1.0' in metrics.render(r).decode()
+
+
+def test_every_nats_refusal_the_connection_counts_is_exported():
+    from k8s_event_common import connecting
+
+    assert set(connecting.refusals()) == set(metrics.NATS_REFUSALS)

@@ -11,7 +11,6 @@ import msgspec
 
 from bridge import errors
 from bridge.core.checkpoints import checkpoint_key
-from bridge.core.clock import Clock
 from bridge.core.resources import NAMESPACES
 from bridge.errors import EXIT_FAILED, EXIT_OK
 from bridge.metrics import Metrics
@@ -19,6 +18,7 @@ from bridge.runtime import ports
 from bridge.runtime.health import Health
 from bridge.runtime.pipeline import Pipeline
 from bridge.settings import Settings
+from k8s_event_common.clock import Clock
 from tests import support
 from tests.support import OPEN, Ever, FakeSource, MemoryPublisher, MemoryStore, NotMet, eventually
 from tests.virtualtime import LOOP, virtual_time

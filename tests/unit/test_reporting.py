@@ -10,13 +10,13 @@ from bridge import errors, logs
 from bridge.core import gaps
 from bridge.core.backoff import Backoff
 from bridge.core.breaker import Breaker, Change
-from bridge.core.clock import ManualClock
 from bridge.core.watchstate import WatchState
 from bridge.metrics import Metrics
 from bridge.runtime import reporting
 from bridge.runtime.health import Health
 from bridge.runtime.reporting import WatchReport
 from bridge.settings import KubernetesSettings
+from k8s_event_common.clock import ManualClock
 from tests.support import RecordingSink
 
 

@@ -1,8 +1,8 @@
 import pytest
 
 from bridge.core.backoff import Backoff, retrying
-from bridge.core.clock import ManualClock
 from bridge.core.watchstate import Outcome, Transition, WatchState, next_state
+from k8s_event_common.clock import ManualClock
 
 L, W, B, S = WatchState.LISTING, WatchState.WATCHING, WatchState.BACKING_OFF, WatchState.STOPPED
 

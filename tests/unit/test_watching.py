@@ -4,11 +4,11 @@ import msgspec
 import pytest
 
 from bridge import errors
-from bridge.core.clock import ManualClock
 from bridge.metrics import Metrics
 from bridge.runtime.health import Health
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings
+from k8s_event_common.clock import ManualClock
 from tests import support
 from tests.support import FakeSource, RecordingSink, Stop
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import pytest
 
 from bridge import errors
-from bridge.core.clock import ManualClock
 from bridge.core.converting import Converter
 from bridge.core.filtering import Filter
 from bridge.core.progress import Progress
@@ -20,6 +19,7 @@ from bridge.runtime.intake import Intake
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import FilterSettings, KubernetesSettings
+from k8s_event_common.clock import ManualClock
 from tests import support
 from tests.support import FakeSource, RecordingSink, Stop
 from tests.unit.test_watching import (

@@ -9,7 +9,6 @@ import msgspec
 import pytest
 
 from bridge import errors
-from bridge.core.clock import ManualClock
 from bridge.core.converting import Converter
 from bridge.core.queueing import BoundedQueue
 from bridge.core.resources import NAMESPACES
@@ -20,6 +19,7 @@ from bridge.runtime.health import Health
 from bridge.runtime.staging import Converting
 from bridge.runtime.watching import Watcher
 from bridge.settings import KubernetesSettings, Settings
+from k8s_event_common.clock import ManualClock
 from tests.support import FakeSource, Reader, RecordingSink
 from tests.unit.test_watching import bookmark, expired, line, run_until_stop
 

@@ -1,4 +1,4 @@
-"""Time as the bridge uses it, in one object: injected wherever time is read or waited on.
+"""Time as every program uses it, in one object: injected wherever time is read or waited on.
 
 ``Clock`` holds five callables: ``monotonic()`` (durations, deadlines), ``wall()`` (epoch
 seconds: how old a resourceVersion is, Lease timestamps, the ``at`` of status events),
