@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.budget import Budget
-from bench.procs import BridgeProc, defaults_config, memory_kb
 from bridge.settings import load
 from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.configs import bridge_config
 from k8s_event_sim.kubeconfig import write_kubeconfig
-from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.programs import BridgeProcess, memory_kb
+from k8s_event_sim.readback import event_ids
 from k8s_event_sim.waiting import eventually
 from k8s_event_sim.workload import make_event
-from tests.integration.harness import event_ids
 
 ENRICH = {
     "enrich": {
@@ -73,11 +74,18 @@ async def one(
         ev = make_event(rng, namespace=ns, reason="BackOff", kind="Pod", name=pod, i=i)
         ev["involvedObject"]["uid"] = uid
         sim.create_event(ev)
-    port = free_port()
     kubeconfig = write_kubeconfig(tmp / "kubeconfig", sim.url)
-    config = defaults_config(tmp / "bridge.yaml", name, server.url, kubeconfig, port, sections)
+    config = bridge_config(
+        tmp,
+        server.url,
+        kubeconfig,
+        defaults=True,
+        name="bridge.yaml",
+        cluster={"name": name},
+        **sections,
+    )
     budget = Budget.of(load(str(config)))
-    bridge = BridgeProc(config, port, tmp / "bridge.log").start()
+    bridge = BridgeProcess(config, tmp / "bridge.log", keep_session=True).start()
     try:
         await bridge.wait_ready(60)
         began = time.monotonic()

@@ -24,10 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.procs import BridgeProc, defaults_config, memory_kb
 from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.configs import bridge_config
 from k8s_event_sim.kubeconfig import write_kubeconfig
-from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.programs import BridgeProcess, memory_kb
 from k8s_event_sim.workload import Workload
 
 
@@ -43,15 +44,20 @@ async def measure(
     work = Workload(sim, seed=scopes, namespaces=namespaces(max(scopes, 1)))
     for _ in range(3 * max(scopes, 1)):
         work.create(type="Warning", reason="BackOff")
-    port = free_port()
     kubeconfig = write_kubeconfig(tmp / f"kubeconfig-{scopes}", sim.url)
     extra = {"namespaces": namespaces(scopes)} if scopes > 1 else {}
-    config = defaults_config(
-        tmp / f"bridge-{scopes}.yaml", f"idle{scopes}", nats.url, kubeconfig, port, **extra
+    config = bridge_config(
+        tmp,
+        nats.url,
+        kubeconfig,
+        defaults=True,
+        name=f"bridge-{scopes}.yaml",
+        cluster={"name": f"idle{scopes}"},
+        kubernetes=extra,
     )
-    bridge = BridgeProc(config, port, tmp / f"bridge-{scopes}.log").start()
+    bridge = BridgeProcess(config, tmp / f"bridge-{scopes}.log", keep_session=True).start()
     try:
-        ready_s = await bridge.wait_ready(60)
+        ready_s = await bridge.wait_ready(60, 0.01)
         await asyncio.sleep(settle)  # pacing: let start-up's work end, then measure idleness
         cpu0 = bridge.cpu()
         await asyncio.sleep(seconds)  # pacing: the measured idle interval

@@ -12,7 +12,8 @@ process, the bridge as a real child process (``python -m bridge run``):
    process reading the watch from the same start resourceVersion into its own stream: the
    Python one (``bench/reference.py``, stream ``BENCH_REF`` on ``ref.>``), then the Go one
    (``bench/goref``, built and cached by ``e2e/build-go-tool.sh goref`` through
-   ``tests/gotools.py``; stream ``BENCH_GOREF`` on ``goref.>``); the ratios bridge/reference.
+   ``tests/standins/gotools.py``; stream ``BENCH_GOREF`` on ``goref.>``); the ratios
+   bridge/reference.
    Without a Go binary (no ``go``, the module proxy refusing) the Go figures say why and the
    rest runs;
 3. latency at a steady rate (default 1k events/s): publish latency from the bridge's
@@ -55,16 +56,12 @@ import yaml
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from bench import report
-from bench.procs import (
-    BridgeProc,
-    cpu_seconds,
-    histogram,
-    histogram_quantile,
-    machine_busy_seconds,
-)
+from bench.procs import histogram, histogram_quantile, machine_busy_seconds
 from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.configs import bridge_config
 from k8s_event_sim.kubeconfig import write_kubeconfig
-from k8s_event_sim.natsserver import NatsServer, binary, free_port
+from k8s_event_sim.natsserver import NatsServer, binary
+from k8s_event_sim.programs import BridgeProcess, cpu_seconds
 from k8s_event_sim.waiting import NotMet, eventually
 from k8s_event_sim.workload import Workload
 
@@ -170,11 +167,11 @@ def machine_facts() -> dict[str, Any]:
 
 
 def build_goref() -> dict[str, Any]:
-    """bench/goref's binary, built when the cached one is missing or stale (tests/gotools.py,
-    ``e2e/build-go-tool.sh goref``: from the Go module proxy, cached outside the repo, keyed by
-    a hash of its source): ``binary``, ``version`` (its ``--version``), ``build_s``; or
-    ``binary`` None and ``error``, why it can not be built."""
-    from tests import gotools
+    """bench/goref's binary, built when the cached one is missing or stale
+    (tests/standins/gotools.py, ``e2e/build-go-tool.sh goref``: from the Go module proxy, cached
+    outside the repo, keyed by a hash of its source): ``binary``, ``version`` (its ``--version``),
+    ``build_s``; or ``binary`` None and ``error``, why it can not be built."""
+    from tests.standins import gotools
 
     t = time.monotonic()
     info: dict[str, Any] = {"binary": None, "version": None, "error": None}
@@ -231,9 +228,9 @@ class Bench:
         self.feed = Workload(self.sim, 42, bump_ratio=0.3)
         self.nc: Any = None
         self.js: Any = None
-        self.bridge: BridgeProc | None = None
+        self.bridge: BridgeProcess | None = None
         self.config: Path | None = None
-        self.port = 0
+        self.source = ""  # hash of bridge/'s sources when the bridge was last started
         self.starts: list[dict[str, Any]] = []
         self.result: dict[str, Any] = {}
         self.goref: dict[str, Any] = {"binary": None, "error": "not built yet"}
@@ -260,25 +257,17 @@ class Bench:
         else:
             log(f"Go reference: {self.goref['version']} ({self.goref['build_s']:.1f}s to find)")
         kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.sim.url, token="bench")
-        self.port = free_port()
-        # tests/integration/harness.py's bridge_config, with the benchmark's changes
-        cfg: dict[str, Any] = {
-            "cluster": {"name": CLUSTER},
-            "kubernetes": {
-                "kubeconfig": str(kubeconfig),
-                "read_timeout": "5s",
-                "connect_timeout": "2s",
-                "backoff": {"initial": "50ms", "max": "1s", "reset_after": "30s"},
-            },
-            "nats": {"servers": [self.nats.url], "ack_timeout": "1s"},
-            "checkpoint": {"interval": "1s"},
-            "http": {"host": "127.0.0.1", "port": self.port, "unready_after": "2s"},
-            "log": {"level": "warning", "format": "json"},
-            "shutdown": {"drain_timeout": "10s"},
-        }
-        self.config = self.tmp / "bridge.yaml"
-        self.config.write_text(yaml.safe_dump(cfg))
-        self.result["bridge_config"] = cfg
+        # the tests' bridge_config (test-sized), with the benchmark's changes
+        self.config = bridge_config(
+            self.tmp,
+            self.nats.url,
+            kubeconfig,
+            name="bridge.yaml",
+            cluster={"name": CLUSTER},
+            checkpoint={"interval": "1s"},
+            log={"level": "warning"},
+        )
+        self.result["bridge_config"] = yaml.safe_load(self.config.read_text())
 
     async def connect_nats(self) -> None:
         self.nc = await nats.connect(self.nats.url, max_reconnect_attempts=-1)
@@ -306,13 +295,13 @@ class Bench:
 
     # -- the bridge ------------------------------------------------------------------------
 
-    async def start_bridge(self, why: str) -> BridgeProc:
+    async def start_bridge(self, why: str) -> BridgeProcess:
         assert self.config is not None
-        b = BridgeProc(self.config, self.port, self.tmp / "bridge.log")
-        b.source = bridge_source()
+        b = BridgeProcess(self.config, self.tmp / "bridge.log", keep_session=True)
+        self.source = bridge_source()
         self.bridge = b.start()
-        ready = await b.wait_ready()
-        self.starts.append({"why": why, "ready_s": ready, "bridge_source": b.source})
+        ready = await b.wait_ready(30, 0.01)
+        self.starts.append({"why": why, "ready_s": ready, "bridge_source": self.source})
         log(f"bridge pid {b.pid} ready {ready:.3f}s after start ({why})")
         return b
 
@@ -320,7 +309,7 @@ class Bench:
         assert self.bridge is not None
         code = await self.bridge.stop()
         if code != 0:
-            log(f"bridge exited {code}:\n{self.bridge.logs_tail()}")
+            log(f"bridge exited {code}:\n{self.bridge.logs()[-3000:]}")
         self.bridge = None
         return code
 
@@ -409,7 +398,7 @@ class Bench:
             "retries": m.get("publish_retries_total", 0.0),
             "duplicates": m.get("publish_duplicates_total", 0.0),
             "ready_s": b.ready_after,
-            "bridge_source": b.source,
+            "bridge_source": self.source,
             "exit_code": code,
             "write_s": write_s,
         }

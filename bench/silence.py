@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.budget import Budget
-from bench.procs import BridgeProc, defaults_config, memory_kb
 from bridge.settings import load
 from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.configs import bridge_config
 from k8s_event_sim.kubeconfig import write_kubeconfig
-from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.programs import BridgeProcess, memory_kb
+from k8s_event_sim.readback import event_ids
 from k8s_event_sim.waiting import eventually
 from k8s_event_sim.workload import Workload
-from tests.integration.harness import event_ids
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,12 +49,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     await sim.start()
     message = "x" * (args.event_kb * 1024)
     work = Workload(sim, seed=7, bump_ratio=0.0)
-    port = free_port()
     kubeconfig = write_kubeconfig(tmp / "kubeconfig", sim.url)
-    config = defaults_config(tmp / "bridge.yaml", "silence", server.url, kubeconfig, port)
+    config = bridge_config(
+        tmp,
+        server.url,
+        kubeconfig,
+        defaults=True,
+        name="bridge.yaml",
+        cluster={"name": "silence"},
+    )
     budget_settings = load(str(config))
     budget = Budget.of(budget_settings, line_bytes=len(message) + 1500)
-    bridge = BridgeProc(config, port, tmp / "bridge.log").start()
+    bridge = BridgeProcess(config, tmp / "bridge.log", keep_session=True).start()
     samples: list[dict[str, Any]] = []
     written = 0
     stop_writing = asyncio.Event()
@@ -69,7 +76,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     async def sampler(phase: str, until: asyncio.Event) -> None:
         while not until.is_set():
-            m = await bridge.metrics() if phase != "silent" or bridge.alive() else {}
+            m = await bridge.metrics() if phase != "silent" or bridge.running() else {}
             mem = memory_kb(bridge.pid)
             samples.append(
                 {

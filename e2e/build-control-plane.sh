@@ -14,7 +14,7 @@
 #
 # Without --living it builds what a control plane runs (etcd, kube-apiserver, kubectl): the e2e
 # tier on the oldest version needs no more (docs/e2e.md says why); the living cluster of
-# tests/e2e/cluster.py (the newest version's tier, make demo-cluster) needs --living.
+# tests/standins/cluster.py (the newest version's tier, make demo-cluster) needs --living.
 #
 # The Kubernetes commands come from k8s.io/kubernetes through a generated wrapper module that
 # replaces every staging module (k8s.io/api, k8s.io/client-go, ...) listed in kubernetes' own

@@ -13,7 +13,7 @@
 # promtool and helm build with a plain `go install <module>/cmd/<tool>@<v>` (their go.mod files
 # have no replace directives), in module mode with their own go.sum. natsauth and goref are
 # local modules (e2e/natsauth, bench/goref; each go.mod and go.sum pin its libraries): `go build
-# -mod=readonly` in its directory, and its <v> is a hash of its source (tests/gotools.py
+# -mod=readonly` in its directory, and its <v> is a hash of its source (tests/standins/gotools.py
 # computes the same), so an edit builds it again. What is cached and answers --version
 # (natsauth: `version`) is not built again. Any failure exits non-zero with a message.
 # stdout: the bin directory (one line).

@@ -43,12 +43,13 @@ from typing import Any
 import aiohttp
 import msgspec
 import nats
-import yaml
 
-from bench.procs import BridgeProc, memory_kb
 from k8s_event_sim.apiserver import SimApiServer
+from k8s_event_sim.configs import bridge_config
 from k8s_event_sim.kubeconfig import write_kubeconfig
-from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.programs import BridgeProcess, memory_kb
+from k8s_event_sim.readback import stream_messages
 from k8s_event_sim.waiting import NotMet, eventually
 from k8s_event_sim.workload import Workload
 from soak import verdict
@@ -138,7 +139,7 @@ class Soak:
         self.sim = SimApiServer(event_ttl=settings.event_ttl)
         self.nats = NatsServer(store_dir=str(work / "nats"))
         self.writer = Writer(self.sim, settings.rate, settings.bump_ratio, settings.seed)
-        self.bridge: BridgeProc | None = None
+        self.bridge: BridgeProcess | None = None
         self.samples: list[dict[str, Any]] = []
         self.faults: list[FaultRecord] = []
         self.phase = "warm-up"
@@ -151,38 +152,32 @@ class Soak:
 
     # -- the parts -------------------------------------------------------------------------
 
-    def config(self, port: int) -> Path:
+    def config(self) -> Path:
+        """The tests' bridge_config (test-sized), with the soak's changes."""
         s = self.s
         kubeconfig = write_kubeconfig(self.work / "kubeconfig", self.sim.url)
-        cfg = {
-            "cluster": {"name": CLUSTER},
-            "kubernetes": {
-                "kubeconfig": str(kubeconfig),
+        return bridge_config(
+            self.work,
+            self.nats.url,
+            kubeconfig,
+            name="bridge.yaml",
+            cluster={"name": CLUSTER},
+            kubernetes={
                 "read_timeout": f"{s.read_timeout}s",
-                "connect_timeout": "2s",
                 "watch_timeout_min": "1m",
                 "watch_timeout_max": "2m",
                 "backoff": {"initial": "100ms", "max": "2s", "reset_after": "30s"},
             },
-            "filter": {
+            filter={
                 "reasons": list(REASONS),
                 "exclude_namespaces": list(EXCLUDED_NAMESPACES),
             },
-            "nats": {
-                "servers": [self.nats.url],
-                "ack_timeout": "1s",
-                "max_inflight": s.inflight,
-                "max_inflight_bytes": s.inflight_bytes,
-            },
-            "queue": {"max_events": s.queue_events, "max_bytes": s.queue_bytes},
-            "checkpoint": {"interval": "500ms"},
-            "http": {"host": "127.0.0.1", "port": port, "unready_after": "5s"},
-            "log": {"level": "info", "format": "json"},
-            "shutdown": {"drain_timeout": "10s"},
-        }
-        path = self.work / "bridge.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        return path
+            nats={"max_inflight": s.inflight, "max_inflight_bytes": s.inflight_bytes},
+            queue={"max_events": s.queue_events, "max_bytes": s.queue_bytes},
+            checkpoint={"interval": "500ms"},
+            http={"unready_after": "5s"},
+            log={"level": "info"},
+        )
 
     async def status(self) -> dict[str, Any] | None:
         assert self.bridge is not None
@@ -367,8 +362,7 @@ class Soak:
         s = self.s
         await self.sim.start()
         self.nats.start()
-        port = free_port()
-        self.bridge = BridgeProc(self.config(port), port, self.work / "bridge.log")
+        self.bridge = BridgeProcess(self.config(), self.work / "bridge.log")
         # one connection to the bridge's HTTP server whatever asks: its handler is one of the
         # tasks counted, its socket one of the descriptors
         self.bridge.session = aiohttp.ClientSession(
@@ -479,29 +473,15 @@ class Soak:
 
 async def read_stream(url: str) -> tuple[list[str], list[tuple[int, int]]]:
     """Every Event message's id, and the (from, to] of every ``gap`` status event."""
-    nc = await nats.connect(url)
     ids: list[str] = []
     gaps: list[tuple[int, int]] = []
-    try:
-        js = nc.jetstream()
-        total = (await js.stream_info("K8S_EVENTS")).state.messages
-        sub = await js.subscribe("k8s.events.>", ordered_consumer=True)
-        seen = 0
-        while seen < total:
-            try:
-                msg = await sub.next_msg(timeout=5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                break
-            seen += 1
-            if "._bridge." in msg.subject:
-                if msg.subject.endswith("._bridge.gap"):
-                    data = msgspec.json.decode(msg.data)["data"]
-                    gaps.append((int(data["fromResourceVersion"]), int(data["toResourceVersion"])))
-                continue
-            ids.append((msg.headers or {})["Nats-Msg-Id"])
-        await sub.unsubscribe()
-    finally:
-        await nc.close()
+    for subject, headers, body in await stream_messages(url, timeout=5):
+        if "._bridge." in subject:
+            if subject.endswith("._bridge.gap"):
+                data = msgspec.json.decode(body)["data"]
+                gaps.append((int(data["fromResourceVersion"]), int(data["toResourceVersion"])))
+            continue
+        ids.append(headers["Nats-Msg-Id"])
     return ids, gaps
 
 

@@ -73,7 +73,7 @@ def pytest_addoption(parser):
         choices=("any", "none", "only"),
         default="any",
         help="select the tests by whether they run a Go tool besides the control plane "
-        "(tests/gotools.py; Alertmanager): none leaves them out, only keeps just them "
+        "(tests/standins/gotools.py; Alertmanager): none leaves them out, only keeps just them "
         "(tools/testrun.py runs the two apart, the second once the tools are built)",
     )
 
@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     """Start building what the selected tests run and is not built yet, right after collection,
     in the background: Alertmanager (e2e/build-alertmanager.sh) for a module that uses
-    ``Alertmanager``, and the Go tools a module names in ``GO_TOOLS`` (tests/gotools.py:
+    ``Alertmanager``, and the Go tools a module names in ``GO_TOOLS`` (tests/standins/gotools.py:
     promtool, helm), as ``go_tools`` reads them (none for a unit test not marked
     ``processes``: ``make quick`` builds nothing). They build while tests/e2e/conftest.py builds
     the control plane (the downloads of one overlap the compiles of another: a cold CI run is
@@ -117,7 +117,7 @@ def pytest_collection_finish(session):
         for tool in go_tools(item):
             if tool not in wanted:
                 wanted.append(tool)
-    from tests import gotools
+    from tests.standins import gotools
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     for tool in sorted(wanted):

@@ -1,7 +1,7 @@
 """NKey seeds and ``.creds`` files made in Python, for the tests of what the programs accept
 and refuse before anything reaches a server: each file as nsc writes it (the JWT signed by an
 account key, the blocks and their dashes), or broken in one way. A real nats-server in
-operator mode gets its material from ``tests/natsauth.py`` (the Go tool) instead."""
+operator mode gets its material from ``tests/standins/natsauth.py`` (the Go tool) instead."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """An OTLP/HTTP logs endpoint in the test process, for the answers a real collector can not be
 made to give on demand: a partial success naming one record, a ``Retry-After``, a 401, an
 answer withheld. It decodes every request as a collector does (its Content-Encoding, protobuf)
-and keeps the records it accepted; tests/otelcol.py is the real collector for the rest."""
+and keeps the records it accepted; tests/standins/otelcol.py is the real collector for the rest."""
 
 from __future__ import annotations
 

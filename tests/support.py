@@ -21,7 +21,7 @@
   the stream back: tests/integration/harness.py.
 
 The helpers the demo, the benchmark or the soak also need live in ``k8s_event_sim`` (or
-``bench.procs``) and are imported here from there, so each exists once.
+its ``programs``) and are imported here from there, so each exists once.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from bench.procs import memory_kb
 from bridge import errors
 from bridge.core import events
 from bridge.core.checkpoints import Checkpoint
@@ -52,6 +51,7 @@ from bridge.kube import paging
 from k8s_event_sim.apiserver import SimApiServer, status_response
 from k8s_event_sim.kubeconfig import write_kubeconfig
 from k8s_event_sim.natsserver import free_port
+from k8s_event_sim.programs import memory_kb
 from k8s_event_sim.waiting import NotMet, eventually, eventually_sync
 from k8s_event_sim.workload import Workload, make_event
 

@@ -1,7 +1,7 @@
 """Side by side with the collector's own Kubernetes events receiver (issue 33, item 5).
 
 ``python -m bench.otlp [--quick]`` (``make bench-otlp``) runs two paths from one real
-kube-apiserver (tests/e2e/controlplane.py) to an OpenTelemetry Collector's file exporter:
+kube-apiserver (tests/standins/controlplane.py) to an OpenTelemetry Collector's file exporter:
 
 - **A**: an ``otelcol`` (v0.139.0, e2e/build-otelcol.sh) with contrib's ``k8s_events`` receiver;
 - **B**: the bridge (two replicas, leader election on a Lease, as deploy/ runs it) → JetStream

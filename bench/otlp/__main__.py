@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bench.otlp import log, phases, report
 from bench.run import RESULTS, machine_facts
-from tests.e2e.controlplane import ControlPlane, ensure_binaries, kubernetes_version
-from tests.otelcol import ensure_otelcol
+from tests.standins.controlplane import ControlPlane, ensure_binaries, kubernetes_version
+from tests.standins.otelcol import ensure_otelcol
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

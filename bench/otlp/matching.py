@@ -2,8 +2,8 @@
 
 The truth is every Event version the API server accepted (``load.Version``: uid,
 resourceVersion, count, lastTimestamp, the phase it was written in). Each path's output is the
-log records its collector's file exporter wrote (``tests.otelcol.Record``). A record *matches* a
-version when:
+log records its collector's file exporter wrote (``tests.standins.otelcol.Record``). A record
+*matches* a version when:
 
 - **path B** (bridge → JetStream → k8s-event-otlp → collector): its ``cloudevents.event_id`` is the
   version's id, ``<uid>/<resourceVersion>``. A copy whose id is not its own

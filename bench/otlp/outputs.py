@@ -1,6 +1,6 @@
 """What each path's collector wrote so far, read as the files grow: the run's conditions ("the
 output carries a version written after the fault") look here. The final count reads the files
-whole (``matching``, tests/otelcol.py's ``parse``)."""
+whole (``matching``, tests/standins/otelcol.py's ``parse``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 from bench.otlp import matching
 from bench.otlp.load import Version
-from tests.otelcol import Record, parse
+from tests.standins.otelcol import Record, parse
 
 
 @dataclass
 class Tail:
     """What the files of a path hold so far, read incrementally: the keys (``key`` of each
     record) seen in each file. Only whole lines are read; a torn one is skipped here (the final
-    count reads the files whole, tests/otelcol.py's ``parse``)."""
+    count reads the files whole, tests/standins/otelcol.py's ``parse``)."""
 
     files: Callable[[], list[Path]]
     key: Callable[[Record], str | None]

@@ -1,6 +1,6 @@
 """The two paths from one API server to an OpenTelemetry Collector's file, as real processes.
 
-- **A, the collector's ``k8s_events`` receiver**: ``otelcol`` (tests/otelcol.py, contrib's
+- **A, the collector's ``k8s_events`` receiver**: ``otelcol`` (tests/standins/otelcol.py, contrib's
   receiver on the API server's kubeconfig, every namespace) writing each record to a file.
   Replicas are collectors of their own (their own files), the path's output all of them: two
   replicas are what a user runs for HA, each sending what it sees.
@@ -23,15 +23,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from bench.otlp.sampling import Sampler
-from bench.procs import defaults_config
-from k8s_event_sim.natsserver import NatsServer, free_port
-from tests.integration.harness import BridgeProcess, ConsumerProcess
-from tests.otelcol import Collector, K8sEvents, Record, read
+from k8s_event_sim.configs import bridge_config, subscriber_config
+from k8s_event_sim.natsserver import NatsServer
+from k8s_event_sim.programs import BridgeProcess, ConsumerProcess
+from tests.standins.otelcol import Collector, K8sEvents, Record, read
 
 RECEIVER = "A"  # the path names in the results
 BRIDGE = "B"
@@ -150,20 +147,15 @@ class BridgePath:
 
     def bridge_config(self, identity: str) -> Path:
         assert self.nats is not None
-        return defaults_config(
-            self.workdir / f"bridge-{identity}.yaml",
-            CLUSTER,
+        return bridge_config(
+            self.workdir,
             self.nats.url,
             self.kubeconfig,
-            free_port(),
-            sections={
-                "leader_election": {
-                    "enabled": True,
-                    "namespace": BRIDGE_NAMESPACE,
-                    "identity": identity,
-                },
-                "log": {"level": "info"},
-            },
+            defaults=True,
+            name=f"bridge-{identity}.yaml",
+            cluster={"name": CLUSTER},
+            leader_election={"enabled": True, "namespace": BRIDGE_NAMESPACE, "identity": identity},
+            log={"level": "info"},
         )
 
     def start_bridge(self, identity: str) -> BridgeProcess:
@@ -208,14 +200,15 @@ class BridgePath:
     def start_otlp(self) -> ConsumerProcess:
         assert self.nats is not None and self.collector is not None
         if self.otlp_config is None:
-            self.otlp_config = self.workdir / "otlp.yaml"
-            cfg: dict[str, Any] = {
-                "nats": {"servers": [self.nats.url]},
-                "otlp": {"endpoint": self.collector.url},
-                "http": {"host": "127.0.0.1", "port": free_port()},
-                "log": {"level": "info", "format": "json"},
-            }
-            self.otlp_config.write_text(yaml.safe_dump(cfg))
+            self.otlp_config = subscriber_config(
+                self.workdir,
+                "k8s_event_consumer.otlp",
+                {"servers": [self.nats.url]},
+                self.kubeconfig,
+                name="otlp.yaml",
+                otlp={"endpoint": self.collector.url},
+                log={"level": "info"},
+            )
         if self.otlp is not None and self.otlp.running():
             raise RuntimeError("k8s-event-otlp is running already")
         self.subscriber_starts += 1
@@ -237,11 +230,7 @@ class BridgePath:
     async def held_records(self) -> float:
         """The subscriber's ``k8s_event_otlp_held_records``: records in hand, being sent."""
         assert self.otlp is not None
-        _, text = await self.otlp.get("/metrics")
-        for line in text.splitlines():
-            if line.startswith("k8s_event_otlp_held_records "):
-                return float(line.rsplit(" ", 1)[1])
-        raise RuntimeError("k8s-event-otlp exposes no k8s_event_otlp_held_records")
+        return await self.otlp.metric("held_records")
 
     def stop(self) -> None:
         """Everything, the subscriber first (SIGTERM), the collector (flushed) last."""

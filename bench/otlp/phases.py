@@ -43,10 +43,10 @@ from bench.otlp.outputs import Tail, bridge_key, key_a, receiver_key
 from bench.otlp.paths import BRIDGE, RECEIVER, BridgePath, ReceiverPath, Replica
 from bench.otlp.restarting import Kubelet, exit_of, running
 from bench.otlp.sampling import Sampler
-from bench.procs import cpu_seconds
+from k8s_event_sim.programs import cpu_seconds
 from k8s_event_sim.waiting import NotMet, eventually
-from tests.e2e.controlplane import ControlPlane
-from tests.otelcol import Record
+from tests.standins.controlplane import ControlPlane
+from tests.standins.otelcol import Record
 
 PHASES = ("warm-up", "restart", "otlp collector outage", "apiserver outage", "leader change")
 NAMESPACES = ("compare-a", "compare-b", "compare-c")

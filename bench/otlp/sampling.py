@@ -1,4 +1,4 @@
-"""CPU and memory of each path's processes, read from /proc as bench/procs.py reads them:
+"""CPU and memory of each path's processes, read from /proc as k8s_event_sim.programs reads them:
 utime + stime (``cpu_seconds``) and VmRSS / VmHWM (``memory_kb``) of every process, sampled
 every ``interval`` seconds.
 
@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.procs import cpu_seconds, memory_kb
+from k8s_event_sim.programs import cpu_seconds, memory_kb
 
 
 @dataclass

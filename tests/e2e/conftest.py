@@ -27,15 +27,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import LivingCluster
-from tests.e2e.controlplane import (
+from tests.standins.cluster import LivingCluster
+from tests.standins.controlplane import (
     ControlPlane,
     ControlPlaneError,
     ensure_binaries,
     living_versions,
     selected_versions,
 )
-from tests.e2e.controlplane import kubernetes_version as version_named
+from tests.standins.controlplane import kubernetes_version as version_named
 
 _build: dict[str, Any] = {}
 LIVING_FIXTURES = ("living_cluster", "own_living_cluster")

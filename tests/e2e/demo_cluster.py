@@ -26,8 +26,14 @@ from bridge.settings import Settings
 from k8s_event_sim.demo import show, start_listed, stop_showing
 from k8s_event_sim.natsserver import NatsServer
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.cluster import BRIEF_NODE_TOLERATIONS, CRASHLOOP_LABEL, LivingCluster, deployment
-from tests.e2e.controlplane import (
+from tests.e2e.truth import Truth, assert_stream_carries
+from tests.standins.cluster import (
+    BRIEF_NODE_TOLERATIONS,
+    CRASHLOOP_LABEL,
+    LivingCluster,
+    deployment,
+)
+from tests.standins.controlplane import (
     BUILD_SCRIPT,
     REPO,
     ControlPlaneError,
@@ -35,7 +41,6 @@ from tests.e2e.controlplane import (
     binaries_present,
     kubernetes_version,
 )
-from tests.e2e.truth import Truth, assert_stream_carries
 from tests.support import NotMet, eventually
 
 REASONS = {

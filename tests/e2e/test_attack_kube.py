@@ -28,7 +28,6 @@ import pytest
 
 from k8s_event_consumer.remediation.rules import annotation_key, suggest
 from k8s_event_consumer.remediation.settings import MemorySettings
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.test_enrichment import grant_enrichment
 from tests.e2e.test_owners import (
     about,
@@ -45,6 +44,7 @@ from tests.e2e.test_owners import (
 from tests.e2e.test_subscribers import metric, remediation_config, worker_kubeconfig
 from tests.e2e.truth import stream_events
 from tests.integration.harness import ConsumerProcess, eventually
+from tests.standins.controlplane import BRIDGE_NAMESPACE, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
+from k8s_event_sim.tcpproxy import LatencyProxy
 from tests.e2e.writer import ApiWriter
 from tests.integration.harness import (
     BridgeProcess,
@@ -33,7 +33,7 @@ from tests.integration.harness import (
     status_events,
     stream_messages,
 )
-from tests.tcp_proxy import LatencyProxy
+from tests.standins.controlplane import BRIDGE_NAMESPACE, ControlPlane
 
 pytestmark = pytest.mark.e2e
 
@@ -429,7 +429,7 @@ async def test_a_slow_api_server_opens_the_breaker_and_holds_relists_until_it_re
     control_plane, writer, start_bridge, nats_server, bridge_kubeconfig, tmp_path
 ):
     """The real kube-apiserver behind a TCP proxy that adds 2 s to everything it sends
-    (tests/tcp_proxy.py). Watch opens get slow; the breaker opens on latency
+    (sim/k8s_event_sim/tcpproxy.py). Watch opens get slow; the breaker opens on latency
     (`apiserver_degraded`). The history is then compacted away: the 410 comes, but no relist
     while the breaker is open, only cheap probes. The latency goes; a probe is answered in
     time (`apiserver_recovered`), the relist follows and what was written meanwhile arrives."""

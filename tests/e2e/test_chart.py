@@ -33,9 +33,9 @@ import pytest
 import yaml
 
 from bridge import settings
-from tests import gotools
 from tests.config_keys import model_keys
-from tests.e2e.controlplane import REPO, ControlPlane, selected_versions
+from tests.standins import gotools
+from tests.standins.controlplane import REPO, ControlPlane, selected_versions
 from tests.support import eventually_sync
 
 GO_TOOLS = ("helm",)

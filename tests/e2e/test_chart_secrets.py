@@ -28,7 +28,6 @@ from k8s_event_consumer.alerting import settings as alerting_settings
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
 from tests import creds
-from tests.e2e.controlplane import ControlPlane
 from tests.e2e.test_chart import (
     CHART,
     NAMESPACE,
@@ -40,6 +39,7 @@ from tests.e2e.test_chart import (
     server_dry_run,
     values_file,
 )
+from tests.standins.controlplane import ControlPlane
 
 GO_TOOLS = ("helm",)
 

@@ -33,7 +33,6 @@ from k8s_event_consumer import configuring
 from k8s_event_consumer.alerting import settings as alerting_settings
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
-from tests.e2e.controlplane import ControlPlane, KubectlError
 from tests.e2e.test_chart import (
     CHART,
     DEPLOY,
@@ -50,6 +49,7 @@ from tests.e2e.test_chart import (
     server_dry_run,
     values_file,
 )
+from tests.standins.controlplane import ControlPlane, KubectlError
 from tests.support import eventually_sync
 
 GO_TOOLS = ("helm",)

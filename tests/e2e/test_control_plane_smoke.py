@@ -18,7 +18,7 @@ from bridge.core.leases import claimed, lease_object
 from bridge.kube.client import KubeClient
 from bridge.runtime.leading import Elector
 from bridge.settings import KubernetesSettings, LeaderElectionSettings
-from tests.e2e.controlplane import ControlPlane
+from tests.standins.controlplane import ControlPlane
 from tests.support import eventually, eventually_sync
 
 pytestmark = pytest.mark.e2e

@@ -47,15 +47,13 @@ import pytest
 import yaml
 
 from bench.budget import Budget
-from bench.procs import cpu_seconds, memory_kb
 from bridge.access import rules
 from bridge.settings import load
 from k8s_event_common.subjects import subject_filter, token
+from k8s_event_sim.programs import cpu_seconds, memory_kb
+from k8s_event_sim.tcpproxy import LatencyProxy
 from k8s_event_sim.workload import Style
 from tests.cloudevent_expected import CLUSTER, expected_attributes
-from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
-from tests.e2e.controlplane import REPO, ControlPlane
-from tests.e2e.controlplane import kubernetes_version as version_named
 from tests.e2e.truth import Truth, cloudevent, stream_events
 from tests.integration.harness import (
     BridgeProcess,
@@ -65,8 +63,10 @@ from tests.integration.harness import (
     status_events,
     stream_messages,
 )
+from tests.standins.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
+from tests.standins.controlplane import REPO, ControlPlane
+from tests.standins.controlplane import kubernetes_version as version_named
 from tests.support import NotMet, eventually, make_event
-from tests.tcp_proxy import LatencyProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -167,7 +167,7 @@ class Subscriber:
 
 
 class RequestGate(LatencyProxy):
-    """tests/tcp_proxy.py's proxy that can also hold what the client sends while it passes on
+    """k8s_event_sim.tcpproxy's proxy that can also hold what the client sends while it passes on
     what the server sends (``hold_requests``): an open watch goes on streaming, a new request
     (a lookup) is never answered, as when the way to the API server fails one way, or it stops
     serving requests but not its open streams."""

@@ -25,14 +25,14 @@ from typing import Any
 import pytest
 
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.cluster import (
+from tests.e2e.truth import Truth, assert_stream_carries
+from tests.integration.harness import BridgeProcess, bridge_config, status_events
+from tests.standins.cluster import (
     BRIEF_NODE_TOLERATIONS,
     CRASHLOOP_LABEL,
     LivingCluster,
     deployment,
 )
-from tests.e2e.truth import Truth, assert_stream_carries
-from tests.integration.harness import BridgeProcess, bridge_config, status_events
 from tests.support import eventually
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.otlp import phases, report
-from tests.e2e.controlplane import ControlPlane
+from tests.standins.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.newest]
 GO_TOOLS = ("otelcol",)  # tests/conftest.py builds it after collection

@@ -29,11 +29,11 @@ from bridge.settings import load
 from k8s_event_consumer.remediation.rules import annotation_key, suggest
 from k8s_event_consumer.remediation.settings import MemorySettings
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.test_enrichment import grant_enrichment
 from tests.e2e.test_subscribers import metric, remediation_config, worker_kubeconfig
 from tests.e2e.truth import stream_events
 from tests.integration.harness import BridgeProcess, ConsumerProcess, bridge_config, eventually
+from tests.standins.controlplane import BRIDGE_NAMESPACE, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,9 @@ import pytest
 
 from k8s_event_consumer.remediation.kube import Kube, NotFound, Refused
 from k8s_event_consumer.remediation.settings import KubernetesSettings
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, ControlPlane
 from tests.e2e.test_subscribers import SUGGESTION_KEY, worker_kubeconfig
 from tests.integration.harness import eventually
+from tests.standins.controlplane import BRIDGE_NAMESPACE, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -28,10 +28,7 @@ from k8s_event_consumer.remediation.kube import Conflict, Kube, NotFound, Refuse
 from k8s_event_consumer.remediation.settings import KubernetesSettings
 from k8s_event_sim.natsserver import free_port
 from k8s_event_sim.waiting import NotMet
-from tests.alertmanager import Alertmanager, Webhook
 from tests.cloudevent_expected import CLUSTER
-from tests.e2e.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
-from tests.e2e.controlplane import BRIDGE_NAMESPACE, REPO, ControlPlane
 from tests.integration.harness import (
     BridgeProcess,
     ConsumerProcess,
@@ -39,6 +36,9 @@ from tests.integration.harness import (
     eventually,
     status_events,
 )
+from tests.standins.alertmanager import Alertmanager, Webhook
+from tests.standins.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
+from tests.standins.controlplane import BRIDGE_NAMESPACE, REPO, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.e2e.controlplane import ControlPlane, minor
+from tests.standins.controlplane import ControlPlane, minor
 
 pytestmark = pytest.mark.e2e
 

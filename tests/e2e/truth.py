@@ -18,8 +18,8 @@ from urllib.parse import unquote
 import aiohttp
 
 from tests.cloudevent_expected import expected_attributes
-from tests.e2e.cluster import LivingCluster
 from tests.integration.harness import stream_messages
+from tests.standins.cluster import LivingCluster
 from tests.support import eventually
 
 # ----------------------------------------------------------------------------- the truth

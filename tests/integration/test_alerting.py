@@ -1,7 +1,7 @@
 """The alerting subscriber end to end: the simulated API server → the real bridge process → a
 real nats-server (JetStream) → ``python -m k8s_event_consumer.alerting`` as a real process → a
-real Prometheus Alertmanager (tests/alertmanager.py), whose ``GET /api/v2/alerts`` and webhook
-notifications are the truth the tests check against what was written."""
+real Prometheus Alertmanager (tests/standins/alertmanager.py), whose ``GET /api/v2/alerts`` and
+webhook notifications are the truth the tests check against what was written."""
 
 from __future__ import annotations
 
@@ -21,8 +21,13 @@ import yaml
 from bridge.core.converting import Converter
 from bridge.jetstream.streams import ensure_stream
 from bridge.settings import NatsSettings as BridgeNatsSettings
-from tests.alertmanager import Alertmanager, AlertmanagerError, Webhook, ensure_alertmanager
 from tests.integration.harness import ConsumerProcess, checkpoint, status_events
+from tests.standins.alertmanager import (
+    Alertmanager,
+    AlertmanagerError,
+    Webhook,
+    ensure_alertmanager,
+)
 from tests.support import Workload, eventually, free_port
 
 pytestmark = pytest.mark.integration

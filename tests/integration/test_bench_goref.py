@@ -1,6 +1,6 @@
 """bench/goref, the benchmark's Go reference pipeline (docs/performance.md), for real: built by
-e2e/build-go-tool.sh (tests/gotools.py), run as bench/run.py runs it against the simulated API
-server and a real nats-server. What it publishes is what the bridge would publish for the same
+e2e/build-go-tool.sh (tests/standins/gotools.py), run as bench/run.py runs it against the simulated
+API server and a real nats-server. What it publishes is what the bridge would publish for the same
 watch lines (bridge.core.converting, structured mode): every version once, its id as the
 ``Nats-Msg-Id``, the same CloudEvent bytes; its JSON line is what bench/run.py reads."""
 
@@ -21,7 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from bench.run import GOREF_STREAM, REFERENCES, reference_figures
 from bridge.core.converting import Converter
 from bridge.core.events import from_line
-from tests import gotools
+from tests.standins import gotools
 from tests.support import Workload
 
 pytestmark = pytest.mark.integration

@@ -20,6 +20,7 @@ from nats.js.api import ExternalStream, StreamConfig, StreamSource
 
 from k8s_event_sim.apiserver import SimApiServer
 from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.tcpproxy import LatencyProxy
 from tests.integration.harness import (
     BridgeProcess,
     Writer,
@@ -27,7 +28,6 @@ from tests.integration.harness import (
     eventually,
     write_kubeconfig,
 )
-from tests.tcp_proxy import LatencyProxy
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import gotools
 from tests.integration.harness import ConsumerProcess, Writer, all_of, eventually, free_port
 from tests.otlp_endpoint import Endpoint
+from tests.standins import gotools
 from tools import monitoring
 
 GO_TOOLS = ("promtool",)

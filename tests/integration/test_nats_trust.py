@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 import trustme
-import yaml
 
 from k8s_event_common.connecting import Connection
 from k8s_event_common.options import NatsOptions
-from k8s_event_sim.natsserver import NatsServer, free_port
+from k8s_event_sim.natsserver import NatsServer
 from tests.creds import write_creds, write_seed
 from tests.integration.harness import (
     SUBSCRIBERS,
@@ -315,14 +314,13 @@ async def test_a_subscribers_nats_connected_and_readyz_are_read_from_the_client(
     nc = await nats_client.connect(nats_server.url)
     await nc.jetstream().add_stream(k8s_events())
     await nc.close()
-    cfg = {
-        "nats": {"servers": [nats_server.url]},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "cluster": "test"},
-        "http": {"host": "127.0.0.1", "port": free_port()},
-        "log": {"level": "debug", "format": "json"},
-    }
-    path = tmp_path / "remediation.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path = subscriber_config(
+        tmp_path,
+        "k8s_event_consumer.remediation",
+        {"servers": [nats_server.url]},
+        kubeconfig,
+        name="remediation.yaml",
+    )
     p = ConsumerProcess(path, tmp_path / "remediation.log").start()
     try:
         await p.wait_ready(timeout=30)

@@ -1,6 +1,6 @@
-"""NATS in operator mode (decentralised auth) for real: a nats-server trusting an operator made
-by e2e/natsauth (tests/natsauth.py), the bridge and the subscribers on user .creds files, and what
-a running bridge does when its user's JWT expires, is revoked, or is rotated on disk. Then an
+"""NATS in operator mode (decentralised auth) for real: a nats-server trusting an operator made by
+e2e/natsauth (tests/standins/natsauth.py), the bridge and the subscribers on user .creds files, and
+what a running bridge does when its user's JWT expires, is revoked, or is rotated on disk. Then an
 NKey user without JWT, on a server without operator."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import nats
 import pytest
 
 from k8s_event_sim.natsserver import NatsServer
-from tests import gotools, provisioning
+from tests import provisioning
 from tests.integration.harness import (
     BridgeProcess,
     Bridges,
@@ -27,8 +27,9 @@ from tests.integration.harness import (
     readyz,
     subscriber_config,
 )
-from tests.natsauth import Operator
 from tests.otlp_endpoint import Endpoint
+from tests.standins import gotools
+from tests.standins.natsauth import Operator
 
 pytestmark = pytest.mark.integration
 GO_TOOLS = ("natsauth",)

@@ -1,7 +1,7 @@
-"""The real OpenTelemetry Collector of tests/otelcol.py, as the OTLP subscriber meets it: what
-its OTLP/HTTP receiver answers (v0.139.0), what its file exporter keeps across a kill and a
-restart, and what contrib's ``k8s_events`` receiver writes for the Events of an API server
-(the simulated one here), kept apart from the OTLP records.
+"""The real OpenTelemetry Collector of tests/standins/otelcol.py, as the OTLP subscriber meets it:
+what its OTLP/HTTP receiver answers (v0.139.0), what its file exporter keeps across a kill and a
+restart, and what contrib's ``k8s_events`` receiver writes for the Events of an API server (the
+simulated one here), kept apart from the OTLP records.
 
 The answers asserted here are the ones docs/e2e.md lists for the sender: 200 with an empty
 partial success; 400 with a ``google.rpc.Status`` (code 3, InvalidArgument) for a body over
@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 
 from k8s_event_sim.apiserver import now_rfc3339_micro
-from tests.otelcol import Collector, K8sEvents
+from tests.standins.otelcol import Collector, K8sEvents
 from tests.support import event, eventually
 
 GO_TOOLS = ("otelcol",)  # tests/conftest.py builds it after collection

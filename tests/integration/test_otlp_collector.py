@@ -1,5 +1,5 @@
 """``k8s-event-otlp`` against a real OpenTelemetry Collector (otelcol v0.139.0, its OTLP receiver
-and file exporter: tests/otelcol.py), fed by the real bridge from the simulated API server
+and file exporter: tests/standins/otelcol.py), fed by the real bridge from the simulated API server
 through a real nats-server. What the collector wrote is compared with every Event version the
 API server accepted (the workload's ids), across SIGKILLs of the bridge and of the subscriber
 while Events flow and requests are in flight, a collector stopped and started (an outage) and
@@ -25,7 +25,7 @@ from k8s_event_consumer.otlp import shipping
 from tests.integration.harness import all_of
 from tests.integration.test_otlp_flow import Otlp, acked_all
 from tests.integration.test_otlp_flow import config as otlp_config
-from tests.otelcol import Collector
+from tests.standins.otelcol import Collector
 from tests.support import Workload, eventually
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """Fixtures of the node tier (tests/node, marker ``node``): the application image, a real node
-(tests/node/node.py) and a nats-server the Pods reach, one each per session.
+(tests/standins/node.py) and a nats-server the Pods reach, one each per session.
 
 Right after collection, when a node test is selected, the session builds what the node runs,
 outside pytest-timeout's per-test limit and with the progress on the terminal: the newest
@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.controlplane import ControlPlaneError, ensure_binaries, kubernetes_version
-from tests.node.host import address
-from tests.node.node import HostNats, Node
+from k8s_event_sim.natsserver import NatsServer
+from tests.standins.controlplane import ControlPlaneError, ensure_binaries, kubernetes_version
+from tests.standins.node import Node
+from tests.standins.node_host import address
 
 HERE = Path(__file__).resolve().parent
 NODE_TIMEOUT = 900
@@ -135,9 +136,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @pytest.fixture(scope="session")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostNats]:
+def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """A nats-server with JetStream on the host's address and a free port (``nats.url``)."""
-    server = HostNats(address(), str(tmp_path_factory.mktemp("nats"))).start()
+    server = NatsServer(str(tmp_path_factory.mktemp("nats")), host=address()).start()
     try:
         yield server
     finally:

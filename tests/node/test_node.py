@@ -1,4 +1,4 @@
-"""The node harness itself (tests/node/node.py): a Pod from the application image runs on the
+"""The node harness itself (tests/standins/node.py): a Pod from the application image runs on the
 real kubelet as the image's user with a read-only root, the projected service-account token and
 ``kube-root-ca.crt`` in place, reaches the API server through the ``kubernetes`` Service and the
 host's nats-server; a container killed from the host with a real SIGKILL is restarted by the
@@ -12,7 +12,8 @@ import os
 import signal
 from typing import Any
 
-from tests.node.node import HostNats, Node
+from k8s_event_sim.natsserver import NatsServer
+from tests.standins.node import Node
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -79,7 +80,7 @@ def claims(token: str) -> dict[str, Any]:
 
 
 def test_a_pod_from_the_image_runs_as_its_user_read_only_with_token_and_ca(
-    node: Node, nats: HostNats, namespace: str
+    node: Node, nats: NatsServer, namespace: str
 ) -> None:
     env = [
         {"name": "NATS_HOST", "value": nats.host},

@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.alertmanager import Alertmanager
 from tests.node.workloads import (
     CONSUMERS,
     CRASH_LOOP,
@@ -52,6 +51,7 @@ from tests.node.workloads import (
     ready,
     secret,
 )
+from tests.standins.alertmanager import Alertmanager
 
 pytest_plugins = ["tests.node.installs"]
 

@@ -29,7 +29,6 @@ import re
 import secrets
 import shlex
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -43,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from k8s_event_sim.natsserver import binary as nats_binary
+from k8s_event_sim.natsserver import NatsServer
 from tests import provisioning
 from tests.e2e.truth import Truth as _Truth
 from tests.integration.harness import stream_messages
@@ -77,7 +76,7 @@ class SecuredNats:
         self.dir = workdir
         self.port = free_port()
         self.passwords = {p: "p" + secrets.token_hex(16) for p in (*natsperms.PROGRAMS, OPERATOR)}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server: NatsServer | None = None
 
     @property
     def url(self) -> str:
@@ -108,36 +107,15 @@ class SecuredNats:
             f'jetstream {{ store_dir: "{self.dir / "store"}" }}\n'
             "include ./k8s-event-bridge.conf\n"
         )
-        env = {
-            **os.environ,
-            **{natsperms.password_variable(p): pw for p, pw in self.passwords.items()},
-        }
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [nats_binary(), "-c", str(self.dir / "nats.conf")],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        proc = self.proc
-
-        def listening() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {self.log.read_text()[-2000:]}")
-            with socket.create_connection((self.host, self.port), timeout=0.5):
-                return True
-
-        eventually_sync(listening, 15, 0.05, what=f"nats-server on {self.host}:{self.port}")
+        env = {natsperms.password_variable(p): pw for p, pw in self.passwords.items()}
+        self.server = NatsServer(
+            str(self.dir), self.port, host=self.host, config=self.dir / "nats.conf", env=env
+        ).start(15)
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.server is not None:
+            self.server.stop()
 
     def provision_bridge(self, config: Path, *args: str) -> str:
         """``k8s-event-bridge provision --config FILE`` with the operator's credentials, as

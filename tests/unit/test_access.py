@@ -2,7 +2,7 @@
 kustomize component deploy/components/enrich/ and the Helm chart's config.enrich. Each grants
 exactly what access.rules computes for its config: nothing without enrichment, list and watch
 on namespaces for namespace values, get on the kinds of enrich.object.kinds for object
-values. The chart is rendered by the cached helm (tests/gotools.py)."""
+values. The chart is rendered by the cached helm (tests/standins/gotools.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import yaml
 
 from bridge import access, settings
 from k8s_event_common.owners import KINDS
-from tests import gotools
+from tests.standins import gotools
 
 GO_TOOLS = ("helm",)  # tests/conftest.py builds it after collection
 

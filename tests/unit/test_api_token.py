@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from k8s_event_common.kube.lean import incluster_config
-from tests import gotools
+from tests.standins import gotools
 
 # the chart's cases run helm: the go-tools tier's, once it is built (a cold run's unit tier
 # would otherwise build it inside a test's time limit)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import gotools
+from tests.standins import gotools
 
 GO_TOOLS = ("helm",)  # tests/conftest.py builds it after collection
 

@@ -1,7 +1,7 @@
-"""A test module that runs a Go tool (tests/gotools.py) says so in ``GO_TOOLS``: tools/testrun.py
-runs those tests in the go-tools tier once the tools are built, and the other tiers leave them
-out. One that does not say it runs in the unit or integration tier, where a cold machine builds
-the tool inside the test's time limit (a cold CI run failed so)."""
+"""A test module that runs a Go tool (tests/standins/gotools.py) says so in ``GO_TOOLS``:
+tools/testrun.py runs those tests in the go-tools tier once the tools are built, and the other tiers
+leave them out. One that does not say it runs in the unit or integration tier, where a cold machine
+builds the tool inside the test's time limit (a cold CI run failed so)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading the collector's file exporter back (tests/otelcol.py), with no process.
+"""Reading the collector's file exporter back (tests/standins/otelcol.py), with no process.
 
 tests/data/otelcol/file-exporter-v0.139.0.jsonl is one line the real file exporter (otelcol
 v0.139.0, ``format: json``) wrote for one protobuf ExportLogsServiceRequest that holds every
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import otelcol
+from tests.standins import otelcol
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "otelcol" / "file-exporter-v0.139.0.jsonl"
 LINE = SAMPLE.read_text().strip()

@@ -4,7 +4,7 @@ a kubelet and kube-proxy, the application image imported; :meth:`Node.stop` undo
 What :meth:`Node.start` runs, each process with its log in one log directory, everything else
 under one work directory:
 
-* **etcd and kube-apiserver** (tests/e2e/controlplane.py's ``Etcd`` and ``ApiServer``) on the
+* **etcd and kube-apiserver** (tests/standins/controlplane.py's ``Etcd`` and ``ApiServer``) on the
   host's address and a free port, so that Pods reach it through the ``kubernetes`` Service (its
   endpoint is the host's address): ``--authorization-mode=Node,RBAC``, ``NodeRestriction``, the
   ServiceAccount admission plugin on (the ``kube-api-access`` projected volume is injected), the
@@ -13,7 +13,7 @@ under one work directory:
   publisher writing ``kube-root-ca.crt`` into each namespace, deployments, replicasets,
   statefulsets, the garbage collector, the namespace controller...) and **kube-scheduler**.
 * **containerd** (Debian's) with its own config, root, state, socket and runc root
-  (tests/node/configs.py: ``restrict_oom_score_adj = true`` is required here). The pause image:
+  (node_configs.py: ``restrict_oom_score_adj = true`` is required here). The pause image:
   ``build/pause/linux/pause.c`` of the k8s.io/kubernetes module (the Go module cache) built with
   ``gcc -static``, written as an image archive, imported. The application image's archive
   (``tools.image.build_image()``) is imported with ``ctr -n k8s.io images import`` while the
@@ -26,7 +26,7 @@ under one work directory:
 
 One node per machine: a machine-wide ``flock`` (:data:`LOCK`) makes a second one wait. The
 changes to the host, their record and their undoing (also of a run that died before its
-teardown) are tests/node/host.py's.
+teardown) are tests/standins/node_host.py's.
 
 :meth:`Node.stop`, in order: the controllers stopped and every Pod deleted (the kubelet stops its
 containers and tears down its sandbox, network and volumes), the kubelet, kube-proxy and
@@ -44,7 +44,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -56,11 +55,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from k8s_event_sim.natsserver import NatsServer, binary
-from tests import gotools
-from tests.e2e.controlplane import ApiServer, Certs, Etcd, ensure_binaries, kubernetes_version
-from tests.node import configs, host
-from tests.node.host import Daemon, Host, NodeError, run, tail
+from tests.standins import gotools
+from tests.standins import node_configs as configs
+from tests.standins import node_host as host
+from tests.standins.controlplane import ApiServer, Certs, Etcd, ensure_binaries, kubernetes_version
+from tests.standins.node_host import Daemon, Host, NodeError, run, tail
 from tests.support import NotMet, eventually_sync, free_port, write_kubeconfig
 
 LOCK = Path("/run/lock/k8s-event-bridge-node.lock")
@@ -425,7 +424,7 @@ class Node:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> str:
-        """kubectl as the admin; its stdout. Raises ``KubectlError`` (tests/e2e/controlplane.py)
+        """kubectl as the admin; its stdout. Raises ``KubectlError`` (controlplane.py)
         on failure, or with ``check=False`` returns ''."""
         done = self.apiserver.kubectl(*args, input=input, check=check, timeout=timeout)
         return done.stdout if done.returncode == 0 else ""
@@ -689,33 +688,6 @@ class Node:
             run(self._ctr("tasks", "kill", "-s", "SIGKILL", t), check=False)
         for t in tasks:
             run(self._ctr("tasks", "delete", "-f", t), check=False)
-
-
-class HostNats(NatsServer):
-    """nats-server -js on the host's address (where Pods reach it), its own store."""
-
-    def __init__(self, address: str, store_dir: str) -> None:
-        super().__init__(store_dir=store_dir)
-        self.host = address
-
-    @property
-    def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> HostNats:
-        cmd = [binary(), "-js", "-a", self.host, "-p", str(self.port), "-sd", self.store_dir]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        proc = self.proc
-
-        def listening() -> bool:
-            if proc.poll() is not None:
-                raise NodeError(f"nats-server exited: {tail(Path(self.log_path))}")
-            with socket.create_connection((self.host, self.port), timeout=0.5):
-                return True
-
-        eventually_sync(listening, timeout, 0.05, what=f"nats-server on {self.host}:{self.port}")
-        return self
 
 
 class _Background:

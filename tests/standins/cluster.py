@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.controlplane import (
+from tests.standins.controlplane import (
     REPO,
     ControlPlane,
     ControlPlaneError,

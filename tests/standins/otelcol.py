@@ -58,7 +58,7 @@ from typing import Any, TypedDict
 import aiohttp
 import yaml
 
-from tests import gotools
+from tests.standins import gotools
 from tests.support import eventually, eventually_sync, free_port
 
 
@@ -68,7 +68,7 @@ class CollectorError(RuntimeError):
 
 def ensure_otelcol() -> Path:
     """The otelcol binary, built with e2e/build-otelcol.sh when it is missing
-    (tests/gotools.py: one attempt per process, a failed build fails every later call)."""
+    (tests/standins/gotools.py: one attempt per process, a failed build fails every later call)."""
     try:
         return gotools.ensure("otelcol")
     except gotools.ToolError as exc:

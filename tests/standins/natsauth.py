@@ -1,5 +1,5 @@
 """NATS in operator mode (decentralised auth: JWTs signed by NKeys) for the tests, made by
-``natsauth`` (e2e/natsauth, built by tests/gotools.py) and served by a real nats-server.
+``natsauth`` (e2e/natsauth, built by tests/standins/gotools.py) and served by a real nats-server.
 
     op = Operator(tmp_path / "op").setup()      # operator, accounts SYS and APP (JetStream)
     creds = op.user("bridge", expires=5)        # tmp_path/op/bridge.creds
@@ -20,9 +20,8 @@ from typing import Any
 
 import nats
 
-from k8s_event_sim.natsserver import NatsServer, binary, free_port
-from k8s_event_sim.natsserver import _wait_listening as wait_listening
-from tests import gotools
+from k8s_event_sim.natsserver import NatsServer, free_port
+from tests.standins import gotools
 
 # the full resolver's subject for a pushed account JWT (nsc push, `nats server request`)
 CLAIMS_UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
@@ -120,7 +119,7 @@ class Operator:
         store = self.dir / "nats"
         path = self.dir / "nats-server.conf"
         path.write_text(self.config(port, store))
-        self.server = ConfigNatsServer(path, store_dir=str(store), port=port).start()
+        self.server = NatsServer(str(store), port, config=path).start()
         return self.server
 
     def stop(self) -> None:
@@ -150,22 +149,3 @@ class Operator:
         JWT; returns once the server took it (it has dropped the user's connections then)."""
         account_jwt = self.run("revoke", str(self.dir), name).strip()
         await self.push(account_jwt)
-
-
-class ConfigNatsServer(NatsServer):
-    """A nats-server run on a config file alone (``-c``): NatsServer's ``-js -a -p -sd`` do
-    not combine with a config that sets JetStream's ``store_dir`` (the server exits with
-    "Duplicate 'store_dir' configuration", even for the same path). The file must listen on
-    ``port``."""
-
-    def __init__(self, config: Path, *, store_dir: str, port: int) -> None:
-        super().__init__(store_dir=store_dir, port=port)
-        self.config = config
-
-    def start(self, timeout: float = 10.0) -> ConfigNatsServer:
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [binary(), "-c", str(self.config)], stdout=logf, stderr=subprocess.STDOUT
-            )
-        wait_listening(self.proc, self.port, self.log_path, "nats-server", timeout)
-        return self

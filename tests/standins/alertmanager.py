@@ -32,7 +32,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests import gotools
+from tests.standins import gotools
 from tests.support import eventually, free_port
 
 
@@ -46,7 +46,7 @@ def binary_path() -> Path:
 
 def ensure_alertmanager() -> Path:
     """The alertmanager binary, built with e2e/build-alertmanager.sh when it is missing
-    (tests/gotools.py: one attempt per process, a failed build fails every later call)."""
+    (tests/standins/gotools.py: one attempt per process, a failed build fails every later call)."""
     try:
         return gotools.ensure("alertmanager")
     except gotools.ToolError as exc:

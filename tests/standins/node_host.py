@@ -1,4 +1,4 @@
-"""The machine under a real node (tests/node/node.py): its address, the packages the node
+"""The machine under a real node (tests/standins/node.py): its address, the packages the node
 needs, the processes it starts, and every change it makes to the host, recorded before and
 undone after.
 

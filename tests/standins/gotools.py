@@ -1,10 +1,10 @@
 """The Go programs some tests run besides the control plane: ``promtool`` (the alert rules'
 tests, deploy/monitoring/) and ``helm`` (deploy/helm/), built by ``e2e/build-go-tool.sh``, and
 ``alertmanager`` (the alerting subscriber's tests), built by ``e2e/build-alertmanager.sh``, and
-``otelcol`` (an OpenTelemetry Collector for the OTLP subscriber's tests, tests/otelcol.py), built
+``otelcol`` (an OpenTelemetry Collector for the OTLP subscriber's tests, otelcol.py), built
 by ``e2e/build-otelcol.sh``: from the Go module proxy, cached outside the repo, keyed by their
 versions in ``e2e/versions.env``.
-``natsauth`` (NATS operator-mode JWTs, tests/natsauth.py) is this repo's own e2e/natsauth, and
+``natsauth`` (NATS operator-mode JWTs, natsauth.py) is this repo's own e2e/natsauth, and
 ``goref`` (the benchmark's Go reference pipeline, bench/run.py) its bench/goref, both built by
 ``e2e/build-go-tool.sh`` too, keyed by a hash of their source.
 
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO / "e2e" / "versions.env"
 VERSION_KEYS = {
     "promtool": "PROMETHEUS_VERSION",

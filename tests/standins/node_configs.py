@@ -1,4 +1,4 @@
-"""What a real node (tests/node/node.py) is made of, as pure functions: containerd's config, the
+"""What a real node (tests/standins/node.py) is made of, as pure functions: containerd's config, the
 CNI network, the kubelet's and kube-proxy's configurations, and the pause image's archive.
 
 Each setting that these machines require says why next to it (KUBELET.md of issue 32 has the
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 POD_CIDR = "10.244.77.0/24"
-SERVICE_CIDR = "10.0.0.0/24"  # as tests/e2e/controlplane.py's API server
+SERVICE_CIDR = "10.0.0.0/24"  # as tests/standins/controlplane.py's API server
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 PAUSE_TAG = "localhost/pause:3.10.2-local"
 

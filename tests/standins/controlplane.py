@@ -96,7 +96,7 @@ ADMIN_USER = "e2e-admin"
 CONTROL_PLANE_BINARIES = ("kube-apiserver", "kubectl", "etcd")
 LIVING_BINARIES = ("kube-scheduler", "kube-controller-manager", "kwok")
 BINARIES = CONTROL_PLANE_BINARIES + LIVING_BINARIES
-# what a real node adds (tests/node/node.py: ``--node``)
+# what a real node adds (tests/standins/node.py: ``--node``)
 NODE_BINARIES = ("kubelet", "kube-proxy")
 VERSIONS_ENV = "K8S_EVENT_BRIDGE_E2E_VERSIONS"
 # the versions the tier runs the living cluster on (docs/e2e.md: by default the newest only)
