@@ -17,11 +17,12 @@ def get(name: str) -> Logger:
 
 
 def setup(level: str = "info", format: str = "json", own: tuple[str, ...] = ()) -> None:
-    """``level`` for the subscribers' loggers (``k8s_event_consumer.*``) and those named in
+    """``level`` for the subscribers' loggers (``k8s_event_consumer.*``, and the shared
+    package's ``k8s_event_common.*``: the stream checks, the HTTP server) and those named in
     ``own`` (a subscriber built on the kit); every library's (kubernetes_asyncio, aiohttp,
     nats, ...) stays at WARNING: at debug they would log response bodies (Pod env values)."""
     root = logging.getLogger()
     root.handlers[:] = [logformat.handler(format)]
     logformat.quiet_libraries()
-    for name in ("k8s_event_consumer", *own):
+    for name in ("k8s_event_consumer", "k8s_event_common", *own):
         logging.getLogger(name).setLevel(level.upper())

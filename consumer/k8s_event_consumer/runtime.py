@@ -12,7 +12,7 @@ drain → the clients closed. With ``provision`` it only makes the durable and w
 Exit codes (every program, as the bridge): 0 a clean stop (or the stop asked for before the
 start was done); 1 a failure (the stream or the durable in another shape, a task that ended by
 itself); 2 a configuration that can not be used (``Unusable``, a credential or TLS file). The
-first signal drains (the message or batch in hand finishes, at most ``drain_timeout``); a
+first signal drains (the message or batch in hand finishes, at most ``stop_timeout``); a
 second exits at once. Every log line is an event name and fields (``k8s_event_consumer.<name>``).
 """
 
@@ -78,7 +78,7 @@ class Subscriber:
 
     name: ClassVar[str]  # ``alerting``: logs ``k8s_event_consumer.alerting``, metrics below
     counters: ClassVar[Sequence[Counter]] = ()  # its own, besides the runtime's
-    drain_timeout: ClassVar[float] = 10.0  # seconds the message or batch in hand may take
+    stop_timeout: ClassVar[float] = 10.0  # seconds the message or batch in hand may take
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -197,6 +197,8 @@ class Runtime:
             if self.nc is not None:
                 with contextlib.suppress(Exception):
                     await self.nc.close()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
             self.log.info("stopped", **self._stats())
 
     async def _serve_http(self) -> None:
@@ -254,9 +256,9 @@ class Runtime:
         self.ready = False
         await consumer.stop()
         try:
-            await self.clock.wait_for(asyncio.shield(consuming), self.program.drain_timeout)
+            await self.clock.wait_for(asyncio.shield(consuming), self.program.stop_timeout)
         except TimeoutError:
-            self.log.warning("drain_timeout", seconds=self.program.drain_timeout)
+            self.log.warning("stop_timeout", seconds=self.program.stop_timeout)
         return EXIT_OK
 
     async def _open(self, nc: NATS) -> Consumer | None:

@@ -76,7 +76,7 @@ class Program(runtime.Subscriber):
 
     name = "otlp"
     counters = COUNTERS
-    drain_timeout = 20.0  # the batch in hand settles (sent, or handed back)
+    stop_timeout = 20.0  # the batch in hand settles (sent, or handed back)
     shipper: Shipper | None = None
 
     async def setup(self) -> None:
