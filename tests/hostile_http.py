@@ -206,13 +206,15 @@ async def probe(
 
 @dataclass
 class Trickled:
-    """What came of a head sent a byte at a time: ``sent`` of its ``length`` bytes went out
-    before the server answered or ended the connection; ``answer`` is what it sent back
-    (``b""``: it ended the connection without a word)."""
+    """What came of a head sent a byte at a time: ``sent`` of its ``length`` bytes went out;
+    ``answer`` is what the server sent back (``b""``: not a word); ``ended``: it ended the
+    connection (else the trickle gave up, the head sent whole and answered, or at its
+    deadline)."""
 
     sent: int
     length: int
     answer: bytes
+    ended: bool
 
     @property
     def whole(self) -> bool:
@@ -224,10 +226,12 @@ async def trickle(
     host: str, port: int, head: bytes, interval: float = 1.0, timeout: float = 120.0
 ) -> Trickled:
     """A slow-loris: send ``head`` one byte every ``interval`` seconds (each byte resets a
-    timeout that counts from the last byte read), while reading; stop at the server's end of
-    the connection. Within ``timeout`` seconds, else ``TimeoutError``."""
+    timeout that counts from the last byte read), while reading; until the server ends the
+    connection, or the head went whole and was answered (a server that keeps connections
+    alive), or ``timeout`` seconds."""
     reader, writer = await asyncio.open_connection(host, port)
     sent = 0
+    got = bytearray()
 
     async def send() -> None:
         nonlocal sent
@@ -238,21 +242,24 @@ async def trickle(
                 sent += 1
                 await asyncio.sleep(interval)  # the attack's pace
 
-    async def receive() -> bytes:
-        got = bytearray()
+    async def receive() -> bool:
         with contextlib.suppress(OSError):
             while chunk := await reader.read(65536):
-                got += chunk
-        return bytes(got)
+                got.extend(chunk)
+                if sent == len(head) and b"\r\n\r\n" in got:
+                    return False  # answered once whole, the connection kept
+        return True
 
     sending = asyncio.create_task(send())
     try:
-        answer = await asyncio.wait_for(receive(), timeout)
+        ended = await asyncio.wait_for(receive(), timeout)
+    except TimeoutError:
+        ended = False
     finally:
         sending.cancel()
         await asyncio.gather(sending, return_exceptions=True)
         writer.transport.abort()
-    return Trickled(sent, len(head), answer)
+    return Trickled(sent, len(head), bytes(got), ended)
 
 
 async def unread(host: str, port: int, request: bytes, connections: int) -> list[socket.socket]:
