@@ -4,9 +4,9 @@ FILE]``.
 A program is a package with a ``settings`` module (``load``, ``CONFIG_FILE_ENV``) and a
 ``running`` module whose ``Program`` is its ``runtime.Subscriber``. A config error prints one
 line (``<prog>: <what is wrong>``) and exits 2; ``check-config`` prints the effective config,
-secrets redacted; ``run`` and ``provision`` set up the logs and run the program on the runtime
-(``running`` and ``k8s_event_consumer.runtime`` imported only then: ``check-config`` loads
-nothing of the running service)."""
+secrets redacted; ``run`` and ``provision`` run the program on the runtime, which sets up the
+logs (``running`` and ``k8s_event_consumer.runtime`` are imported only then: ``check-config``
+loads nothing of the running service)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import yaml
 
-from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
 
 EXIT_CONFIG = 2
@@ -50,7 +49,6 @@ def main(
         print(yaml.safe_dump(redacted(cfg), sort_keys=False), end="")
         return 0
     program = importlib.import_module(f"{package}.running").Program
-    logs.setup(cfg.log.level, cfg.log.format)
     from k8s_event_consumer import runtime
 
     return asyncio.run(runtime.serve(program, cfg, provision=args.command == "provision"))
