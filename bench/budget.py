@@ -41,7 +41,9 @@ x86_64; ``Budget.of(settings)`` computes the bound for a configuration.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
@@ -205,8 +207,39 @@ NATS_READ_CHUNK = 64 * 1024  # what nats-py reads at once, on top of a message b
 
 
 @dataclass(frozen=True)
-class OtlpBudget:
+class Parts:
+    """A bound as the sum of its parts, each a float field of the dataclass; ``LABELS`` names
+    each part for the docs' tables."""
+
+    LABELS: ClassVar[dict[str, str]] = {}
+
+    @property
+    def total(self) -> float:
+        return float(sum(getattr(self, f.name) for f in dataclasses.fields(self)))
+
+    @property
+    def total_mib(self) -> float:
+        return self.total / MIB
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(part, MiB) in the order of the formula, the total last."""
+        parts = [
+            (self.LABELS[f.name], getattr(self, f.name) / MIB) for f in dataclasses.fields(self)
+        ]
+        return [*parts, ("total", self.total_mib)]
+
+
+@dataclass(frozen=True)
+class OtlpBudget(Parts):
     """The OTLP subscriber's worst case, computed from its settings (``OtlpBudget.of``)."""
+
+    LABELS: ClassVar[dict[str, str]] = {
+        "base": "base (idle + flow)",
+        "batch": "the batch in hand",
+        "request": "the request in flight",
+        "dead_letter": "a dead letter",
+        "nats": "nats-py buffers",
+    }
 
     base: float
     batch: float
@@ -225,22 +258,3 @@ class OtlpBudget:
             dead_letter=max_payload * OTLP_DEAD_LETTER_COPIES,
             nats=max_payload + NATS_READ_CHUNK + NATS_PENDING,
         )
-
-    @property
-    def total(self) -> float:
-        return self.base + self.batch + self.request + self.dead_letter + self.nats
-
-    @property
-    def total_mib(self) -> float:
-        return self.total / MIB
-
-    def rows(self) -> list[tuple[str, float]]:
-        """(part, MiB) in the order of the formula, the total last."""
-        return [
-            ("base (idle + flow)", self.base / MIB),
-            ("the batch in hand", self.batch / MIB),
-            ("the request in flight", self.request / MIB),
-            ("a dead letter", self.dead_letter / MIB),
-            ("nats-py buffers", self.nats / MIB),
-            ("total", self.total_mib),
-        ]

@@ -13,27 +13,24 @@ OpenTelemetry Collector (otelcol v0.139.0, tests/standins/otelcol.py):
 
 from __future__ import annotations
 
-import contextlib
 import random
 import secrets
 import signal
 import time
-from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import yaml
 
 from bench.budget import MIB, OtlpBudget
 from bridge.core.converting import Converter
 from k8s_event_consumer.otlp import settings
+from tests.integration.test_otlp_collector import ids_in
 from tests.integration.test_otlp_flow import CLUSTER, Otlp, acked_all, event
 from tests.integration.test_otlp_flow import config as otlp_config
+from tests.integration.test_otlp_flow import nc as nc  # the fixture: the stream made first
 from tests.standins.otelcol import Collector
-from tests.streams import k8s_events
 from tests.support import eventually, free_port
 
 pytestmark = pytest.mark.integration
@@ -96,19 +93,6 @@ async def publish(nc: Any, objs: list[dict[str, Any]]) -> list[str]:
         await js.publish(msg.subject, msg.payload, headers=msg.headers, timeout=30)
         ids.append(f"{obj['metadata']['uid']}/{obj['metadata']['resourceVersion']}")
     return ids
-
-
-def ids_in(collector: Collector) -> Counter[str]:
-    return Counter(str(r["attributes"].get("cloudevents.event_id")) for r in collector.records())
-
-
-@pytest.fixture
-async def nc(nats_server: Any) -> AsyncIterator[Any]:
-    client = await nats.connect(nats_server.url)
-    await client.jetstream().add_stream(k8s_events())
-    yield client
-    with contextlib.suppress(Exception):
-        await client.close()
 
 
 async def test_a_collector_taking_64_kib_gets_every_version_from_the_4_mib_default(

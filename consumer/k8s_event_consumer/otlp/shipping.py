@@ -244,12 +244,24 @@ class Shipper:
                 self._unproven = 0
                 self.metrics.inc("requests_total", result="accepted")
                 self.metrics.inc("records_total", len(idx), result="accepted")
-                self._raised(size)
+                limit = self.limit.value
+                raised = self.limit.taken(size)
+                self._limit_changed("raised", limit, raised, refused_bytes=self.limit.refused_at)
                 return  # outcomes stay None: done
             if isinstance(got, sender.Refused) and got.too_large and len(idx) > 1:
                 # too large, not its records' fault: nothing of it taken; smaller requests
                 self.metrics.inc("requests_total", result="refused")
-                self._lowered(size, got)
+                limit = self.limit.value
+                self._limit_changed(
+                    "lowered",
+                    limit,
+                    self.limit.refused(size),
+                    request_bytes=size,
+                    status=got.status,
+                    reason=got.reason,
+                    action="smaller requests (set otlp.max_request_bytes to what the endpoint "
+                    "takes)",
+                )
                 self.metrics.inc("splits_total", why="size")
                 await self._halves(idx, items, deliveries, outcomes, resent=resent)
                 return
@@ -404,34 +416,19 @@ class Shipper:
         )
         return None
 
-    def _raised(self, size: int) -> None:
-        before = self.limit.value
-        after = self.limit.taken(size)
-        if after is not None:
-            self.metrics.inc("request_limit_changes_total", direction="raised")
-            self.log.info(
-                "request_limit_raised",
-                endpoint=self.client.url,
-                from_bytes=before,
-                to_bytes=after,
-                refused_bytes=self.limit.refused_at,
-            )
-
-    def _lowered(self, size: int, got: sender.Refused) -> None:
-        before = self.limit.value
-        after = self.limit.refused(size)
-        if after is not None:
-            self.metrics.inc("request_limit_changes_total", direction="lowered")
-            self.log.warning(
-                "request_limit_lowered",
-                endpoint=self.client.url,
-                from_bytes=before,
-                to_bytes=after,
-                request_bytes=size,
-                status=got.status,
-                reason=got.reason,
-                action="smaller requests (set otlp.max_request_bytes to what the endpoint takes)",
-            )
+    def _limit_changed(self, direction: str, before: int, after: int | None, **why: Any) -> None:
+        """The request limit ``lowered`` or ``raised`` (``after``; None: unchanged): counted,
+        logged once per change."""
+        if after is None:
+            return
+        self.metrics.inc("request_limit_changes_total", direction=direction)
+        (self.log.warning if direction == "lowered" else self.log.info)(
+            f"request_limit_{direction}",
+            endpoint=self.client.url,
+            from_bytes=before,
+            to_bytes=after,
+            **why,
+        )
 
     def _up(self) -> None:
         """The endpoint took a request; the log told so once it said otherwise (a line an
