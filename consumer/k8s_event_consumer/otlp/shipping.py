@@ -219,8 +219,7 @@ class Shipper:
         if not idx:
             return
         if len(idx) > 1 and sum(items[i].size() for i in idx) > self.limit.value:
-            self.metrics.inc("splits_total", why="size")
-            await self._halves(idx, items, deliveries, outcomes, resent=resent)
+            await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
             return
         attempt = 0
         while True:
@@ -231,39 +230,19 @@ class Shipper:
             size = len(body)
             if len(idx) > 1 and size > self.limit.value:  # over, though its records' sizes
                 del body  # summed under it (records of one resource share it in a request)
-                self.metrics.inc("splits_total", why="size")
-                await self._halves(idx, items, deliveries, outcomes, resent=resent)
+                await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
                 return
             got = await self.client.send(body)
             del body
             if resent:
                 self.metrics.inc("resent_records_total", len(idx))
             if isinstance(got, sender.Accepted) and got.rejected == 0:
-                self._up()
-                self.accepted_requests += 1
-                self._unproven = 0
-                self.metrics.inc("requests_total", result="accepted")
-                self.metrics.inc("records_total", len(idx), result="accepted")
-                limit = self.limit.value
-                raised = self.limit.taken(size)
-                self._limit_changed("raised", limit, raised, refused_bytes=self.limit.refused_at)
+                self._taken(len(idx), size)
                 return  # outcomes stay None: done
             if isinstance(got, sender.Refused) and got.too_large and len(idx) > 1:
                 # too large, not its records' fault: nothing of it taken; smaller requests
-                self.metrics.inc("requests_total", result="refused")
-                limit = self.limit.value
-                self._limit_changed(
-                    "lowered",
-                    limit,
-                    self.limit.refused(size),
-                    request_bytes=size,
-                    status=got.status,
-                    reason=got.reason,
-                    action="smaller requests (set otlp.max_request_bytes to what the endpoint "
-                    "takes)",
-                )
-                self.metrics.inc("splits_total", why="size")
-                await self._halves(idx, items, deliveries, outcomes, resent=resent)
+                self._too_large(size, got)
+                await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
                 return
             if isinstance(got, sender.Accepted | sender.Refused | sender.Failed):
                 if isinstance(got, sender.Accepted):
@@ -305,10 +284,9 @@ class Shipper:
                     reason=why,
                     action="split in halves",
                 )
-                self.metrics.inc("splits_total", why=kind)
                 # a partial success took some (a 500 may have: a pipeline that fans out): each
                 # half is sent again (duplicates, same id)
-                await self._halves(idx, items, deliveries, outcomes, resent=again)
+                await self._halves(idx, items, deliveries, outcomes, resent=again, why=kind)
                 return
             # unavailable or blocked: hold the records and send them again later
             result = "unavailable" if isinstance(got, sender.Unavailable) else "blocked"
@@ -333,7 +311,9 @@ class Shipper:
         outcomes: list[Outcome],
         *,
         resent: bool,
+        why: str,
     ) -> None:
+        self.metrics.inc("splits_total", why=why)
         mid = len(idx) // 2
         for half in (idx[:mid], idx[mid:]):
             await self._send(half, items, deliveries, outcomes, resent=resent)
@@ -415,6 +395,31 @@ class Shipper:
             dead_letter_subject=self.dead_letters.subject,
         )
         return None
+
+    def _taken(self, records: int, size: int) -> None:
+        """A request of ``records`` records, ``size`` bytes, taken whole."""
+        self._up()
+        self.accepted_requests += 1
+        self._unproven = 0
+        self.metrics.inc("requests_total", result="accepted")
+        self.metrics.inc("records_total", records, result="accepted")
+        limit = self.limit.value
+        raised = self.limit.taken(size)
+        self._limit_changed("raised", limit, raised, refused_bytes=self.limit.refused_at)
+
+    def _too_large(self, size: int, got: sender.Refused) -> None:
+        """A request of several records, ``size`` bytes, refused as too large."""
+        self.metrics.inc("requests_total", result="refused")
+        limit = self.limit.value
+        self._limit_changed(
+            "lowered",
+            limit,
+            self.limit.refused(size),
+            request_bytes=size,
+            status=got.status,
+            reason=got.reason,
+            action="smaller requests (set otlp.max_request_bytes to what the endpoint takes)",
+        )
 
     def _limit_changed(self, direction: str, before: int, after: int | None, **why: Any) -> None:
         """The request limit ``lowered`` or ``raised`` (``after``; None: unchanged): counted,
