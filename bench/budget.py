@@ -1,4 +1,5 @@
-"""The bridge's worst case of memory, computed from its configuration.
+"""The bridge's worst case of memory, computed from its configuration (and the OTLP
+subscriber's, ``OtlpBudget``, at the end).
 
 What a bridge can hold at once is bounded by its configuration, not by the cluster or the
 length of an outage (docs/performance.md, "Memory: the worst case"):
@@ -40,13 +41,16 @@ x86_64; ``Budget.of(settings)`` computes the bound for a configuration.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
 from bridge.runtime import enriching
 from bridge.settings import Settings
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
+from k8s_event_consumer.otlp import settings as otlp_settings
 
 MIB = 1024 * 1024
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
@@ -161,3 +165,96 @@ def _enrichment(settings: Settings) -> float:
         )
         namespaces = NAMESPACES * per
     return waiting + cache + namespaces
+
+
+# --- the OTLP subscriber (k8s-event-otlp) ---------------------------------------------------
+#
+#     RSS <= base                                   an idle subscriber + a flow of ordinary Events
+#            + (max_request_bytes + max_payload) * 3.5
+#                                                   the batch in hand: the kit's fetch stops once
+#                                                   it holds max_request_bytes, one message more at
+#                                                   most; each message as received, decoded (the
+#                                                   CloudEvent's data as Python objects) and mapped
+#                                                   (its log record, protobuf)
+#            + nats.batch * 16 KiB                  the objects of each message in hand, in all
+#                                                   three, and in the request
+#            + max(max_request_bytes, max_payload) * 4.5
+#                                                   the request in flight: the protobuf message,
+#                                                   its serialised body, its gzip (no smaller when
+#                                                   the text does not compress), the transport's
+#                                                   buffer; a request of several records is at most
+#                                                   max_request_bytes, one record alone one message
+#            + max_payload * 2                      a dead letter: its message and nats-py's frame
+#            + max_payload + 64 KiB + 2 MiB         nats-py: a message being read, its outgoing
+#                                                   buffer while reconnecting
+#
+# max_payload: NATS' (1 MiB unless the server is configured otherwise), the largest message of
+# the stream. The per-byte copies and the per-message objects are measured (RSS before and after
+# each step, CPython 3.11 / x86_64): decoding 1.2x a message's bytes + ~5 KB, mapping 1.25x +
+# ~4-5 KB, the request message 0.8x + ~4-6 KB, its body 1.2x, its gzip up to 1.4x (RSS rounding).
+
+OTLP_IDLE_MIB = 55.0  # an idle OTLP subscriber (54.1 MiB measured; rounded up)
+# a flow's working set the terms below do not count (the HTTP session and connection, the
+# allocator's arenas): 10,000 Events of ~2 KB in batches of 512 peaked 11.8 MiB over idle,
+# less than the 16 MiB the terms count for such a batch; kept as an allowance
+OTLP_FLOW_MIB = 4.0
+MAX_PAYLOAD = MIB  # NATS' default max_payload
+OTLP_BATCH_COPIES = 3.5  # a message in hand: received (1), decoded (1.25), mapped (1.25)
+OTLP_PER_MESSAGE = 16 * 1024  # objects per message in hand (decoded, mapped, in the request)
+OTLP_REQUEST_COPIES = 4.5  # protobuf (1), body (1.25), gzip (1.25), transport (1)
+OTLP_DEAD_LETTER_COPIES = 2.0  # the message with its headers, nats-py's frame of it
+NATS_READ_CHUNK = 64 * 1024  # what nats-py reads at once, on top of a message being parsed
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A bound as the sum of its parts, each a float field of the dataclass; ``LABELS`` names
+    each part for the docs' tables."""
+
+    LABELS: ClassVar[dict[str, str]] = {}
+
+    @property
+    def total(self) -> float:
+        return float(sum(getattr(self, f.name) for f in dataclasses.fields(self)))
+
+    @property
+    def total_mib(self) -> float:
+        return self.total / MIB
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(part, MiB) in the order of the formula, the total last."""
+        parts = [
+            (self.LABELS[f.name], getattr(self, f.name) / MIB) for f in dataclasses.fields(self)
+        ]
+        return [*parts, ("total", self.total_mib)]
+
+
+@dataclass(frozen=True)
+class OtlpBudget(Parts):
+    """The OTLP subscriber's worst case, computed from its settings (``OtlpBudget.of``)."""
+
+    LABELS: ClassVar[dict[str, str]] = {
+        "base": "base (idle + flow)",
+        "batch": "the batch in hand",
+        "request": "the request in flight",
+        "dead_letter": "a dead letter",
+        "nats": "nats-py buffers",
+    }
+
+    base: float
+    batch: float
+    request: float
+    dead_letter: float
+    nats: float
+
+    @classmethod
+    def of(cls, settings: otlp_settings.Settings, max_payload: int = MAX_PAYLOAD) -> OtlpBudget:
+        limit = settings.otlp.max_request_bytes
+        return cls(
+            base=(OTLP_IDLE_MIB + OTLP_FLOW_MIB) * MIB,
+            batch=(limit + max_payload) * OTLP_BATCH_COPIES
+            + settings.nats.batch * OTLP_PER_MESSAGE,
+            request=max(limit, max_payload) * OTLP_REQUEST_COPIES,
+            dead_letter=max_payload * OTLP_DEAD_LETTER_COPIES,
+            nats=max_payload + NATS_READ_CHUNK + NATS_PENDING,
+        )

@@ -81,7 +81,10 @@ class Bridge:
             conn = await until_stopped(
                 stop,
                 connection.connect(
-                    s.nats, on_state=self._nats_state, on_reconnected=self._nats_reconnected
+                    s.nats,
+                    on_state=self._nats_state,
+                    on_reconnected=self._nats_reconnected,
+                    clock=self.clock,
                 ),
             )
             clients.push_async_callback(connection.close, conn)

@@ -17,6 +17,7 @@ import nats.js.errors
 
 from bridge import errors
 from bridge.settings import NatsSettings
+from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.connecting import Connection, TLSGuardUnavailable
 from k8s_event_common.connecting import refusals as refusals  # the metric reads it (app)
 from k8s_event_common.credentials import CredentialError
@@ -67,6 +68,7 @@ async def connect(
     *,
     on_state: Callable[[bool], None] = lambda up: None,
     on_reconnected: Callable[[], Awaitable[None]] | None = None,
+    clock: Clock = SYSTEM,
 ) -> Connection:
     """Connect through the shared connection (``k8s_event_common.connecting``: TLS never
     skipped, credentials checked, a hung server left); nats-py tries the servers in turn until
@@ -77,6 +79,7 @@ async def connect(
             logger="bridge.nats",
             on_state=on_state,
             on_reconnected=on_reconnected,
+            clock=clock,
         )
     except (CredentialError, TLSGuardUnavailable) as exc:
         raise errors.ConfigError(f"nats: {exc}") from exc

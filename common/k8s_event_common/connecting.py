@@ -54,6 +54,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.credentials import CredentialError, Signer, check_seed_file
 from k8s_event_common.options import NatsOptions
 
@@ -227,8 +228,10 @@ class Connection:
         logger: str,
         on_state: Callable[[bool], None] = lambda up: None,
         on_reconnected: Callable[[], Awaitable[None]] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.opts = opts
+        self.clock = clock
         self.log = logging.getLogger(logger)
         self._on_state = on_state
         self._on_reconnected = on_reconnected
@@ -241,7 +244,7 @@ class Connection:
             seed, _ = check_seed_file(opts.nkey_seed_file)
             self._seed = seed.decode()
         self.nc = NATS()
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
         self._sampled: dict[str, float] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._guarded_transport: Any = None
@@ -271,7 +274,7 @@ class Connection:
             self.log.log(level, event, extra={"fields": fields})
 
     def _sampled_emit(self, key: str, interval: float, level: int, event: str, **f: Any) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         last = self._sampled.get(key)
         if last is None or now - last >= interval:
             self._sampled[key] = now
@@ -296,7 +299,7 @@ class Connection:
 
     def auth_failed(self, reason: str) -> None:
         fields: dict[str, Any] = {"server": self.server(), "reason": reason}
-        if self._signer is not None and self._signer.creds.expired():
+        if self._signer is not None and self._signer.creds.expired(self.clock.wall()):
             expires = self._signer.creds.expires
             assert expires is not None
             fields["credentials_expired_at"] = time.strftime(
@@ -418,12 +421,12 @@ class Connection:
         async def read_noted(buffer_size: int) -> bytes:
             data: bytes = await read(buffer_size)
             if data:
-                self._last_heard = time.monotonic()
+                self._last_heard = self.clock.monotonic()
             return data
 
         async def wait_closed_bounded() -> None:
             try:
-                await asyncio.wait_for(wait_closed(), CLOSE_DEADLINE)
+                await self.clock.wait_for(wait_closed(), CLOSE_DEADLINE)
             except TimeoutError:
                 self._abort(transport)
 
@@ -446,8 +449,8 @@ class Connection:
         stale_after = self.opts.stale_after
         tick = min(1.0, stale_after / 5)
         while not self.nc.is_closed:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
+            await self.clock.sleep(tick)
+            now = self.clock.monotonic()
             if not self.nc.is_connected:
                 self._last_heard = now
                 continue
@@ -491,7 +494,7 @@ class Connection:
         self._emit(logging.WARNING, "nats_disconnected")
 
     async def _reconnected_cb(self) -> None:
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
         self._guard_transport()
         self._on_state(True)
         self._emit(logging.INFO, "nats_reconnected", server=self.server(), tls=self._tls_in_place())
@@ -549,9 +552,9 @@ class Connection:
             await self.nc.connect(**kw)
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.nc.close(), CLOSE_DEADLINE)
+                await self.clock.wait_for(self.nc.close(), CLOSE_DEADLINE)
             raise
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
         if self._guards:
             self._watchdog = asyncio.create_task(self._watch(), name="nats-watchdog")
             _watchdogs.add(self._watchdog)
@@ -567,4 +570,4 @@ class Connection:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.nc.close(), 2 * CLOSE_DEADLINE)
+            await self.clock.wait_for(self.nc.close(), 2 * CLOSE_DEADLINE)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from k8s_event_common.clock import SYSTEM
 
 # The blocks of a .creds file: "-----BEGIN NATS USER JWT-----" / "------END NATS USER JWT------"
 # (nsc writes five dashes before BEGIN and six around END; readers accept any number).
@@ -47,7 +48,7 @@ class UserCreds:
     expires: float | None  # the JWT's exp, seconds since the epoch
 
     def expired(self, now: float | None = None) -> bool:
-        return self.expires is not None and (now or time.time()) >= self.expires
+        return self.expires is not None and (SYSTEM.wall() if now is None else now) >= self.expires
 
 
 def _read(path: str) -> str:

@@ -14,6 +14,10 @@ cause=timeout``, each value one token: a value with a space, a quote, a control 
 non-ASCII is written quoted and escaped, JSON-style, so that what a message holds can not forge
 a log line (a newline, an ESC sequence).
 
+``log.sampled(level, key, event, interval, **fields)`` writes at most one line per interval per
+key (what can repeat many times a second: malformed input, an endpoint refusing in a loop), the
+line after some were left out with ``suppressed``, their count; ``warn_sampled`` is its WARNING.
+
 ``handler(fmt)`` is a stderr handler in either format; each program installs it
 (``bridge.logs.setup``, ``k8s_event_consumer.logs.setup``).
 
@@ -31,6 +35,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -164,11 +169,26 @@ def _token(v: Any) -> str:
 
 
 class Logger:
-    """``log.info(event, **fields)``: keyword arguments become the line's fields."""
+    """``log.info(event, **fields)``: keyword arguments become the line's fields.
 
-    def __init__(self, name: str) -> None:
+    ``sampled`` (and ``warn_sampled``, its WARNING) writes a line at most once per interval per
+    sampling key, for what can repeat many times a second (malformed input, an endpoint that
+    refuses in a loop); time is read from ``monotonic`` (``timed`` gives a program's Clock to a
+    logger of the same name)."""
+
+    def __init__(self, name: str, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._log = logging.getLogger(name)
-        self._last: dict[str, float] = {}
+        self._monotonic = monotonic
+        # sampling key -> [when its last line was written, lines left out since]
+        self._sampled: dict[str, list[float]] = {}
+
+    @property
+    def name(self) -> str:
+        return self._log.name
+
+    def timed(self, monotonic: Callable[[], float]) -> Logger:
+        """This logger, its sampled lines timed by ``monotonic`` (and sampled on their own)."""
+        return Logger(self._log.name, monotonic)
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
         if self._log.isEnabledFor(level):
@@ -186,14 +206,28 @@ class Logger:
     def error(self, event: str, **fields: Any) -> None:
         self._emit(logging.ERROR, event, fields)
 
+    def sampled(
+        self, level: str, once: str, event: str, /, interval: float = 60.0, **fields: Any
+    ) -> bool:
+        """A line at ``level`` (a key of ``LEVELS``) at most once per ``interval`` seconds for
+        the sampling key ``once``; the first line written after some were left out carries
+        ``suppressed``, how many since the last one (a flood that stops leaves its last count
+        unsaid: count the thing in a metric too). True when the line was written."""
+        now = self._monotonic()
+        seen = self._sampled.get(once)
+        if seen is not None and now - seen[0] < interval:
+            seen[1] += 1
+            return False
+        if seen is not None and seen[1]:
+            fields["suppressed"] = int(seen[1])
+        self._sampled[once] = [now, 0]
+        self._emit(LEVELS[level], event, fields)
+        return True
+
     def warn_sampled(self, once: str, event: str, /, interval: float = 60.0, **fields: Any) -> None:
         """A WARNING at most once per ``interval`` seconds for the sampling key ``once``, so
-        that a flood of malformed input can not flood the log."""
-        now = time.monotonic()
-        last = self._last.get(once)
-        if last is None or now - last >= interval:
-            self._last[once] = now
-            self._emit(logging.WARNING, event, fields)
+        that a flood of malformed input can not flood the log (``sampled``)."""
+        self.sampled("warning", once, event, interval=interval, **fields)
 
 
 def handler(fmt: str = "json") -> logging.Handler:

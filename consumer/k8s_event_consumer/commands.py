@@ -1,49 +1,34 @@
 """The one command line of the subscribers: ``<prog> [run|check-config|provision] [--config
 FILE]``.
 
-A config error prints one line (``<prog>: <what is wrong>``) and exits 2; ``check-config``
-prints the effective config, secrets redacted; ``run`` and ``provision`` set up the logs and
-run the program on the runtime (``k8s_event_consumer.runtime``, imported only then:
-``check-config`` loads nothing of the running service)."""
+A program is a package with a ``settings`` module (``load``, ``CONFIG_FILE_ENV``) and a
+``running`` module whose ``Program`` is its ``runtime.Subscriber``. A config error prints one
+line (``<prog>: <what is wrong>``) and exits 2; ``check-config`` prints the effective config,
+secrets redacted; ``run`` and ``provision`` run the program on the runtime, which sets up the
+logs (``running`` and ``k8s_event_consumer.runtime`` are imported only then: ``check-config``
+loads nothing of the running service)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
 
 import yaml
 
-from k8s_event_consumer import logs
 from k8s_event_consumer.configuring import ConfigError, redacted
-
-if TYPE_CHECKING:
-    from k8s_event_consumer.runtime import Subscriber
 
 EXIT_CONFIG = 2
 
 
-class SettingsModule(Protocol):
-    """A subscriber's settings module (``k8s_event_consumer.<name>.settings``)."""
-
-    CONFIG_FILE_ENV: str
-
-    def load(self, path: str | None = None) -> Any: ...
-
-
 def main(
-    argv: Sequence[str] | None,
-    *,
-    prog: str,
-    description: str,
-    provision: str,
-    settings: SettingsModule,
-    program: Callable[[], type[Subscriber]],
+    argv: Sequence[str] | None, *, prog: str, package: str, description: str, provision: str
 ) -> int:
-    """``provision``: what ``provision`` makes (the help's words); ``program``: returns the
-    subscriber's class, imported when called."""
+    """``package``: the program's (``k8s_event_consumer.otlp``); ``provision``: what
+    ``provision`` makes (the help's words)."""
+    settings = importlib.import_module(f"{package}.settings")
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument(
         "command",
@@ -63,8 +48,7 @@ def main(
     if args.command == "check-config":
         print(yaml.safe_dump(redacted(cfg), sort_keys=False), end="")
         return 0
-    cls = program()
-    logs.setup(cfg.log.level, cfg.log.format)
+    program = importlib.import_module(f"{package}.running").Program
     from k8s_event_consumer import runtime
 
-    return asyncio.run(runtime.serve(cls, cfg, provision=args.command == "provision"))
+    return asyncio.run(runtime.serve(program, cfg, provision=args.command == "provision"))

@@ -27,11 +27,11 @@ class NatsOptions(options.NatsOptions):
     inbox_prefix: str = "_INBOX_k8s_event_consumer"
 
 
-async def connect(opts: options.NatsOptions) -> NATS:
+async def connect(opts: options.NatsOptions, clock: Clock = SYSTEM) -> NATS:
     """A client that reconnects forever once connected; nats-py tries the servers in turn until
     one takes it (cancel to give up). Raises ``k8s_event_common.credentials.CredentialError``
     when a credential or TLS file can not be used."""
-    conn = shared.Connection(opts, logger="k8s_event_consumer.nats")
+    conn = shared.Connection(opts, logger="k8s_event_consumer.nats", clock=clock)
     return await conn.connect()
 
 
@@ -42,7 +42,7 @@ async def connect_until(
     when ``stopping`` is set meanwhile. ``every``: the wait between whole attempts, should
     nats-py give one up."""
     while not stopping.is_set():
-        attempt = asyncio.ensure_future(connect(opts))
+        attempt = asyncio.ensure_future(connect(opts, clock))
         stop = asyncio.ensure_future(stopping.wait())
         try:
             await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)

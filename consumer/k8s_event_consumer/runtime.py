@@ -38,6 +38,7 @@ from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.connecting import CredentialError, TLSGuardUnavailable
 from k8s_event_common.logformat import Logger
 from k8s_event_common.streams import ShapeMismatch
+from k8s_event_consumer import logs
 from k8s_event_consumer.connecting import connect_until
 from k8s_event_consumer.consuming import Consumer
 from k8s_event_consumer.durables import ConsumerConflict
@@ -306,6 +307,7 @@ class Runtime:
 async def serve(
     program: type[Subscriber], settings: Any, provision: bool = False, clock: Clock = SYSTEM
 ) -> int:
-    """Run ``program`` until SIGTERM or SIGINT (``provision``: make what it needs, then exit);
-    the exit code."""
+    """Run ``program`` until SIGTERM or SIGINT (``provision``: make what it needs, then exit),
+    its logs set up from ``settings.log``; the exit code."""
+    logs.setup(settings.log.level, settings.log.format)
     return await Runtime(program, settings, provision, clock).run()

@@ -1,16 +1,19 @@
 """The worst case of memory (bench/budget.py) against what deploy/ and the chart ship: the
-defaults' bound under 80% of the limit, the request at least the measured idle bridge."""
+defaults' bound under 80% of the limit, the request at least the measured idle program (the
+bridge; the OTLP subscriber)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from bench import budget
-from bench.budget import MIB, Budget
+from bench.budget import MIB, Budget, OtlpBudget
 from bridge.settings import Settings, load
+from k8s_event_consumer.otlp import settings as otlp_settings
 from tests.unit.test_settings_cli import _configmap_config, _helm_values_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,3 +91,69 @@ def test_the_enrichment_terms_follow_its_settings():
     )
     assert 0 < ns_only.enrichment < objects.enrichment
     assert objects.enrichment >= 64 * MIB * budget.CACHE_COPIES
+
+
+# --- the OTLP subscriber -------------------------------------------------------------------
+
+
+def otlp_manifest_config() -> str:
+    docs = yaml.safe_load_all(REPO.joinpath("deploy/consumers/otlp.yaml").read_text())
+    configmap = next(d for d in docs if d and d.get("kind") == "ConfigMap")
+    return str(configmap["data"]["otlp.yaml"])
+
+
+def otlp_manifest_resources() -> dict[str, dict[str, str]]:
+    docs = yaml.safe_load_all(REPO.joinpath("deploy/consumers/otlp.yaml").read_text())
+    deployment = next(d for d in docs if d and d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["resources"]
+
+
+def otlp_chart_values() -> dict[str, Any]:
+    values = yaml.safe_load(REPO.joinpath("deploy/helm/k8s-event-bridge/values.yaml").read_text())
+    otlp: dict[str, Any] = values["otlp"]
+    return otlp
+
+
+def otlp_chart_config() -> str:
+    return str(yaml.safe_dump(otlp_chart_values()["config"]))
+
+
+def otlp_chart_resources() -> dict[str, dict[str, str]]:
+    resources: dict[str, dict[str, str]] = otlp_chart_values()["resources"]
+    return resources
+
+
+@pytest.mark.parametrize(
+    ("resources", "config"),
+    [
+        (otlp_manifest_resources, otlp_manifest_config),
+        (otlp_chart_resources, otlp_chart_config),
+    ],
+    ids=["deploy", "chart"],
+)
+def test_the_otlp_subscribers_shipped_worst_case_is_under_80_percent_of_its_limit(
+    tmp_path: Path, resources: Any, config: Any
+) -> None:
+    path = tmp_path / "otlp.yaml"
+    path.write_text(config())
+    bound = OtlpBudget.of(otlp_settings.load(str(path))).total
+    res = resources()
+    limit = quantity(res["limits"]["memory"])
+    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of {res['limits']['memory']}"
+    assert quantity(res["requests"]["memory"]) >= budget.OTLP_IDLE_MIB * MIB
+
+
+def test_the_otlp_bound_follows_its_configuration() -> None:
+    base = OtlpBudget.of(otlp_settings.Settings())
+    bigger = OtlpBudget.of(otlp_settings.Settings(otlp={"max_request_bytes": 16 * MIB}))
+    # the batch in hand and the request in flight, each in its copies
+    assert bigger.total - base.total == pytest.approx(
+        12 * MIB * (budget.OTLP_BATCH_COPIES + budget.OTLP_REQUEST_COPIES)
+    )
+    fewer = OtlpBudget.of(otlp_settings.Settings(nats={"batch": 64}))
+    assert base.total - fewer.total == pytest.approx(448 * budget.OTLP_PER_MESSAGE)
+    # a server allowing larger messages: one more in the batch, in a request, a dead letter
+    larger = OtlpBudget.of(otlp_settings.Settings(), max_payload=8 * MIB)
+    assert larger.total > base.total + 7 * MIB * budget.OTLP_BATCH_COPIES
+    assert [name for name, _ in base.rows()][-1] == "total"

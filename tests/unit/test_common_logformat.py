@@ -94,6 +94,26 @@ def test_a_sampled_warning_is_written_once_per_interval(
     log.warn_sampled("other", "input_skipped", interval=3600.0, n=9)
     lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
     assert [d["n"] for d in lines] == [0, 9]
+    assert [d["level"] for d in lines] == ["warning", "warning"] and "suppressed" not in lines[1]
+
+
+def test_a_sampled_line_at_any_level_says_how_many_it_stands_for(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer_logs.setup("info", "json")
+    now = [0.0]
+    log = consumer_logs.get("otlp").timed(lambda: now[0])
+    written = []
+    for n in range(25):  # 25 refusals, one every 0.5 s of the clock given
+        written.append(log.sampled("error", "refused", "record_refused_unproven", 5.0, n=n))
+        now[0] += 0.5
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    assert [(d["level"], d["n"], d.get("suppressed")) for d in lines] == [
+        ("error", 0, None),
+        ("error", 10, 9),
+        ("error", 20, 9),
+    ]
+    assert written.count(True) == 3 and log.name == "k8s_event_consumer.otlp"
 
 
 def _strict(line: str) -> dict[str, object]:

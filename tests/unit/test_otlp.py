@@ -216,7 +216,7 @@ def test_answers() -> None:
     got = sender.answer(400, {"Content-Type": sender.PROTOBUF}, status)
     assert got == sender.Refused(400, "HTTP 400: bad record")
     got = sender.answer(413, {"Content-Type": "text/plain"}, b"too\nlarge")
-    assert got == sender.Refused(413, "HTTP 413: too large")
+    assert got == sender.Refused(413, "HTTP 413: too large", too_large=True)
     got = sender.answer(
         503, {"Content-Type": "application/json", "Retry-After": "7"}, b'{"message":"busy"}'
     )
@@ -283,7 +283,7 @@ class FakeEndpoint:
         if bad and not self.partial:
             if self.status == 500:
                 return sender.Failed(500, "HTTP 500: the exporter refused a document")
-            return sender.Refused(400, "HTTP 400: record too large")
+            return sender.Refused(400, "HTTP 400: record refused")
         self.taken += [i for i in ids if i not in self.bad]
         return sender.Accepted(len(bad), "refused" if bad else "")
 

@@ -5,30 +5,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from k8s_event_consumer import commands
-from k8s_event_consumer.alerting import settings
-
-if TYPE_CHECKING:
-    from k8s_event_consumer.runtime import Subscriber
-
-
-def _program() -> type[Subscriber]:
-    from k8s_event_consumer.alerting.running import Program
-
-    return Program
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return commands.main(
         argv,
         prog="k8s-event-alerting",
+        package="k8s_event_consumer.alerting",
         description="Turn the Kubernetes Events of k8s-event-bridge's stream into "
         "Prometheus Alertmanager alerts.",
         provision="the durable with exactly its config",
-        settings=settings,
-        program=_program,
     )
 
 

@@ -7,5 +7,6 @@ batches, each message acked only once the endpoint took its record (docs/consume
 - ``sender``: one export request and its answer (accepted, refused, unavailable, blocked);
 - ``shipping``: a batch sent, split around a refused record, held while the endpoint is away,
   the refused record to the dead-letter stream;
+- ``sizing``: the request size limit in effect, learned from refusals as too large;
 - ``running``: the process (``serve``).
 """

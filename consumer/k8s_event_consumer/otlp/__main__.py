@@ -5,30 +5,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from k8s_event_consumer import commands
-from k8s_event_consumer.otlp import settings
-
-if TYPE_CHECKING:
-    from k8s_event_consumer.runtime import Subscriber
-
-
-def _program() -> type[Subscriber]:
-    from k8s_event_consumer.otlp.running import Program
-
-    return Program
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return commands.main(
         argv,
         prog="k8s-event-otlp",
+        package="k8s_event_consumer.otlp",
         description="Send the Kubernetes Events of k8s-event-bridge's stream to an OTLP "
         "endpoint as OpenTelemetry log records.",
         provision="the durable and the dead-letter stream with exactly their config",
-        settings=settings,
-        program=_program,
     )
 
 

@@ -40,9 +40,17 @@ COUNTERS = (
     ),
     Counter.by(
         "splits_total",
-        "requests split in halves, by why: size, refused, partial, failed",
+        "requests split in halves, by why: size (over the request limit in effect, or refused "
+        "as too large), refused, partial, failed",
         "why",
         ("size", "refused", "partial", "failed"),
+    ),
+    Counter.by(
+        "request_limit_changes_total",
+        "changes of the request limit in effect (request_bytes_limit): lowered (the endpoint "
+        "refused a request as too large), raised (a probe upward after many taken)",
+        "direction",
+        ("lowered", "raised"),
     ),
     Counter(
         "resent_records_total",
@@ -94,6 +102,14 @@ class Program(runtime.Subscriber):
             "0 after the endpoint did not take a request (until it takes one again), else 1",
             lambda: 0.0 if self.shipper and not self.shipper.endpoint_up else 1.0,
         )
+        self.metrics.gauge(
+            "request_bytes_limit",
+            "the most bytes (protobuf, before compression) a request of several records has "
+            "now: otlp.max_request_bytes, or less once the endpoint refused one as too large",
+            lambda: float(
+                self.shipper.limit.value if self.shipper else self.settings.otlp.max_request_bytes
+            ),
+        )
 
     def status(self) -> dict[str, Any]:
         cfg: Settings = self.settings
@@ -103,6 +119,7 @@ class Program(runtime.Subscriber):
         }
         if self.shipper is not None:
             out["held"] = self.shipper.held
+            out["request_bytes_limit"] = self.shipper.limit.value
         return out
 
     async def provide(self, nc: NATS) -> Seen:

@@ -10,7 +10,11 @@
   headers, tokens among them, would go to wherever the redirect points;
 - ``Refused``: 400, 413 or 422: the request's records, for good (a record the endpoint can not
   take: too large, malformed, refused by a pipeline). The caller splits the batch to find the
-  record;
+  record. ``too_large`` when the request itself was too large: a 413, or a 400 whose reason
+  says so (an OpenTelemetry Collector's, v0.139.0: its body read through Go's
+  ``http.MaxBytesReader`` fails with ``http: request body too large``, which its OTLP receiver
+  answers as a 400 with a ``google.rpc.Status`` of code 3 and that message); the caller then
+  sends smaller requests (``sizing``);
 - ``Unavailable``: 429, 502, 503, 504, a connection refused or reset, a timeout: try again,
   after ``retry_after`` when the endpoint said (``Retry-After``, seconds or an HTTP date);
 - ``Failed``: 500: the endpoint failed on the request, for its records or for itself (an
@@ -31,6 +35,7 @@ from __future__ import annotations
 import email.utils
 import gzip
 import json
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +52,10 @@ REFUSED = frozenset({400, 413, 422})
 MAX_REASON = 512
 MAX_RETRY_AFTER = 600.0  # seconds: a larger Retry-After is taken as this
 MAX_ANSWER = 64 * 1024  # bytes of an answer read: a partial success or a reason is far less
+TOO_LARGE = 413
+# what a 400 says when the request was too large: Go's http.MaxBytesError ("http: request body
+# too large", an OpenTelemetry Collector's), "request entity too large", "payload too big" ...
+_TOO_LARGE = re.compile(r"\btoo (?:large|big)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Accepted:
 class Refused:
     status: int
     reason: str
+    too_large: bool = False  # the request, for its size (413, or a 400 that says so)
 
 
 @dataclass(frozen=True)
@@ -193,7 +203,9 @@ def answer(status: int, headers: Any, body: bytes, now: float | None = None) -> 
             reason(status, content_type, body), retry_after(headers.get("Retry-After"), now)
         )
     if status in REFUSED:
-        return Refused(status, reason(status, content_type, body))
+        why = reason(status, content_type, body)
+        large = status == TOO_LARGE or (status == 400 and bool(_TOO_LARGE.search(why)))
+        return Refused(status, why, large)
     if status == 500:
         return Failed(status, reason(status, content_type, body))
     return Blocked(status, reason(status, content_type, body))

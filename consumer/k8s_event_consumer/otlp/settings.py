@@ -29,6 +29,7 @@ from k8s_event_consumer.configuring import (
     http_url_checked,
     redacted,
 )
+from k8s_event_consumer.otlp import sizing
 
 ENV_PREFIX = "OTLP_"
 MIN_ACK_WAIT = 1.0  # seconds
@@ -78,10 +79,17 @@ class OtlpSettings(Section):
     """How request bodies are compressed."""
     timeout: PositiveDuration = 10.0
     """Timeout of one request: no answer within it counts as unavailable (sent again)."""
-    max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    """A request larger than this (protobuf, before compression) is split before it is sent.
-    Keep it under the endpoint's limit (the collector's `max_request_body_size`, 20 MiB by
-    default, counts the compressed body)."""
+    max_request_bytes: int = Field(4 * 1024 * 1024, ge=sizing.FLOOR)
+    """The most bytes of a request (protobuf, before compression): a larger one is split
+    before it is sent. Set it at or under what the endpoint takes: an OpenTelemetry
+    Collector's `max_request_body_size` (20 MiB by default) limits the compressed body **and**
+    the decompressed one (v0.139.0: its confighttp reads the decompressed body through the same
+    limit), so gzip does not help: set this to the collector's `max_request_body_size` or
+    less. An endpoint that refuses a request as too large (a 413, or a 400 that says so, as
+    the collector does) makes the subscriber send smaller ones, halving down to what passes,
+    and keep that limit (metric `request_bytes_limit`, log `request_limit_lowered`), raising
+    it again slowly; a record alone larger than the endpoint takes goes to the dead letters.
+    It also bounds the batch in hand (the memory: docs/performance.md)."""
     flush_interval: PositiveDuration = 1.0
     """After the first message of a batch, how long more are gathered before it is sent."""
     backoff_initial: PositiveDuration = 1.0

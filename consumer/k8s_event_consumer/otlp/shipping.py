@@ -21,9 +21,18 @@ said about it (docs/consumers.md, "What is acked when"):
   messages from redelivery meanwhile and fetches nothing more, so memory stays one batch. On
   stop, what is held or not yet sent is nak'd for another replica (or the next start).
 
-A request larger than ``max_request_bytes`` is split before it is sent. A message that can not
-be made a record (none of the bridge's does) is acked and counted ``unmappable``, never a
-reason to hold the others.
+A request of several records larger than the limit in effect (``sizing.RequestLimit``:
+``max_request_bytes``, lowered when the endpoint says a request was too large) is split before
+it is sent; one the endpoint refuses as too large (``sender.Refused.too_large``) lowers the
+limit and is sent again in halves, which took nothing twice: a record alone larger than what
+the endpoint takes is refused alone, as any refused record. A message that can not be made a
+record (none of the bridge's does) is acked and counted ``unmappable``, never a reason to hold
+the others.
+
+What can repeat many times a second (a record handed back, a split, an endpoint blocked or
+going away and coming back, a dead letter not stored) is logged at most once per
+``LOG_EVERY`` seconds per event name, the next line carrying how many were left out
+(``suppressed``); the counters count each.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Discard, Outcome, Retry
 from k8s_event_consumer.metrics import Metrics
-from k8s_event_consumer.otlp import mapping, sender
+from k8s_event_consumer.otlp import mapping, sender, sizing
 
 log = logs.get("otlp")
 
@@ -63,6 +72,7 @@ DEFERRED = Retry(0.0, "decided once the rest of its batch was sent")
 # records refused together, the status, the reason, whether sending them again may repeat some
 Deferred = tuple[list[int], int, str, bool]
 HEADROOM = 1024  # bytes under max_payload a dead letter's own headers may take
+LOG_EVERY = 10.0  # seconds: a line that can repeat in a loop is written at most this often
 
 
 class DeadLetters:
@@ -141,15 +151,17 @@ class Shipper:
     ) -> None:
         self.client = client
         self.clock = clock
+        self.log = log.timed(clock.monotonic)
         self.dead_letters = dead_letters
         self.metrics = metrics
         self.stopping = stopping
-        self.max_request_bytes = max_request_bytes
+        self.limit = sizing.RequestLimit(max_request_bytes)
         self.backoff = backoff
         self.resource = resource
         self.version = version
         self.held = 0  # records in hand, not yet settled (a gauge)
         self.endpoint_up = True
+        self._said_up = True  # what the log said last of the endpoint
         self.accepted_requests = 0  # requests the endpoint took, ever (the proof)
         self._since = 0  # accepted_requests when the batch in hand was first sent
         # id -> accepted_requests when it failed alone with no proof (the proof later)
@@ -167,7 +179,7 @@ class Shipper:
                 items[i] = mapping.mapped(d, self.resource)
             except Exception as exc:  # a message of no shape the bridge writes
                 self.metrics.inc("records_total", result="unmappable")
-                log.error(
+                self.log.error(
                     "unmappable",
                     id=d.id,
                     stream_sequence=d.stream_sequence,
@@ -206,9 +218,8 @@ class Shipper:
         """Send the records ``idx``; set each one's outcome."""
         if not idx:
             return
-        if len(idx) > 1 and sum(items[i].size() for i in idx) > self.max_request_bytes:
-            self.metrics.inc("splits_total", why="size")
-            await self._halves(idx, items, deliveries, outcomes, resent=resent)
+        if len(idx) > 1 and sum(items[i].size() for i in idx) > self.limit.value:
+            await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
             return
         attempt = 0
         while True:
@@ -216,17 +227,23 @@ class Shipper:
                 self._hand_back(idx, outcomes)
                 return
             body = mapping.request([items[i] for i in idx], self.version).SerializeToString()
+            size = len(body)
+            if len(idx) > 1 and size > self.limit.value:  # over, though its records' sizes
+                del body  # summed under it (records of one resource share it in a request)
+                await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
+                return
             got = await self.client.send(body)
             del body
             if resent:
                 self.metrics.inc("resent_records_total", len(idx))
             if isinstance(got, sender.Accepted) and got.rejected == 0:
-                self._up()
-                self.accepted_requests += 1
-                self._unproven = 0
-                self.metrics.inc("requests_total", result="accepted")
-                self.metrics.inc("records_total", len(idx), result="accepted")
+                self._taken(len(idx), size)
                 return  # outcomes stay None: done
+            if isinstance(got, sender.Refused) and got.too_large and len(idx) > 1:
+                # too large, not its records' fault: nothing of it taken; smaller requests
+                self._too_large(size, got)
+                await self._halves(idx, items, deliveries, outcomes, resent=resent, why="size")
+                return
             if isinstance(got, sender.Accepted | sender.Refused | sender.Failed):
                 if isinstance(got, sender.Accepted):
                     self._up()
@@ -256,18 +273,20 @@ class Shipper:
                     self._deferred.append((idx, status, why, again))
                     return
                 self._unproven_splits += unproven
-                log.info(
+                self.log.sampled(
+                    "info",
                     "batch_refused",
+                    "batch_refused",
+                    interval=LOG_EVERY,
                     records=len(idx),
                     status=status,
                     rejected=got.rejected if isinstance(got, sender.Accepted) else len(idx),
                     reason=why,
                     action="split in halves",
                 )
-                self.metrics.inc("splits_total", why=kind)
                 # a partial success took some (a 500 may have: a pipeline that fans out): each
                 # half is sent again (duplicates, same id)
-                await self._halves(idx, items, deliveries, outcomes, resent=again)
+                await self._halves(idx, items, deliveries, outcomes, resent=again, why=kind)
                 return
             # unavailable or blocked: hold the records and send them again later
             result = "unavailable" if isinstance(got, sender.Unavailable) else "blocked"
@@ -292,7 +311,9 @@ class Shipper:
         outcomes: list[Outcome],
         *,
         resent: bool,
+        why: str,
     ) -> None:
+        self.metrics.inc("splits_total", why=why)
         mid = len(idx) // 2
         for half in (idx[:mid], idx[mid:]):
             await self._send(half, items, deliveries, outcomes, resent=resent)
@@ -323,8 +344,11 @@ class Shipper:
         self.endpoint_up = False
         self._pace_until = self.clock.monotonic() + wait
         self.metrics.inc("records_total", result="handed_back")
-        log.error(
+        said = self.log.sampled(
+            "error",
             "record_refused_unproven",
+            "record_refused_unproven",
+            interval=LOG_EVERY,
             id=d.id,
             status=status,
             reason=why,
@@ -332,6 +356,7 @@ class Shipper:
             "other records",
             retry_in=round(wait, 3),
         )
+        self._said_up = self._said_up and not said
         return Retry(wait, why)
 
     def _hand_back(self, idx: list[int], outcomes: list[Outcome]) -> None:
@@ -350,11 +375,18 @@ class Shipper:
         try:
             await self.dead_letters.put(d, status, reason)
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
-            log.warning("dead_letter_failed", id=d.id, error=f"{type(exc).__name__}: {exc}")
+            self.log.sampled(
+                "warning",
+                "dead_letter_failed",
+                "dead_letter_failed",
+                interval=LOG_EVERY,
+                id=d.id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             self.metrics.inc("records_total", result="dead_letter_failed")
             return Retry(DEAD_LETTER_RETRY, "the dead letter was not stored")
         self.metrics.inc("records_total", result="dead_lettered")
-        log.error(
+        self.log.error(
             "record_refused",
             id=d.id,
             stream_sequence=d.stream_sequence,
@@ -364,23 +396,78 @@ class Shipper:
         )
         return None
 
+    def _taken(self, records: int, size: int) -> None:
+        """A request of ``records`` records, ``size`` bytes, taken whole."""
+        self._up()
+        self.accepted_requests += 1
+        self._unproven = 0
+        self.metrics.inc("requests_total", result="accepted")
+        self.metrics.inc("records_total", records, result="accepted")
+        limit = self.limit.value
+        raised = self.limit.taken(size)
+        self._limit_changed("raised", limit, raised, refused_bytes=self.limit.refused_at)
+
+    def _too_large(self, size: int, got: sender.Refused) -> None:
+        """A request of several records, ``size`` bytes, refused as too large."""
+        self.metrics.inc("requests_total", result="refused")
+        limit = self.limit.value
+        self._limit_changed(
+            "lowered",
+            limit,
+            self.limit.refused(size),
+            request_bytes=size,
+            status=got.status,
+            reason=got.reason,
+            action="smaller requests (set otlp.max_request_bytes to what the endpoint takes)",
+        )
+
+    def _limit_changed(self, direction: str, before: int, after: int | None, **why: Any) -> None:
+        """The request limit ``lowered`` or ``raised`` (``after``; None: unchanged): counted,
+        logged once per change."""
+        if after is None:
+            return
+        self.metrics.inc("request_limit_changes_total", direction=direction)
+        (self.log.warning if direction == "lowered" else self.log.info)(
+            f"request_limit_{direction}",
+            endpoint=self.client.url,
+            from_bytes=before,
+            to_bytes=after,
+            **why,
+        )
+
     def _up(self) -> None:
-        if not self.endpoint_up:
-            log.info("endpoint_available", endpoint=self.client.url)
+        """The endpoint took a request; the log told so once it said otherwise (a line an
+        endpoint that comes and goes writes at most once per ``LOG_EVERY``, its state's last
+        word written within that much of the change)."""
         self.endpoint_up = True
+        if not self._said_up:
+            self._said_up = self.log.sampled(
+                "info",
+                "endpoint_state",
+                "endpoint_available",
+                interval=LOG_EVERY,
+                endpoint=self.client.url,
+            )
 
     def _down(self, result: str, why: str, records: int, wait: float) -> None:
-        blocked = result == "blocked"
-        if self.endpoint_up or blocked:
-            # a blocked answer is this configuration's problem: said each time, as an error
-            (log.error if blocked else log.warning)(
-                f"endpoint_{result}",
-                endpoint=self.client.url,
-                records=records,
-                error=why,
-                retry_in=round(wait, 3),
-            )
         self.endpoint_up = False
+        fields = {
+            "endpoint": self.client.url,
+            "records": records,
+            "error": why,
+            "retry_in": round(wait, 3),
+        }
+        if result == "blocked":
+            # this configuration's problem: said at every try, as an error (sampled)
+            said = self.log.sampled(
+                "error", "endpoint_blocked", "endpoint_blocked", interval=LOG_EVERY, **fields
+            )
+            self._said_up = self._said_up and not said
+        elif self._said_up:
+            said = self.log.sampled(
+                "warning", "endpoint_state", "endpoint_unavailable", interval=LOG_EVERY, **fields
+            )
+            self._said_up = not said
 
     async def _stopped_within(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
