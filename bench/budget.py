@@ -1,5 +1,5 @@
 """The bridge's worst case of memory, computed from its configuration (and the OTLP
-subscriber's, ``OtlpBudget``, at the end).
+subscriber's, ``OtlpBudget``, and the remediation worker's, ``RemediationBudget``, at the end).
 
 What a bridge can hold at once is bounded by its configuration, not by the cluster or the
 length of an outage (docs/performance.md, "Memory: the worst case"):
@@ -43,14 +43,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
 from bridge.runtime import enriching
 from bridge.settings import Settings
+from k8s_event_common import owners
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
 from k8s_event_consumer.otlp import settings as otlp_settings
+from k8s_event_consumer.remediation import settings as remediation_settings
 
 MIB = 1024 * 1024
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
@@ -258,3 +260,108 @@ class OtlpBudget(Parts):
             dead_letter=max_payload * OTLP_DEAD_LETTER_COPIES,
             nats=max_payload + NATS_READ_CHUNK + NATS_PENDING,
         )
+
+
+# --- the remediation worker (k8s-event-remediation) ------------------------------------------
+#
+#     RSS <= base                                   an idle worker (its kube client, NATS, its
+#                                                   bucket) + a flow of ordinary Events
+#            + 2 * (fetch + nats.batch * 4 KiB)     the messages of a fetch, in hand until each is
+#                                                   handled, and of the next, which comes while the
+#                                                   list of the last is still held: fetch =
+#                                                   nats.max_batch_bytes (at least max_payload +
+#                                                   8 KiB: the largest message must come), or
+#                                                   nats.batch * max_payload with a kit that bounds
+#                                                   a fetch in messages only
+#            + max_payload * 2                      the one being handled, decoded (its CloudEvent,
+#                                                   the Event's dict), while it is decoded
+#            + (2 + owners.MAX_DEPTH) * 1.5 MiB     the claim's proof held at once: the Event and
+#                                                   the Pod read back, the owners walked
+#            + 1.5 MiB * 2                          one answer being read: its bytes (kept by
+#                                                   kubernetes_asyncio as last_response until the
+#                                                   next request) and their text while parsed
+#            + 1 MiB                                a retired kube client (a token reloaded)
+#            + max(1024, rate_limit * 100/s) * 288 B
+#                                                   when each object was acted on (_last_action:
+#                                                   1,024 kept, and every one of the last
+#                                                   rate_limit), twice while it is pruned
+#            + max_payload + 64 KiB + 2 MiB         nats-py: a message being read, what it reads
+#                                                   at once, its outgoing buffer while reconnecting
+#
+# 1.5 MiB: the largest object the API server stores (etcd's default request limit), which bounds
+# an Event's message (core/v1 sets it no length) and every object read. The assumption: an
+# object is of ordinary shape, text mostly; its Python objects then weigh its JSON (measured:
+# json.loads of an Event with a 1.5 MiB message holds 1.0x, 2.0x while it parses), where an
+# object of many tiny entries (a Pod of 100,000 environment variables) weighs up to 25x its JSON
+# and is bounded by nothing but the API server's object size. The pace of actions is the second
+# assumption: 100 a second (55 measured against the simulated API server, whose reads cost no
+# disk; a real one records each action's Event in etcd first).
+
+REMEDIATION_IDLE_MIB = 55.0  # an idle worker (53.0 MiB measured; rounded up)
+# a flow's working set the terms do not count (the kube client's connection, the allocator's
+# arenas): 2,000 ordinary Events through an idle worker added 0.9 MiB; kept as an allowance
+REMEDIATION_FLOW_MIB = 4.0
+FETCHES_HELD = 2  # consuming.run holds the last fetch's list while the next one comes
+REMEDIATION_PER_MESSAGE = 4 * 1024  # a fetched message's objects (Msg, headers, subjects)
+REMEDIATION_DECODE_COPIES = 2.0  # events.decode of a message: 1.0x held, 2.0x while it runs
+OBJECT_BYTES = int(1.5 * MIB)  # the API server's largest object (etcd's request limit)
+OBJECT_COPIES = 1.0  # an object read back, as Python objects (text mostly: the assumption)
+READ_COPIES = 2.0  # an answer's bytes (kubernetes_asyncio's last_response) and their text
+LAST_ACTIONS_KEPT = 1024  # worker._acted_on forgets nothing below this many
+ACTIONS_PER_SECOND = 100  # the worker's fastest pace of actions (the assumption)
+LAST_ACTION_BYTES = 288  # an entry (141 B measured: a uid, a float, a slot), twice when pruned
+FETCH_ROOM = 8 * 1024  # a fetch's byte budget is at least max_payload and a subject's room
+
+
+@dataclass(frozen=True)
+class RemediationBudget(Parts):
+    """The remediation worker's worst case, computed from its settings
+    (``RemediationBudget.of``)."""
+
+    LABELS: ClassVar[dict[str, str]] = {
+        "base": "base (idle + flow)",
+        "fetches": "the messages of two fetches",
+        "decoding": "the message being handled, decoded",
+        "proof": "the Event, the Pod and the owners read back",
+        "read": "an answer being read",
+        "retired_client": "a retired kube client",
+        "last_actions": "when each object was acted on",
+        "nats": "nats-py buffers",
+    }
+
+    base: float
+    fetches: float
+    decoding: float
+    proof: float
+    read: float
+    retired_client: float
+    last_actions: float
+    nats: float
+
+    @classmethod
+    def of(
+        cls, settings: remediation_settings.Settings, max_payload: int = MAX_PAYLOAD
+    ) -> RemediationBudget:
+        n = settings.nats
+        entries = max(LAST_ACTIONS_KEPT, settings.remediation.rate_limit * ACTIONS_PER_SECOND)
+        return cls(
+            base=(REMEDIATION_IDLE_MIB + REMEDIATION_FLOW_MIB) * MIB,
+            fetches=FETCHES_HELD * (fetched(n, max_payload) + n.batch * REMEDIATION_PER_MESSAGE),
+            decoding=max_payload * REMEDIATION_DECODE_COPIES,
+            proof=(2 + owners.MAX_DEPTH) * OBJECT_BYTES * OBJECT_COPIES,
+            read=OBJECT_BYTES * READ_COPIES,
+            retired_client=RETIRED_CLIENT,
+            last_actions=entries * LAST_ACTION_BYTES,
+            nats=max_payload + NATS_READ_CHUNK + NATS_PENDING,
+        )
+
+
+def fetched(nats: Any, max_payload: int) -> float:
+    """The most bytes one fetch of the kit brings: ``nats.batch`` messages of ``max_payload``
+    at most, and no more than ``nats.max_batch_bytes`` where the kit bounds its fetch in bytes
+    (raised to ``max_payload`` and a subject's room)."""
+    by_count = nats.batch * max_payload
+    budget = getattr(nats, "max_batch_bytes", None)
+    if budget is None:  # a kit that asks for messages only
+        return float(by_count)
+    return float(min(by_count, max(budget, max_payload + FETCH_ROOM)))

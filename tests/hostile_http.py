@@ -9,7 +9,10 @@ or a buggy scraper, does to a probe port, and what to read of the process meanwh
     flood.closed() == flood.opened  # the server let go of every one
     await flood.close()
 
-Program-agnostic: a host, a port, a pid. No test lives here.
+The attacks: ``idle_flood`` (connections that send half a head and wait), ``trickle`` (a head
+sent a byte at a time: a slow-loris), ``exchange`` (any request as bytes: a head over the
+bound, a body with a GET), ``unread`` (clients that send a request whole and never read the
+answer). Program-agnostic: a host, a port, a pid. No test lives here.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -150,25 +154,130 @@ async def idle_flood(
     return flood
 
 
+def status_of(answer: bytes) -> int:
+    """The status code of an HTTP answer's first line (``ConnectionError`` when there is
+    none)."""
+    status_line = answer.split(b"\r\n", 1)[0].split(b" ")
+    if (
+        len(status_line) < 2
+        or not status_line[0].startswith(b"HTTP/")
+        or not status_line[1].isdigit()
+    ):
+        raise ConnectionError(f"no HTTP answer: {answer[:80]!r}")
+    return int(status_line[1])
+
+
+async def exchange(host: str, port: int, request: bytes, timeout: float = 30.0) -> bytes:
+    """Send ``request`` as given (a head, a body or part of one, anything) and read what comes
+    back until the server ends the connection, within ``timeout`` seconds (else
+    ``TimeoutError``): the server's whole answer. A reset after some of an answer keeps what
+    came; a reset before any raises ``ConnectionResetError``."""
+
+    async def talk() -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        got = bytearray()
+        try:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                writer.write(request)
+                await writer.drain()
+            try:
+                while chunk := await reader.read(65536):
+                    got += chunk
+            except ConnectionResetError:
+                if not got:
+                    raise
+        finally:
+            writer.transport.abort()
+        return bytes(got)
+
+    return await asyncio.wait_for(talk(), timeout)
+
+
 async def probe(
     host: str, port: int, path: str = "/healthz", timeout: float = 3.0
 ) -> tuple[int, bytes]:
     """A fresh client's ``GET path``: the status and the body, read to the server's end within
     ``timeout`` seconds (else ``TimeoutError``; a refused or reset connection raises
     ``OSError``). 3 s: what the flooded subscribers' probes timed out at (issue 39)."""
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    answer = await exchange(host, port, request, timeout)
+    return status_of(answer), answer.partition(b"\r\n\r\n")[2]
 
-    async def get() -> tuple[int, bytes]:
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
-            answer = await reader.read()
-        finally:
-            writer.transport.abort()
-        head, _, body = answer.partition(b"\r\n\r\n")
-        status_line = head.split(b"\r\n", 1)[0].split(b" ")
-        if len(status_line) < 2 or not status_line[1].isdigit():
-            raise ConnectionError(f"no HTTP answer: {answer[:80]!r}")
-        return int(status_line[1]), body
 
-    return await asyncio.wait_for(get(), timeout)
+@dataclass
+class Trickled:
+    """What came of a head sent a byte at a time: ``sent`` of its ``length`` bytes went out;
+    ``answer`` is what the server sent back (``b""``: not a word); ``ended``: it ended the
+    connection (else the trickle gave up, the head sent whole and answered, or at its
+    deadline)."""
+
+    sent: int
+    length: int
+    answer: bytes
+    ended: bool
+
+    @property
+    def whole(self) -> bool:
+        """The server waited for the whole head."""
+        return self.sent == self.length
+
+
+async def trickle(
+    host: str, port: int, head: bytes, interval: float = 1.0, timeout: float = 120.0
+) -> Trickled:
+    """A slow-loris: send ``head`` one byte every ``interval`` seconds (each byte resets a
+    timeout that counts from the last byte read), while reading; until the server ends the
+    connection, or the head went whole and was answered (a server that keeps connections
+    alive), or ``timeout`` seconds."""
+    reader, writer = await asyncio.open_connection(host, port)
+    sent = 0
+    got = bytearray()
+
+    async def send() -> None:
+        nonlocal sent
+        with contextlib.suppress(OSError):
+            for i in range(len(head)):
+                writer.write(head[i : i + 1])
+                await writer.drain()
+                sent += 1
+                await asyncio.sleep(interval)  # the attack's pace
+
+    async def receive() -> bool:
+        with contextlib.suppress(OSError):
+            while chunk := await reader.read(65536):
+                got.extend(chunk)
+                if sent == len(head) and b"\r\n\r\n" in got:
+                    return False  # answered once whole, the connection kept
+        return True
+
+    sending = asyncio.create_task(send())
+    try:
+        ended = await asyncio.wait_for(receive(), timeout)
+    except TimeoutError:
+        ended = False
+    finally:
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+        writer.transport.abort()
+    return Trickled(sent, len(head), bytes(got), ended)
+
+
+async def unread(host: str, port: int, request: bytes, connections: int) -> list[socket.socket]:
+    """``connections`` clients that each send ``request`` whole and then never read: their
+    sockets, open, each with the smallest receive buffer the kernel allows (an answer of more
+    than a few KiB is left for the server to hold). The caller closes them."""
+    loop = asyncio.get_running_loop()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(connections):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's minimum
+            sock.setblocking(False)
+            await loop.sock_connect(sock, (host, port))
+            await loop.sock_sendall(sock, request)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks

@@ -5,6 +5,9 @@ promtool is Prometheus' own (v0.316.0 = Prometheus 3.16, built from the Go modul
 e2e/build-go-tool.sh and cached). The metric check runs a real bridge against the simulated
 API server and a real nats-server, scrapes it, and fails on any metric or label the rules or the
 dashboard name that it does not expose (a rename that forgot the dashboard, a typo in a rule).
+The subscribers' rules are checked the same against the three subscribers as real processes on
+their shipped configs, and docs/monitoring.md's tables of their metrics against what each
+exposes, both ways (a metric added without its row, a row left after a rename).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.harness import ConsumerProcess, Writer, all_of, eventually, free_port
+from tests import shipped
+from tests.integration.harness import ConsumerProcess, Writer, all_of, eventually
 from tests.otlp_endpoint import Endpoint
 from tests.standins import gotools
 from tools import monitoring
@@ -352,48 +356,44 @@ def test_the_dashboard_is_laid_out_and_wired_as_grafana_reads_it():
     assert used <= defined, used - defined
 
 
-async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(
-    tmp_path, nats_server, kubeconfig, run_bridge
-):
+SUBSCRIBERS = (
+    "k8s_event_consumer.alerting",
+    "k8s_event_consumer.remediation",
+    "k8s_event_consumer.otlp",
+)
+
+
+@pytest.fixture
+async def subscribers_scraped(tmp_path, nats_server, kubeconfig, run_bridge) -> dict[str, str]:
     """The alerting subscriber, the remediation worker and the OTLP subscriber as real
-    processes on the stream of a real bridge (their Alertmanager need not answer for this; the
-    OTLP subscriber's endpoint takes the bridge's status events, so that its records are
-    counted), scraped: the subscribers' group of rules names only their metrics and labels."""
+    processes on their shipped configs (tests/shipped.py), on the stream of a real bridge (their
+    Alertmanager need not answer for this; the OTLP subscriber's endpoint takes the bridge's
+    status events, so that its records are counted), scraped: each one's /metrics text."""
     await run_bridge().wait_ready()  # the stream they read
     endpoint = await Endpoint().start()
-    configs = {
-        "k8s_event_consumer.alerting": {
-            "alertmanager": {"urls": [f"http://127.0.0.1:{free_port()}"]},
-        },
-        "k8s_event_consumer.remediation": {
-            "kubernetes": {"cluster": "test", "kubeconfig": str(kubeconfig)},
-        },
-        "k8s_event_consumer.otlp": {
-            "otlp": {"endpoint": endpoint.url, "flush_interval": "200ms"},
-        },
-    }
-    series: dict[str, set[str]] = {}
-    procs = []
+    procs = {}
     try:
-        for module, cfg in configs.items():
-            cfg |= {
-                "nats": {"servers": [nats_server.url]},
-                "http": {"host": "127.0.0.1", "port": free_port()},
-            }
-            path = tmp_path / f"{module}.yaml"
-            path.write_text(yaml.safe_dump(cfg))
-            proc = ConsumerProcess(path, tmp_path / f"{module}.log", module=module).start()
-            procs.append(proc)
+        for module in SUBSCRIBERS:
+            path = shipped.subscriber(
+                tmp_path, module, nats_server.url, kubeconfig=kubeconfig, otlp_endpoint=endpoint.url
+            )
+            procs[module] = ConsumerProcess(path, tmp_path / f"{module}.log", module=module).start()
+        for proc in procs.values():
             await proc.wait_ready()
-            if module.endswith(".otlp"):
-                await eventually(lambda: bool(endpoint.accepted), timeout=30)
-            _, text = await proc.get("/metrics")
-            for name, labels in exposed(text).items():
-                series.setdefault(name, set()).update(labels)
+        await eventually(lambda: bool(endpoint.accepted), timeout=30)
+        return {module: (await proc.get("/metrics"))[1] for module, proc in procs.items()}
     finally:
-        for proc in procs:
+        for proc in procs.values():
             proc.kill()
         await endpoint.stop()
+
+
+async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(subscribers_scraped):
+    """The subscribers' group of rules names only their metrics and labels."""
+    series: dict[str, set[str]] = {}
+    for text in subscribers_scraped.values():
+        for name, labels in exposed(text).items():
+            series.setdefault(name, set()).update(labels)
     problems = []
     for where, expr, texts in rule_exprs(SUBSCRIBERS_GROUP):
         problems += check(where, expr, series, texts)
@@ -401,3 +401,71 @@ async def test_the_subscriber_rules_name_only_what_real_subscribers_expose(
     assert "k8s_event_alerting_held_total" in series  # exported from 0, before any hold
     assert "k8s_event_remediation_held_total" in series
     assert "k8s_event_otlp_endpoint_up" in series
+
+
+# what a subscriber's /metrics says of a family: its type and the label names of its samples
+Family = tuple[str, frozenset[str]]
+
+
+def families(text: str, prefix: str) -> dict[str, Family]:
+    """The families of ``prefix`` in a /metrics text, named without it, by their ``# TYPE``
+    lines (prometheus_client's ``_created`` of a counter is the counter's), each with the
+    label names its samples carry."""
+    kinds = dict(re.findall(rf"^# TYPE {prefix}(\w+) (\w+)$", text, re.M))
+    out: dict[str, Family] = {}
+    for name, kind in kinds.items():
+        base = name.removesuffix("_created")
+        if base != name and kinds.get(f"{base}_total") == "counter":
+            continue
+        labels = exposed(text).get(prefix + name, set())
+        out[name] = (kind, frozenset(labels))
+    return out
+
+
+def documented() -> dict[str, dict[str, Family]]:
+    """docs/monitoring.md's tables of "The subscribers' metrics": per prefix
+    (``k8s_event_alerting_`` ...), metric → (type, label names); the table of every
+    subscriber in each."""
+    doc = (monitoring.REPO / "docs" / "monitoring.md").read_text()
+    section = doc.split("\n## The subscribers' metrics\n", 1)[1].split("\n## ", 1)[0]
+    common: dict[str, Family] = {}
+    out: dict[str, dict[str, Family]] = {}
+    table = common
+    for line in section.splitlines():
+        if line.startswith("**"):
+            prefix = re.search(r"\(`(k8s_event_\w+_)`", line)
+            table = out.setdefault(prefix.group(1), {}) if prefix else common
+        elif line.startswith("| `"):
+            name, kind, labels = (cell.strip() for cell in line.strip("|").split("|")[:3])
+            table[name.strip("`")] = (kind, frozenset(re.findall(r"`(\w+)`", labels)))
+    return {prefix: {**common, **own} for prefix, own in out.items()}
+
+
+async def test_the_subscribers_metrics_tables_are_what_real_subscribers_expose(
+    subscribers_scraped,
+):
+    """Every row of docs/monitoring.md's subscriber tables is a family of the real program's
+    /metrics, of that type and with those labels, and every family it exposes (but the
+    standard process_* and python_info) is a row."""
+    tables = documented()
+    prefixes = {f"k8s_event_{m.rsplit('.', 1)[1]}_": m for m in SUBSCRIBERS}
+    assert set(tables) == set(prefixes)
+    problems = []
+    for prefix, module in prefixes.items():
+        real = families(subscribers_scraped[module], prefix)
+        rows = tables[prefix]
+        problems += [
+            f"{prefix}{n}: exposed, not in the table" for n in sorted(set(real) - set(rows))
+        ]
+        problems += [
+            f"{prefix}{n}: in the table, not exposed" for n in sorted(set(rows) - set(real))
+        ]
+        for name in sorted(set(real) & set(rows)):
+            (kind, labels), (doc_kind, doc_labels) = real[name], rows[name]
+            if kind != doc_kind:
+                problems.append(f"{prefix}{name}: a {kind}, the table says {doc_kind}")
+            if labels and labels != doc_labels:  # a family with no sample yet shows none
+                problems.append(
+                    f"{prefix}{name}: labels {sorted(labels)}, the table {sorted(doc_labels)}"
+                )
+    assert problems == []
