@@ -53,6 +53,7 @@ from k8s_event_common import owners
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
+from k8s_event_consumer.remediation.worker import LAST_ACTIONS
 
 MIB = 1024 * 1024
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
@@ -281,10 +282,9 @@ class OtlpBudget(Parts):
 #                                                   kubernetes_asyncio as last_response until the
 #                                                   next request) and their text while parsed
 #            + 1 MiB                                a retired kube client (a token reloaded)
-#            + max(1024, rate_limit * 100/s) * 288 B
+#            + min(4096, rate_limit * 100/s) * 288 B
 #                                                   when each object was acted on (_last_action:
-#                                                   1,024 kept, and every one of the last
-#                                                   rate_limit), twice while it is pruned
+#                                                   the last rate_limit of them, 4,096 at most)
 #            + max_payload + 64 KiB + 2 MiB         nats-py: a message being read, what it reads
 #                                                   at once, its outgoing buffer while reconnecting
 #
@@ -307,9 +307,8 @@ REMEDIATION_DECODE_COPIES = 2.0  # events.decode of a message: 1.0x held, 2.0x w
 OBJECT_BYTES = int(1.5 * MIB)  # the API server's largest object (etcd's request limit)
 OBJECT_COPIES = 1.0  # an object read back, as Python objects (text mostly: the assumption)
 READ_COPIES = 2.0  # an answer's bytes (kubernetes_asyncio's last_response) and their text
-LAST_ACTIONS_KEPT = 1024  # worker._acted_on forgets nothing below this many
 ACTIONS_PER_SECOND = 100  # the worker's fastest pace of actions (the assumption)
-LAST_ACTION_BYTES = 288  # an entry (141 B measured: a uid, a float, a slot), twice when pruned
+LAST_ACTION_BYTES = 288  # an entry (141 B measured: a uid, a float, a slot), with room
 FETCH_ROOM = 8 * 1024  # a fetch's byte budget is at least max_payload and a subject's room
 
 
@@ -343,7 +342,7 @@ class RemediationBudget(Parts):
         cls, settings: remediation_settings.Settings, max_payload: int = MAX_PAYLOAD
     ) -> RemediationBudget:
         n = settings.nats
-        entries = max(LAST_ACTIONS_KEPT, settings.remediation.rate_limit * ACTIONS_PER_SECOND)
+        entries = min(LAST_ACTIONS, settings.remediation.rate_limit * ACTIONS_PER_SECOND)
         return cls(
             base=(REMEDIATION_IDLE_MIB + REMEDIATION_FLOW_MIB) * MIB,
             fetches=FETCHES_HELD * (fetched(n, max_payload) + n.batch * REMEDIATION_PER_MESSAGE),

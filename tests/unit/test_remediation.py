@@ -15,6 +15,7 @@ from k8s_event_common.clock import ManualClock
 from k8s_event_consumer.consuming import Delivery, Discard, Retry
 from k8s_event_consumer.events import Decoded, KubeEvent, ObjectRef
 from k8s_event_consumer.remediation import rules
+from k8s_event_consumer.remediation import worker as worker_module
 from k8s_event_consumer.remediation.kube import Conflict, NotFound, Refused, Unavailable
 from k8s_event_consumer.remediation.settings import RemediationSettings, Settings
 from k8s_event_consumer.remediation.worker import TRIGGER_ANNOTATION, UNTRUSTED, Worker
@@ -433,8 +434,14 @@ def test_what_the_rate_limit_remembers_is_bounded() -> None:
     for i in range(3000):
         w._acted_on(f"uid-{i}", now.now)
         now.advance(1.0)  # one action a second: only the last 10 minutes count
-    assert len(w._last_action) <= 1024 + 1
-    assert "uid-2999" in w._last_action and "uid-0" not in w._last_action
+    assert len(w._last_action) == 600
+    assert "uid-2999" in w._last_action and "uid-2399" not in w._last_action
+    for i in range(3 * worker_module.LAST_ACTIONS):  # many at once: the count bounds it
+        w._acted_on(f"burst-{i}", now.now)
+    assert len(w._last_action) == worker_module.LAST_ACTIONS
+    assert f"burst-{3 * worker_module.LAST_ACTIONS - 1}" in w._last_action
+    w._acted_on("burst-0", now.now)  # acted on again: the newest, kept
+    assert list(w._last_action)[-1] == "burst-0"
 
 
 def test_the_counters_alerts_read_are_exported_from_zero() -> None:

@@ -135,6 +135,7 @@ COUNTERS = (
     ),
 )
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+LAST_ACTIONS = 4096  # objects whose last action the rate limit remembers, at most
 TRIGGER_ANNOTATION = "remediation.k8s-event-bridge.io/trigger"
 KEY_ANNOTATION = "remediation.k8s-event-bridge.io/action"
 
@@ -469,12 +470,18 @@ class Worker:
         )
 
     def _acted_on(self, uid: str, now: float) -> None:
-        """Remember when ``uid`` was acted on; what is older than the rate limit is forgotten
-        (bounded whatever the cluster does)."""
-        if len(self._last_action) >= 1024:
-            horizon = now - self.cfg.rate_limit
-            self._last_action = {u: t for u, t in self._last_action.items() if t > horizon}
-        self._last_action[uid] = now
+        """Remember when ``uid`` was acted on, newest last; what is older than the rate limit
+        is forgotten, and beyond ``LAST_ACTIONS`` objects the oldest (bounded whatever the
+        cluster does: the rate limit then holds for the last ``LAST_ACTIONS`` objects)."""
+        last = self._last_action
+        last.pop(uid, None)
+        last[uid] = now
+        horizon = now - self.cfg.rate_limit
+        while last:
+            oldest = next(iter(last))
+            if len(last) <= LAST_ACTIONS and last[oldest] > horizon:
+                break
+            del last[oldest]
 
     def _ignored(self) -> None:
         self.counts.ignored += 1
