@@ -89,8 +89,6 @@ class Program(runtime.Subscriber):
         self.calls.append("close")
 
 
-
-
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     """NATS connects at once; the stream is there (unless ``missing`` says how often not);
