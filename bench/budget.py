@@ -41,14 +41,23 @@ x86_64; ``Budget.of(settings)`` computes the bound for a configuration.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from bridge.core import converting
 from bridge.kube.lines import MAX_LINE_BYTES
 from bridge.runtime import enriching
 from bridge.settings import Settings
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
+from k8s_event_consumer import fetching
+from k8s_event_consumer.alerting import alertmanager, alerts, holding
+from k8s_event_consumer.alerting import running as alerting_running
+from k8s_event_consumer.alerting.settings import Settings as AlertingSettings
 
 MIB = 1024 * 1024
+REPO = Path(__file__).resolve().parents[1]
 IDLE_MIB = 55.0  # an idle bridge, one scope (bench.idle: 53-54 measured; rounded up)
 FLOW_MIB = 9.0  # a full-speed flow of ~1.2 KB Events on top (bench.run peak - idle)
 PER_SCOPE_MIB = 0.15  # each more scope: its tasks, metrics, connection (bench.idle: ~0.05)
@@ -161,3 +170,135 @@ def _enrichment(settings: Settings) -> float:
         )
         namespaces = NAMESPACES * per
     return waiting + cache + namespaces
+
+
+# -- the alerting subscriber ------------------------------------------------------------------
+#
+# What the alerting subscriber (k8s_event_consumer.alerting) can hold at once, from its config
+# and the NATS server's max_payload (docs/performance.md, "The alerting subscriber"):
+#
+#     RSS <= base                                     an idle subscriber + a flow's working set
+#            + the larger of what is in hand:
+#                consuming: FETCH_COPIES * nats.max_batch_bytes   the fetched messages, and
+#                                                     nats-py's read buffer as they come
+#                           + MESSAGE_COPIES * max_payload        one message decoded
+#                at start:  MESSAGE_COPIES * max_payload          the read-back: one at a time
+#                           + ADOPT_IN_HAND           one alert read back from Alertmanager
+#            + alerts.max_bytes + alerts.max_alerts * PER_ALERT   the Event alerts: their
+#                                                     strings as counted, the rest by number
+#            + alerts.max_status_alerts * (PER_ALERT + STATUS_ALERT_BYTES)
+#            + REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES)
+#            + SEQUENCES_KEPT * PER_SEQUENCE          status keys' sequences, by digest
+#            + FUTURE_DATED_LOGGED * PER_LOGGED_ID    ids logged once
+#            + POST_COPIES * MAX_POST_BYTES           one POST in hand (its parts, its body)
+#            + NATS_PENDING                           nats-py's outgoing buffer, reconnecting
+#
+# The one assumption: the server's max_payload (1 MiB by default; the stream sets no
+# max_msg_size): no message is larger. The constants are measured on CPython 3.11 / x86_64
+# (tests/integration/test_alerting_memory.py runs the hostile case and checks the bound).
+
+ALERTING_IDLE_MIB = 55.0  # an idle subscriber, connected, its durable bound (52.3 measured)
+ALERTING_FLOW_MIB = 8.0  # its working set while it reads and sends: aiohttp's, the loop's
+FETCH_COPIES = 2.0  # the fetched bodies, and nats-py's read buffer they were cut from
+MESSAGE_COPIES = 4.0  # one message decoded: body, its JSON text, the parsed data, the Event
+# an alert read back from Alertmanager (MAX_ITEM_BYTES characters, up to 4 bytes each, parsed)
+# and a chunk of the answer
+ADOPT_IN_HAND = 4 * alertmanager.MAX_ITEM_BYTES + 2 * alertmanager.READ_CHUNK
+PER_ALERT = 2048  # an alert's objects besides its strings: dicts, times, record (~1.7 KB)
+STATUS_ALERT_BYTES = 6 * 1024  # a status alert's strings: values cut (1 KiB text, 256 B each)
+REFUSAL_ALERT_BYTES = 2 * 1024
+PER_SEQUENCE = 160  # a 16-byte digest, an int and their dict entry
+PER_LOGGED_ID = 400  # an id cut to 256 bytes and its entry
+POST_COPIES = 3.0  # a POST's parts, its joined body, the postable dicts of its alerts
+
+
+@dataclass(frozen=True)
+class AlertingBudget:
+    base: float
+    in_hand: float
+    alerts: float
+    status_alerts: float
+    refusal_alerts: float
+    maps: float
+    post: float
+    nats_pending: float
+
+    @classmethod
+    def of(cls, settings: AlertingSettings, max_payload: int = MIB) -> AlertingBudget:
+        """The bound for the alerting subscriber's ``settings`` against a server whose
+        ``max_payload`` is that."""
+        a = settings.alerts
+        fetch = max(settings.nats.max_batch_bytes, fetching.floor(max_payload))
+        consuming = FETCH_COPIES * fetch + MESSAGE_COPIES * max_payload
+        starting = MESSAGE_COPIES * max_payload + ADOPT_IN_HAND
+        return cls(
+            base=(ALERTING_IDLE_MIB + ALERTING_FLOW_MIB) * MIB,
+            in_hand=max(consuming, starting),
+            alerts=a.max_bytes + a.max_alerts * PER_ALERT,
+            status_alerts=a.max_status_alerts * (PER_ALERT + STATUS_ALERT_BYTES),
+            refusal_alerts=holding.REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES),
+            maps=alerts.SEQUENCES_KEPT * PER_SEQUENCE
+            + alerting_running.FUTURE_DATED_LOGGED * PER_LOGGED_ID,
+            post=POST_COPIES * alertmanager.MAX_POST_BYTES,
+            nats_pending=NATS_PENDING,
+        )
+
+    @property
+    def total(self) -> float:
+        return (
+            self.base
+            + self.in_hand
+            + self.alerts
+            + self.status_alerts
+            + self.refusal_alerts
+            + self.maps
+            + self.post
+            + self.nats_pending
+        )
+
+    @property
+    def total_mib(self) -> float:
+        return self.total / MIB
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(part, MiB) in the order of the formula, the total last."""
+        return [
+            ("base (idle + flow)", self.base / MIB),
+            ("in hand (a fetch and a message, or the start's)", self.in_hand / MIB),
+            ("Event alerts (strings + objects)", self.alerts / MIB),
+            ("status alerts", self.status_alerts / MIB),
+            ("refusal alerts", self.refusal_alerts / MIB),
+            ("sequences, ids logged", self.maps / MIB),
+            ("one POST", self.post / MIB),
+            ("nats-py outgoing buffer", self.nats_pending / MIB),
+            ("total", self.total_mib),
+        ]
+
+
+def shipped_alerting(chart: bool = False) -> dict[str, Any]:
+    """What deploy/consumers/alerting.yaml (``chart``: the chart's values) ships: its config
+    (YAML text) and its memory ``limit`` and ``request`` in bytes."""
+    if chart:
+        values = yaml.safe_load((REPO / "deploy/helm/k8s-event-bridge/values.yaml").read_text())
+        section = values["alerting"]
+        config, resources = yaml.safe_dump(section["config"]), section["resources"]
+    else:
+        docs = list(yaml.safe_load_all((REPO / "deploy/consumers/alerting.yaml").read_text()))
+        kinds = {d["kind"]: d for d in docs if d}
+        config = kinds["ConfigMap"]["data"]["alerting.yaml"]
+        (container,) = kinds["StatefulSet"]["spec"]["template"]["spec"]["containers"]
+        resources = container["resources"]
+    return {
+        "config": config,
+        "limit": quantity(resources["limits"]["memory"]),
+        "request": quantity(resources["requests"]["memory"]),
+    }
+
+
+def quantity(text: str) -> int:
+    """A Kubernetes memory quantity (``256Mi``) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(text[: -len(unit)]) * factor
+    return int(text)

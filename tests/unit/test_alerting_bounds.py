@@ -70,7 +70,7 @@ def test_cut_keeps_at_most_limit_bytes_on_a_character_boundary_saying_what_was_l
 ) -> None:
     got = cut(text, limit)
     assert utf8(got) <= limit
-    head, marker = got.split("…[cut: ")
+    head, marker = got.split("...[cut: ")
     assert text.startswith(head)  # whole characters only
     assert marker == f"{utf8(text) - utf8(head)} bytes]"
     assert utf8(head) > limit - 40  # the marker takes what it needs, not more
@@ -93,8 +93,8 @@ def test_a_huge_message_is_cut_to_message_bytes_and_every_other_value_to_256() -
     a = only(state.event(ev))
     message = a.annotations["message"]
     assert utf8(message) <= 1024
-    head = message.split("…[cut: ")[0]
-    assert message.endswith(f"…[cut: {HUGE - utf8(head)} bytes]")
+    head = message.split("...[cut: ")[0]
+    assert message.endswith(f"...[cut: {HUGE - utf8(head)} bytes]")
     assert utf8(a.labels["name"]) <= holding.VALUE_BYTES
     assert all(utf8(v) <= 2 * 1024 for v in a.annotations.values())
     assert sum(map(utf8, [*a.labels.values(), *a.annotations.values()])) < 4096

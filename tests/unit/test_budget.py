@@ -1,27 +1,21 @@
 """The worst case of memory (bench/budget.py) against what deploy/ and the chart ship: the
-defaults' bound under 80% of the limit, the request at least the measured idle bridge."""
+defaults' bound under 80% of the limit, the request at least the measured idle program (the
+bridge, the alerting subscriber)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from bench import budget
-from bench.budget import MIB, Budget
+from bench.budget import MIB, AlertingBudget, Budget, quantity
 from bridge.settings import Settings, load
 from tests.unit.test_settings_cli import _configmap_config, _helm_values_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def quantity(text: str) -> int:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return int(text[: -len(unit)]) * factor
-    return int(text)
 
 
 def deployment_resources() -> dict[str, dict[str, str]]:
@@ -88,3 +82,38 @@ def test_the_enrichment_terms_follow_its_settings():
     )
     assert 0 < ns_only.enrichment < objects.enrichment
     assert objects.enrichment >= 64 * MIB * budget.CACHE_COPIES
+
+
+# -- the alerting subscriber -------------------------------------------------------------------
+
+
+def alerting_bound(config: str, max_payload: int = MIB) -> AlertingBudget:
+    from k8s_event_consumer.alerting import settings
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "alerting.yaml"
+        path.write_text(config)
+        return AlertingBudget.of(settings.load(str(path)), max_payload)
+
+
+@pytest.mark.parametrize("chart", [False, True], ids=["deploy", "chart"])
+def test_the_alerting_worst_case_is_under_80_percent_of_its_limit(chart: bool) -> None:
+    """deploy/consumers/alerting.yaml's and the chart's config and memory limit: the bound
+    computed for a server of the default max_payload stays under 80% of the limit, and the
+    request is at least an idle subscriber."""
+    shipped = budget.shipped_alerting(chart=chart)
+    bound = alerting_bound(shipped["config"]).total
+    assert bound <= 0.8 * shipped["limit"], f"{bound / MIB:.1f} MiB > 80% of the limit"
+    assert shipped["request"] >= budget.ALERTING_IDLE_MIB * MIB
+
+
+def test_the_alerting_bound_follows_its_configuration() -> None:
+    base = alerting_bound("")
+    more = alerting_bound(
+        "alerts: {max_bytes: 50331648, max_alerts: 20000}\nnats: {max_batch_bytes: 16777216}\n"
+    )
+    assert more.alerts - base.alerts == pytest.approx(24 * MIB + 10_000 * budget.PER_ALERT)
+    assert more.in_hand - base.in_hand == pytest.approx(12 * MIB * budget.FETCH_COPIES)
+    # a server that takes larger messages: a fetch raised to the largest, one decoded
+    assert alerting_bound("", max_payload=8 * MIB).in_hand > base.in_hand + 8 * MIB
+    assert [name for name, _ in base.rows()][-1] == "total"

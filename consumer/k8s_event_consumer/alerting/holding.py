@@ -42,8 +42,8 @@ MIB: Final = 1024 * 1024
 
 def cut(text: str, limit: int, *, distinct: bool = False) -> str:
     """``text`` if its UTF-8 is at most ``limit`` bytes; else its head, cut on a character
-    boundary, and a marker of what was left out: ``…[cut: 912345 bytes]``, with ``distinct``
-    also a digest of the whole (``…[cut: 912345 bytes #1a2b3c4d]``): ``limit`` bytes in all."""
+    boundary, and a marker of what was left out: ``...[cut: 912345 bytes]``, with ``distinct``
+    also a digest of the whole (``...[cut: 912345 bytes #1a2b3c4d]``): ``limit`` bytes in all."""
     if len(text) * 4 <= limit:  # at most 4 bytes a character: it fits
         return text
     raw = text.encode("utf-8", "replace")  # a lone surrogate (JSON allows one) counts 1
@@ -56,7 +56,8 @@ def cut(text: str, limit: int, *, distinct: bool = False) -> str:
 
 
 def _marker(left_out: int, digest: str) -> str:
-    return f"…[cut: {left_out} bytes{digest}]"
+    # ASCII: one character past Latin-1 would make CPython hold the whole text at 2 bytes each
+    return f"...[cut: {left_out} bytes{digest}]"
 
 
 def value(text: str) -> str:

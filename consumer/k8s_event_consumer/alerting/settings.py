@@ -166,9 +166,9 @@ class AlertsSettings(Section):
     message_bytes: int = Field(MESSAGE_BYTES, ge=64, le=64 * 1024)
     """An Event's message is kept in its alert's `message` annotation up to this many bytes of
     UTF-8 (as events.k8s.io caps a note), cut on a character boundary and ending
-    `…[cut: N bytes]` (N: the bytes left out); so is a status event's detail. Every other
+    `...[cut: N bytes]` (N: the bytes left out); so is a status event's detail. Every other
     value an alert takes from a message (a name, reason, id) is kept up to 256 bytes, a label
-    value with a digest of the whole (`…[cut: N bytes #1a2b3c4d]`)."""
+    value with a digest of the whole (`...[cut: N bytes #1a2b3c4d]`)."""
     max_alerts: int = Field(10_000, ge=1)
     """Most Warning Event alerts kept (firing, or lately resolved) in all: beyond, an Event that
     would make a new alert is refused (`alerts_refused_total{why="alerts"}`, the alert
