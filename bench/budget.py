@@ -40,7 +40,7 @@ x86_64; ``Budget.of(settings)`` computes the bound for a configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,18 @@ PER_LOGGED_ID = 400  # an id cut to 256 bytes and its entry
 POST_COPIES = 3.0  # a POST's parts, its joined body, the postable dicts of its alerts
 
 
+ALERTING_PARTS = {  # AlertingBudget's parts, as rows() names them
+    "base": "base (idle + flow)",
+    "in_hand": "in hand (a fetch and a message, or the start's)",
+    "alerts": "Event alerts (strings + objects)",
+    "status_alerts": "status alerts",
+    "refusal_alerts": "refusal alerts",
+    "maps": "sequences, ids logged",
+    "post": "one POST",
+    "nats_pending": "nats-py outgoing buffer",
+}
+
+
 @dataclass(frozen=True)
 class AlertingBudget:
     base: float
@@ -245,16 +257,7 @@ class AlertingBudget:
 
     @property
     def total(self) -> float:
-        return (
-            self.base
-            + self.in_hand
-            + self.alerts
-            + self.status_alerts
-            + self.refusal_alerts
-            + self.maps
-            + self.post
-            + self.nats_pending
-        )
+        return sum(getattr(self, f.name) for f in fields(self))
 
     @property
     def total_mib(self) -> float:
@@ -262,17 +265,8 @@ class AlertingBudget:
 
     def rows(self) -> list[tuple[str, float]]:
         """(part, MiB) in the order of the formula, the total last."""
-        return [
-            ("base (idle + flow)", self.base / MIB),
-            ("in hand (a fetch and a message, or the start's)", self.in_hand / MIB),
-            ("Event alerts (strings + objects)", self.alerts / MIB),
-            ("status alerts", self.status_alerts / MIB),
-            ("refusal alerts", self.refusal_alerts / MIB),
-            ("sequences, ids logged", self.maps / MIB),
-            ("one POST", self.post / MIB),
-            ("nats-py outgoing buffer", self.nats_pending / MIB),
-            ("total", self.total_mib),
-        ]
+        parts = [(ALERTING_PARTS[f.name], getattr(self, f.name) / MIB) for f in fields(self)]
+        return [*parts, ("total", self.total_mib)]
 
 
 def shipped_alerting(chart: bool = False) -> dict[str, Any]:

@@ -6,7 +6,6 @@ comes (the budget is raised to the largest message)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +13,15 @@ import nats
 import pytest
 
 from bridge.core.converting import Converter
-from k8s_event_consumer import Consumer, ConsumerOptions, Delivery, Handlers, KubeEvent, Start
-from k8s_event_consumer import fetching
+from k8s_event_consumer import (
+    Consumer,
+    ConsumerOptions,
+    Delivery,
+    Handlers,
+    KubeEvent,
+    Start,
+    fetching,
+)
 from tests.streams import k8s_events
 from tests.support import eventually
 
@@ -45,11 +51,9 @@ def event(i: int, message_bytes: int) -> dict[str, Any]:
 
 @pytest.fixture
 async def nc(nats_server: Any) -> AsyncIterator[Any]:
-    client = await nats.connect(nats_server.url)
-    await client.jetstream().add_stream(k8s_events(stream=STREAM))
-    yield client
-    with contextlib.suppress(Exception):
-        await client.close()
+    async with await nats.connect(nats_server.url) as client:
+        await client.jetstream().add_stream(k8s_events(stream=STREAM))
+        yield client
 
 
 async def publish(nc: Any, sizes: list[int]) -> None:
@@ -81,10 +85,8 @@ async def opened(nc: Any, durable: str, **options: Any) -> tuple[Consumer, list[
     return consumer, fetches
 
 
-async def test_large_messages_come_no_more_than_max_batch_bytes_at_a_time(nc: Any) -> None:
-    large = [900_000] * 12
-    await publish(nc, large + [200] * 150)
-    consumer, fetches = await opened(nc, "large", max_batch_bytes=2 * MIB)
+async def run(consumer: Consumer, n: int) -> list[int]:
+    """``consumer.run`` until ``n`` Events were handled: their messages' lengths."""
     handled: list[int] = []
 
     async def on_event(ev: KubeEvent, d: Delivery) -> None:
@@ -92,10 +94,18 @@ async def test_large_messages_come_no_more_than_max_batch_bytes_at_a_time(nc: An
 
     task = asyncio.create_task(consumer.run(Handlers(on_event=on_event)))
     try:
-        await eventually(lambda: len(handled) == 162, timeout=30)
+        await eventually(lambda: len(handled) == n, timeout=30)
     finally:
         await consumer.stop()
         await asyncio.wait_for(task, 15)
+    return handled
+
+
+async def test_large_messages_come_no_more_than_max_batch_bytes_at_a_time(nc: Any) -> None:
+    large = [900_000] * 12
+    await publish(nc, large + [200] * 150)
+    consumer, fetches = await opened(nc, "large", max_batch_bytes=2 * MIB)
+    handled = await run(consumer, 162)
     assert handled == large + [200] * 150  # every one, in the stream's order
     assert max(sum(f) for f in fetches) <= 2 * MIB
     assert max(len(f) for f in fetches) == 64  # small ones a whole batch at a time
@@ -125,14 +135,4 @@ async def test_a_message_larger_than_the_budget_still_comes(nc: Any) -> None:
     await publish(nc, [nc.max_payload - 4096, 100])
     consumer, _ = await opened(nc, "raised", max_batch_bytes=64 * 1024)
     assert consumer.max_batch_bytes == fetching.floor(nc.max_payload)
-    handled: list[int] = []
-
-    async def on_event(ev: KubeEvent, d: Delivery) -> None:
-        handled.append(len(ev.message))
-
-    task = asyncio.create_task(consumer.run(Handlers(on_event=on_event)))
-    try:
-        await eventually(lambda: len(handled) == 2, timeout=30)
-    finally:
-        await consumer.stop()
-        await asyncio.wait_for(task, 15)
+    assert await run(consumer, 2) == [nc.max_payload - 4096, 100]

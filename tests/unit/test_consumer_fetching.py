@@ -114,9 +114,8 @@ async def test_an_earlier_requests_status_ends_nothing() -> None:
         replies.append(reply)
         if len(replies) <= 2:
             return []  # the first fetch's answers do not come in time
-        return [status(replies[0], "404", "No Messages"), data(3), data(4)] + [
-            status(reply, "409", "Batch Completed")
-        ]
+        stale = status(replies[0], "404", "No Messages")
+        return [stale, data(3), data(4), status(reply, "409", "Batch Completed")]
 
     nc = FakeNats(answer)
     f = fetcher(nc)

@@ -469,12 +469,7 @@ class State:
         record = self._records.get(key)
         if not self._newer(key, record, stored, at):
             return [record.alert] if record is not None else []
-        count, starts, ends = 1, at, at + self.rules.dropped_alert_for
-        if record is not None and _fires_at(record.alert, at):
-            count += int(record.alert.annotations["dropped"])
-            starts = min(starts, record.alert.starts_at)
-            assert record.alert.ends_at is not None
-            ends = max(ends, record.alert.ends_at)
+        count, starts, ends = _counting(record, at, self.rules.dropped_alert_for, "dropped")
         reason = value(s.reason)
         alert = Alert(
             labels=self._labels(own),
@@ -607,12 +602,7 @@ class State:
         own = {"alertname": AlertName.REFUSED.value, "cluster": cluster, "namespace": namespace}
         key = _key(own, REFUSED_LABELS)
         record = self._records.get(key)
-        count, starts, ends = 1, at, at + self.rules.resolve_after
-        if record is not None and _fires_at(record.alert, at):
-            count += int(record.alert.annotations["refused"])
-            starts = min(starts, record.alert.starts_at)
-            assert record.alert.ends_at is not None
-            ends = max(ends, record.alert.ends_at)
+        count, starts, ends = _counting(record, at, self.rules.resolve_after, "refused")
         if namespace == ALL_NAMESPACES:
             held = f"all namespaces hold the most alerts ({why.value})"
         else:
@@ -719,6 +709,21 @@ def _fires_at(alert: Alert, t: datetime) -> bool:
     """Whether an alert with an end of its own still fires at ``t`` (a message's time, not
     now: replicas reading the same stream decide the same)."""
     return alert.ends_at is not None and alert.ends_at > t
+
+
+def _counting(
+    record: _Record | None, at: datetime, lasts: timedelta, counted: str
+) -> tuple[int, datetime, datetime]:
+    """An alert that counts what made it (dropped, refused) at ``at``: 1 and [at, at +
+    ``lasts``]; or, while the one held still fires, one more than its ``counted`` annotation
+    and its range widened."""
+    count, starts, ends = 1, at, at + lasts
+    if record is not None and _fires_at(record.alert, at):
+        count += int(record.alert.annotations[counted])
+        starts = min(starts, record.alert.starts_at)
+        assert record.alert.ends_at is not None
+        ends = max(ends, record.alert.ends_at)
+    return count, starts, ends
 
 
 def _rv_min(a: str, b: str) -> str:
