@@ -21,6 +21,7 @@ from k8s_event_consumer import (
     KubeEvent,
     Start,
     fetching,
+    replay,
 )
 from tests.streams import k8s_events
 from tests.support import eventually
@@ -136,3 +137,14 @@ async def test_a_message_larger_than_the_budget_still_comes(nc: Any) -> None:
     consumer, _ = await opened(nc, "raised", max_batch_bytes=64 * 1024)
     assert consumer.max_batch_bytes == fetching.floor(nc.max_payload)
     assert await run(consumer, 2) == [nc.max_payload - 4096, 100]
+
+
+async def test_a_named_replay_fetches_bounded_too_and_reads_everything(nc: Any) -> None:
+    sizes = [900_000] * 6 + [100] * 300
+    await publish(nc, sizes)
+    got = [
+        len(d.decoded.event.message) if d.decoded.event else -1
+        async for d in replay(nc, stream=STREAM, start=Start.all(), name="reader")
+    ]
+    assert got == sizes
+    assert (await nc.jetstream().stream_info(STREAM)).state.consumer_count == 0
