@@ -186,7 +186,7 @@ def _enrichment(settings: Settings) -> float:
 #                           + ADOPT_IN_HAND           one alert read back from Alertmanager
 #            + alerts.max_bytes + alerts.max_alerts * PER_ALERT   the Event alerts: their
 #                                                     strings as counted, the rest by number
-#            + alerts.max_status_alerts * (PER_ALERT + STATUS_ALERT_BYTES)
+#            + alerts.max_status_alerts * (PER_ALERT + status alert's strings)
 #            + REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES)
 #            + SEQUENCES_KEPT * PER_SEQUENCE          status keys' sequences, by digest
 #            + FUTURE_DATED_LOGGED * PER_LOGGED_ID    ids logged once
@@ -204,8 +204,10 @@ MESSAGE_COPIES = 4.0  # one message decoded: body, its JSON text, the parsed dat
 # an alert read back from Alertmanager (MAX_ITEM_BYTES characters, up to 4 bytes each, parsed)
 # and a chunk of the answer
 ADOPT_IN_HAND = 4 * alertmanager.MAX_ITEM_BYTES + 2 * alertmanager.READ_CHUNK
-PER_ALERT = 2048  # an alert's objects besides its strings: dicts, times, record (~1.7 KB)
-STATUS_ALERT_BYTES = 6 * 1024  # a status alert's strings: values cut (1 KiB text, 256 B each)
+PER_ALERT = 2560  # an alert's objects besides its strings: 1.7 KB measured, 2.0 KB with 8 uids
+# a status alert's strings: two texts (a detail; a why or the resolved detail) of
+# alerts.message_bytes and the rest, values of 256 bytes cut (~3.5 KB measured at the defaults)
+STATUS_ALERT_VALUES = 4 * 1024
 REFUSAL_ALERT_BYTES = 2 * 1024
 PER_SEQUENCE = 160  # a 16-byte digest, an int and their dict entry
 PER_LOGGED_ID = 400  # an id cut to 256 bytes and its entry
@@ -247,7 +249,8 @@ class AlertingBudget:
             base=(ALERTING_IDLE_MIB + ALERTING_FLOW_MIB) * MIB,
             in_hand=max(consuming, starting),
             alerts=a.max_bytes + a.max_alerts * PER_ALERT,
-            status_alerts=a.max_status_alerts * (PER_ALERT + STATUS_ALERT_BYTES),
+            status_alerts=a.max_status_alerts
+            * (PER_ALERT + 2 * a.message_bytes + STATUS_ALERT_VALUES),
             refusal_alerts=holding.REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES),
             maps=alerts.SEQUENCES_KEPT * PER_SEQUENCE
             + alerting_running.FUTURE_DATED_LOGGED * PER_LOGGED_ID,
