@@ -51,6 +51,10 @@ from bridge.runtime import enriching
 from bridge.settings import Settings
 from k8s_event_common import owners
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
+from k8s_event_consumer import fetching
+from k8s_event_consumer.alerting import alertmanager, alerts, holding
+from k8s_event_consumer.alerting import running as alerting_running
+from k8s_event_consumer.alerting.settings import Settings as AlertingSettings
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
 from k8s_event_consumer.remediation.worker import LAST_ACTIONS
@@ -364,3 +368,95 @@ def fetched(nats: Any, max_payload: int) -> float:
     if budget is None:  # a kit that asks for messages only
         return float(by_count)
     return float(min(by_count, max(budget, max_payload + FETCH_ROOM)))
+
+
+# -- the alerting subscriber ------------------------------------------------------------------
+#
+# What the alerting subscriber (k8s_event_consumer.alerting) can hold at once, from its config
+# and the NATS server's max_payload (docs/performance.md, "The alerting subscriber"):
+#
+#     RSS <= base                                     an idle subscriber + a flow's working set
+#            + the larger of what is in hand:
+#                consuming: FETCH_COPIES * nats.max_batch_bytes   the fetched messages, and
+#                                                     nats-py's read buffer as they come
+#                           + MESSAGE_COPIES * max_payload        one message decoded
+#                at start:  MESSAGE_COPIES * max_payload          the read-back: one at a time
+#                           + ADOPT_IN_HAND           one alert read back from Alertmanager
+#            + alerts.max_bytes + alerts.max_alerts * PER_ALERT   the Event alerts: their
+#                                                     strings as counted, the rest by number
+#            + alerts.max_status_alerts * (PER_ALERT + status alert's strings)
+#            + REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES)
+#            + SEQUENCES_KEPT * PER_SEQUENCE          status keys' sequences, by digest
+#            + FUTURE_DATED_LOGGED * PER_LOGGED_ID    ids logged once
+#            + POST_COPIES * MAX_POST_BYTES           one POST in hand (its parts, its body)
+#            + NATS_PENDING                           nats-py's outgoing buffer, reconnecting
+#
+# The one assumption: the server's max_payload (1 MiB by default; the stream sets no
+# max_msg_size): no message is larger. The constants are measured on CPython 3.11 / x86_64
+# (tests/integration/test_alerting_memory.py runs the hostile case and checks the bound).
+
+ALERTING_IDLE_MIB = 55.0  # an idle subscriber, connected, its durable bound (52.3 measured)
+ALERTING_FLOW_MIB = 8.0  # its working set while it reads and sends: aiohttp's, the loop's
+FETCH_COPIES = 2.0  # the fetched bodies, and nats-py's read buffer they were cut from
+MESSAGE_COPIES = 4.0  # one message decoded: body, its JSON text, the parsed data, the Event
+# an alert read back from Alertmanager (MAX_ITEM_BYTES characters, up to 4 bytes each, parsed)
+# and a chunk of the answer
+ADOPT_IN_HAND = 4 * alertmanager.MAX_ITEM_BYTES + 2 * alertmanager.READ_CHUNK
+PER_ALERT = 2560  # an alert's objects besides its strings: 1.7 KB measured, 2.0 KB with 8 uids
+# a status alert's strings: two texts (a detail; a why or the resolved detail) of
+# alerts.message_bytes and the rest, values of 256 bytes cut (~3.5 KB measured at the defaults)
+STATUS_ALERT_VALUES = 4 * 1024
+REFUSAL_ALERT_BYTES = 2 * 1024
+PER_SEQUENCE = 160  # a 16-byte digest, an int and their dict entry
+PER_LOGGED_ID = 400  # an id cut to 256 bytes and its entry
+POST_COPIES = 3.0  # a POST's parts, its joined body, the postable dicts of its alerts
+
+
+ALERTING_PARTS = {  # AlertingBudget's parts, as rows() names them
+    "base": "base (idle + flow)",
+    "in_hand": "in hand (a fetch and a message, or the start's)",
+    "alerts": "Event alerts (strings + objects)",
+    "status_alerts": "status alerts",
+    "refusal_alerts": "refusal alerts",
+    "maps": "sequences, ids logged",
+    "post": "one POST",
+    "nats_pending": "nats-py outgoing buffer",
+}
+
+
+@dataclass(frozen=True)
+class AlertingBudget(Parts):
+    """The alerting subscriber's worst case, computed from its settings
+    (``AlertingBudget.of``)."""
+
+    LABELS: ClassVar[dict[str, str]] = ALERTING_PARTS
+
+    base: float
+    in_hand: float
+    alerts: float
+    status_alerts: float
+    refusal_alerts: float
+    maps: float
+    post: float
+    nats_pending: float
+
+    @classmethod
+    def of(cls, settings: AlertingSettings, max_payload: int = MIB) -> AlertingBudget:
+        """The bound for the alerting subscriber's ``settings`` against a server whose
+        ``max_payload`` is that."""
+        a = settings.alerts
+        fetch = max(settings.nats.max_batch_bytes, fetching.floor(max_payload))
+        consuming = FETCH_COPIES * fetch + MESSAGE_COPIES * max_payload
+        starting = MESSAGE_COPIES * max_payload + ADOPT_IN_HAND
+        return cls(
+            base=(ALERTING_IDLE_MIB + ALERTING_FLOW_MIB) * MIB,
+            in_hand=max(consuming, starting),
+            alerts=a.max_bytes + a.max_alerts * PER_ALERT,
+            status_alerts=a.max_status_alerts
+            * (PER_ALERT + 2 * a.message_bytes + STATUS_ALERT_VALUES),
+            refusal_alerts=holding.REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES),
+            maps=alerts.SEQUENCES_KEPT * PER_SEQUENCE
+            + alerting_running.FUTURE_DATED_LOGGED * PER_LOGGED_ID,
+            post=POST_COPIES * alertmanager.MAX_POST_BYTES,
+            nats_pending=NATS_PENDING,
+        )

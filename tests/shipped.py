@@ -25,15 +25,58 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER = "test"  # k8s_event_sim.configs.bridge_config's cluster.name
 
 
+def _kinds(program: str) -> dict[str, dict[str, Any]]:
+    """deploy/consumers/<program>.yaml's objects by kind."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "consumers" / f"{program}.yaml").read_text())
+    return {d["kind"]: d for d in docs if d}
+
+
+def _chart(program: str) -> dict[str, Any]:
+    values = yaml.safe_load((REPO / "deploy/helm/k8s-event-bridge/values.yaml").read_text())
+    section: dict[str, Any] = values[program]
+    return section
+
+
+def config_text(program: str, chart: bool = False) -> str:
+    """``program``'s config (``alerting``, ``remediation``, ``otlp``) as deploy/consumers/
+    ships it in its ConfigMap, or (``chart``) as the chart's values hold it."""
+    if chart:
+        return str(yaml.safe_dump(_chart(program)["config"]))
+    return str(_kinds(program)["ConfigMap"]["data"][f"{program}.yaml"])
+
+
 def shipped(module: str) -> dict[str, Any]:
     """The config of ``module`` (``k8s_event_consumer.alerting``, ``.remediation``, ``.otlp``)
     in its ConfigMap of deploy/consumers/."""
-    program = module.rsplit(".", 1)[1]
-    for doc in yaml.safe_load_all((REPO / "deploy" / "consumers" / f"{program}.yaml").read_text()):
-        if doc and doc.get("kind") == "ConfigMap":
-            config: dict[str, Any] = yaml.safe_load(doc["data"][f"{program}.yaml"])
-            return config
-    raise LookupError(f"deploy/consumers/{program}.yaml has no ConfigMap")
+    config: dict[str, Any] = yaml.safe_load(config_text(module.rsplit(".", 1)[1]))
+    return config
+
+
+def resources(program: str, chart: bool = False) -> dict[str, dict[str, str]]:
+    """``program``'s container resources in deploy/consumers/ (its Deployment or StatefulSet)
+    or the chart's values."""
+    if chart:
+        chart_resources: dict[str, dict[str, str]] = _chart(program)["resources"]
+        return chart_resources
+    kinds = _kinds(program)
+    workload = kinds.get("Deployment") or kinds["StatefulSet"]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    found: dict[str, dict[str, str]] = container["resources"]
+    return found
+
+
+def quantity(text: str) -> int:
+    """A Kubernetes memory quantity (``256Mi``) in bytes."""
+    for unit, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30)):
+        if text.endswith(unit):
+            return int(text[: -len(unit)]) * factor
+    return int(text)
+
+
+def memory(program: str, chart: bool = False) -> tuple[int, int]:
+    """``program``'s shipped memory (request, limit) in bytes."""
+    res = resources(program, chart)
+    return quantity(res["requests"]["memory"]), quantity(res["limits"]["memory"])
 
 
 def subscriber(

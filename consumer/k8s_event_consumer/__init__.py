@@ -5,8 +5,9 @@
 - ``consuming``: a durable pull consumer with explicit acks, back-off, idempotency by the
   CloudEvent id (``seen``), callbacks per kind (``Handlers``), ``Retry`` to hold a message,
   ``Discard`` to drop an untrusted one without remembering its id; ``options`` (acks,
-  batches, where a durable starts), ``durables`` (its config checked), ``replaying``
-  (``replay``: a stretch of the stream without a durable).
+  batches, where a durable starts), ``durables`` (its config checked), ``fetching`` (each
+  fetch bounded in messages and bytes), ``replaying`` (``replay``: a stretch of the stream
+  without a durable).
 - ``connecting``: a NATS connection that reconnects forever.
 - ``runtime``: the one runtime of a subscriber program (signals, logs, metrics, the hardened
   HTTP probes, NATS, the durable opened, the drain): a program gives its settings and its

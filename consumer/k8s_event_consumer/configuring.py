@@ -35,7 +35,7 @@ from k8s_event_common.configuring import (
 )
 from k8s_event_common.durations import parse_duration
 from k8s_event_common.options import redact_url
-from k8s_event_consumer.options import ConsumerOptions
+from k8s_event_consumer.options import MAX_BATCH_BYTES, ConsumerOptions
 
 __all__ = [
     "ConfigError",
@@ -92,6 +92,11 @@ class NatsSettings(common.NatsStream):
     """Most messages handed out and not yet acked."""
     batch: int = Field(64, ge=1, le=1000)
     """Messages per fetch."""
+    max_batch_bytes: int = Field(MAX_BATCH_BYTES, ge=64 * 1024)
+    """Most bytes one fetch brings (as JetStream counts a message: subject, headers, body): what
+    the subscriber holds of the stream at once, before its handler ran, whatever the messages'
+    sizes. Raised to the server's `max_payload` plus 8 KiB when lower (the largest message must
+    still come). Small messages come `batch` at a time either way."""
 
     @field_validator("subjects")
     @classmethod
@@ -156,6 +161,7 @@ class NatsSettings(common.NatsStream):
             ack_wait=self.ack_wait,
             max_ack_pending=self.max_ack_pending,
             batch=self.batch,
+            max_batch_bytes=self.max_batch_bytes,
             **overrides,
         )
 

@@ -4,8 +4,10 @@
 ``run(handlers)`` fetches in batches, decodes each message (``events.decode``) and calls the
 handler its kind names, one message at a time; ``run_batches(on_batch)`` hands a handler of
 many messages at once (the OTLP subscriber sends them as one request) the messages in hand,
-kept from redelivery (``in_progress``) while it works. Either way each message comes to one
-outcome, settled in one place (``_settle``):
+kept from redelivery (``in_progress``) while it works. A fetch brings at most
+``options.batch`` messages and ``options.max_batch_bytes`` bytes (``fetching.Fetcher``): the
+messages in hand are bounded in bytes whatever their sizes. Either way each message comes to
+one outcome, settled in one place (``_settle``):
 
 - done (the handler returned; a batch handler's ``None``): the CloudEvent id is remembered
   (``Seen``) and the message acked;
@@ -39,7 +41,7 @@ from nats.aio.msg import Msg
 from k8s_event_common import streams as shapes
 from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.logformat import Logger
-from k8s_event_consumer import durables, events
+from k8s_event_consumer import durables, events, fetching
 from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
 from k8s_event_consumer.options import ConsumerOptions, Start
 from k8s_event_consumer.seen import MemorySeen, Seen
@@ -64,8 +66,7 @@ __all__ = [
 
 log = Logger("k8s_event_consumer.consuming")
 
-MIN_FETCH_WAIT = 0.2  # seconds: nats-py's pull request expires 0.1 s before its timeout
-GATHER_STEP = 32  # messages per fetch while a batch bounded in bytes is gathered
+MIN_FETCH_WAIT = 0.2  # seconds: a waiting pull request expires 0.1 s before its timeout
 NATS_TROUBLE = (nats.errors.Error, TimeoutError, OSError)  # NATS away while settling
 
 
@@ -207,7 +208,7 @@ class Consumer:
         clock: Clock = SYSTEM,
     ) -> None:
         self._nc = nc
-        self._sub = sub
+        self._sub = sub  # a ``fetching.Fetcher`` of the durable
         self.stream = stream
         self.durable = durable
         self.options = options
@@ -236,7 +237,7 @@ class Consumer:
         (``durables.bind``: ``ConsumerConflict``). ``replay``: drop an existing durable and
         start again from ``start``."""
         await shapes.check_event_stream(nc, stream, subject_prefix)
-        sub = await durables.bind(
+        bound = await durables.bind(
             nc,
             stream=stream,
             durable=durable,
@@ -244,17 +245,33 @@ class Consumer:
             start=start,
             replay=replay,
         )
-        return cls(nc, sub, stream, durable, options, seen or MemorySeen(), clock)
+        await bound.unsubscribe()  # nats-py's fetch asks for no byte bound: Fetcher does
+        fetcher = fetching.Fetcher(nc, stream, durable, clock)
+        return cls(nc, fetcher, stream, durable, options, seen or MemorySeen(), clock)
 
     async def stop(self) -> None:
         """Let the message or batch in hand finish, then return from ``run``."""
         self._stopping.set()
 
+    @property
+    def largest(self) -> int:
+        """The largest message the server takes, as a fetch counts it (``fetching.floor``)."""
+        max_payload = self._nc.max_payload if self._nc is not None else 0
+        return fetching.floor(max_payload or fetching.DEFAULT_MAX_PAYLOAD)
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """The bytes a fetch may bring: ``options.max_batch_bytes``, at least the largest
+        message (a smaller budget would never fetch it)."""
+        return max(self.options.max_batch_bytes, self.largest)
+
     async def run(self, handlers: Handlers) -> None:
         """Until ``stop``: each message fetched handled and settled, in the stream's order."""
         while not self._stopping.is_set():
             try:
-                msgs = await self._sub.fetch(self.options.batch, timeout=self.options.fetch_timeout)
+                msgs = await self._sub.fetch(
+                    self.options.batch, self.max_batch_bytes, timeout=self.options.fetch_timeout
+                )
             except (nats.errors.TimeoutError, TimeoutError):
                 continue
             except nats.errors.Error as exc:  # reconnecting: nats-py reconnects by itself
@@ -273,9 +290,9 @@ class Consumer:
         the stream's order and settle each by its outcome. While ``on_batch`` works, the
         messages are marked in progress at once and every third of ``ack_wait``, so JetStream
         delivers none of them again however long the handler waits (on a slow or absent
-        endpoint); one batch is in hand at a time, and with ``max_bytes`` it stops growing once
-        its messages hold that many bytes, so memory is bounded by the batch. ``on_batch``
-        raising: every message ``Failed``."""
+        endpoint); one batch is in hand at a time, holding at most ``max_bytes`` (and
+        ``max_batch_bytes``) bytes of messages, or one message when it alone is larger: memory
+        is bounded by the batch. ``on_batch`` raising: every message ``Failed``."""
         while not self._stopping.is_set():
             msgs = await self._gather(linger, max_bytes)
             if msgs:
@@ -344,27 +361,24 @@ class Consumer:
 
     async def _gather(self, linger: float, max_bytes: int | None = None) -> list[Msg]:
         """Up to ``options.batch`` messages: what the first fetch brings, then more for at most
-        ``linger`` seconds while the batch is not full; with ``max_bytes``, fetched
-        ``GATHER_STEP`` at a time and no more once they hold that many bytes."""
+        ``linger`` seconds while the batch is not full; each fetch asks for no more bytes than
+        the batch has room for (``max_bytes``, at most ``max_batch_bytes``), the first for at
+        least the largest message."""
+        limit = min(max_bytes or self.max_batch_bytes, self.max_batch_bytes)
         msgs: list[Msg] = []
         size = 0
         deadline: float | None = None
-        while (
-            len(msgs) < self.options.batch
-            and (max_bytes is None or size < max_bytes)
-            and not self._stopping.is_set()
-        ):
+        while len(msgs) < self.options.batch and size < limit and not self._stopping.is_set():
             if deadline is None:
                 wait = self.options.fetch_timeout
             else:
                 wait = deadline - self.clock.monotonic()
                 if wait <= 0:
                     break
+            room = limit - size if msgs else max(limit, self.largest)
             try:
                 want = self.options.batch - len(msgs)
-                if max_bytes is not None:
-                    want = min(want, GATHER_STEP)
-                got = await self._sub.fetch(want, timeout=max(wait, MIN_FETCH_WAIT))
+                got = await self._sub.fetch(want, room, timeout=max(wait, MIN_FETCH_WAIT))
             except (nats.errors.TimeoutError, TimeoutError):
                 if msgs or deadline is None:
                     break
@@ -374,8 +388,10 @@ class Consumer:
                 if not msgs:
                     await self._pause(1.0)
                 break
+            if not got:
+                break  # the next message does not fit in what is left
             msgs.extend(got)
-            size += sum(len(m.data or b"") for m in got)
+            size += sum(fetching.size(m) for m in got)
             if deadline is None:
                 deadline = self.clock.monotonic() + linger
         return msgs

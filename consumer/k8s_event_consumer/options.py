@@ -10,6 +10,7 @@ from datetime import datetime
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 DEFAULT_BACKOFF = (1.0, 5.0, 30.0, 60.0)
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # bytes of messages a fetch may bring (ConsumerOptions)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,11 @@ class ConsumerOptions:
     # (JetStream's consumer back-off); the last one repeats
     backoff: Sequence[float] = DEFAULT_BACKOFF
     max_ack_pending: int = 1000
-    batch: int = 64
+    batch: int = 64  # messages per fetch at most
+    # bytes of messages a fetch may bring at most (JetStream counts a message's subject, reply
+    # subject, headers and body): the messages in hand before any handler ran; raised to the
+    # largest message the server takes when lower (``fetching.floor``)
+    max_batch_bytes: int = MAX_BATCH_BYTES
     fetch_timeout: float = 5.0
 
     def config(self, durable: str, subjects: Sequence[str]) -> ConsumerConfig:

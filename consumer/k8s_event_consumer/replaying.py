@@ -15,10 +15,10 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from k8s_event_common.logformat import Logger
-from k8s_event_consumer import events
+from k8s_event_consumer import events, fetching
 from k8s_event_consumer.consuming import Delivery
 from k8s_event_consumer.events import BadMessage
-from k8s_event_consumer.options import Start
+from k8s_event_consumer.options import MAX_BATCH_BYTES, Start
 
 log = Logger("k8s_event_consumer.replaying")
 
@@ -55,7 +55,7 @@ async def replay(
     if name is None:
         deliveries = _ordered(js, stream, subject or subjects[0], start, idle)
     else:
-        deliveries = _named(js, stream, subject or subjects[0], start, idle, name)
+        deliveries = _named(nc, stream, subject or subjects[0], start, idle, name)
     async with contextlib.aclosing(deliveries) as msgs:  # its consumer gone when done
         async for msg in msgs:
             meta = msg.metadata
@@ -118,8 +118,9 @@ async def _ordered(
 
 
 async def _named(
-    js: Any, stream: str, subject: str, start: Start | None, idle: float, name: str
+    nc: NATS, stream: str, subject: str, start: Start | None, idle: float, name: str
 ) -> AsyncGenerator[Msg, None]:
+    js = nc.jetstream()
     with contextlib.suppress(nats.js.errors.NotFoundError):
         await js.delete_consumer(stream, name)  # a crash's leftover, with another start
     cfg = (start or Start.all()).apply(
@@ -133,16 +134,18 @@ async def _named(
         )
     )
     await js.add_consumer(stream, cfg)
-    sub = await js.pull_subscribe_bind(name, stream=stream)
+    # bounded in bytes as a durable's fetch is (fetching: small messages 256 at a time)
+    fetcher = fetching.Fetcher(nc, stream, name)
+    max_bytes = max(MAX_BATCH_BYTES, fetching.floor(nc.max_payload or fetching.DEFAULT_MAX_PAYLOAD))
     try:
         while True:
             try:
-                msgs = await sub.fetch(256, timeout=idle)
+                msgs = await fetcher.fetch(256, max_bytes, timeout=idle)
             except (nats.errors.TimeoutError, TimeoutError):
                 return  # nothing (more) from start on
             for msg in msgs:
                 yield msg
     finally:
-        await sub.unsubscribe()
+        await fetcher.unsubscribe()
         with contextlib.suppress(nats.errors.Error, TimeoutError):
             await js.delete_consumer(stream, name)

@@ -26,6 +26,7 @@ import yaml
 from bench.budget import MIB, OtlpBudget
 from bridge.core.converting import Converter
 from k8s_event_consumer.otlp import settings
+from tests import shipped
 from tests.integration.test_otlp_collector import ids_in
 from tests.integration.test_otlp_flow import CLUSTER, Otlp, acked_all, event
 from tests.integration.test_otlp_flow import config as otlp_config
@@ -161,9 +162,7 @@ async def test_a_collector_taking_64_kib_gets_every_version_from_the_4_mib_defau
 
 def shipped_config(tmp_path: Path, nats_url: str, endpoint: str) -> Path:
     """deploy/consumers/otlp.yaml's config as it ships, on this test's NATS and collector."""
-    docs = yaml.safe_load_all((ROOT / "deploy/consumers/otlp.yaml").read_text())
-    configmap = next(d for d in docs if d and d.get("kind") == "ConfigMap")
-    cfg = yaml.safe_load(configmap["data"]["otlp.yaml"])
+    cfg = shipped.shipped("k8s_event_consumer.otlp")
     cfg["nats"]["servers"] = [nats_url]
     cfg["otlp"]["endpoint"] = endpoint
     cfg["http"] = {"host": "127.0.0.1", "port": free_port()}

@@ -655,7 +655,7 @@ async def test_alerts_are_read_back_for_adoption(fake_am: Any) -> None:
     am.shown = [{**sent, "fingerprint": "x", "status": {"state": "active"}, "receivers": []}]
     c = client([am.url])
     try:
-        got = await c.alerts(am.url)
+        got = [a async for a in c.alerts(am.url)]
     finally:
         await c.close()
     assert got == [alertmanager.parse(sent)]
@@ -779,6 +779,10 @@ def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_
         ("nats: {servers: ['http://x']}\n", {}, "nats.servers"),
         ("", {"ALERTING_ALERTMANGER__URLS": "[]"}, "ALERTING_ALERTMANGER__URLS"),
         ("", {"ALERTING_ALERTS__REASONS": "BackOff"}, 'field "alerts" from source'),
+        ("alerts: {message_bytes: 10}\n", {}, "alerts.message_bytes"),
+        ("alerts: {max_alerts: 10}\n", {}, "max_alerts_per_namespace (500) is above max_alerts"),
+        ("alerts: {message_bytes: 4096, max_bytes_per_namespace: 16384}\n", {}, "fewer than four"),
+        ("nats: {max_batch_bytes: 1000}\n", {}, "nats.max_batch_bytes"),
     ],
 )
 def test_a_config_error_prints_one_line_naming_the_key_and_exits_2(

@@ -16,6 +16,7 @@ import pytest
 from bridge.core.converting import Converter
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import Alert, Rules, State, Stored, rfc3339
+from k8s_event_consumer.alerting.holding import Why
 from k8s_event_consumer.alerting.running import COUNTERS, METRICS_PREFIX, Alerting
 from k8s_event_consumer.consuming import Delivery
 from k8s_event_consumer.events import Decoded, decode
@@ -341,11 +342,12 @@ ALLOWED: dict[str, set[str]] = {
         "apiserver_recovered", "dropped", "leader_changed", "started", "stopped", "other",
         "event",
     },
-    "result": {"alerted", "ignored", "ok", "unavailable", "rejected", "failed"},
+    "result": {"alerted", "ignored", "refused", "ok", "unavailable", "rejected", "failed"},
+    "why": {w.value for w in Why},
     "alertmanager": {"http://127.0.0.1:1"},
     "alertname": {
         "KubernetesWarningEvent", "KubernetesControlPlaneUnreachable", "KubernetesEventsGap",
-        "KubernetesEventsDropped",
+        "KubernetesEventsDropped", "KubernetesWarningEventsRefused",
     },
     "state": {"firing", "resolved"},
 }  # fmt: skip

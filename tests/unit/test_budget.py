@@ -1,10 +1,10 @@
 """The worst case of memory (bench/budget.py) against what deploy/ and the chart ship: the
 defaults' bound under 80% of the limit, the request at least the measured idle program (the
-bridge; the OTLP subscriber)."""
+bridge; the OTLP subscriber, the alerting subscriber, the remediation worker)"""
 
 from __future__ import annotations
 
-from functools import partial
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,22 +13,16 @@ import pytest
 import yaml
 
 from bench import budget
-from bench.budget import MIB, Budget, OtlpBudget, RemediationBudget
+from bench.budget import MIB, AlertingBudget, Budget, OtlpBudget, RemediationBudget
 from bridge.settings import Settings, load
-from k8s_event_consumer import configuring
+from k8s_event_consumer.alerting import settings as alerting_settings
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
+from tests import shipped
+from tests.shipped import quantity
 from tests.unit.test_settings_cli import _configmap_config, _helm_values_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def quantity(text: str) -> int:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return int(text[: -len(unit)]) * factor
-    return int(text)
 
 
 def deployment_resources() -> dict[str, dict[str, str]]:
@@ -100,53 +94,16 @@ def test_the_enrichment_terms_follow_its_settings():
 # --- the OTLP subscriber -------------------------------------------------------------------
 
 
-def consumer_config(program: str) -> str:
-    """deploy/consumers/<program>.yaml's config (its ConfigMap's)."""
-    docs = yaml.safe_load_all(REPO.joinpath(f"deploy/consumers/{program}.yaml").read_text())
-    configmap = next(d for d in docs if d and d.get("kind") == "ConfigMap")
-    return str(configmap["data"][f"{program}.yaml"])
-
-
-def consumer_resources(program: str) -> dict[str, dict[str, str]]:
-    docs = yaml.safe_load_all(REPO.joinpath(f"deploy/consumers/{program}.yaml").read_text())
-    deployment = next(d for d in docs if d and d.get("kind") == "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container["resources"]
-
-
-def consumer_chart_values(program: str) -> dict[str, Any]:
-    values = yaml.safe_load(REPO.joinpath("deploy/helm/k8s-event-bridge/values.yaml").read_text())
-    section: dict[str, Any] = values[program]
-    return section
-
-
-def consumer_chart_config(program: str) -> str:
-    return str(yaml.safe_dump(consumer_chart_values(program)["config"]))
-
-
-def consumer_chart_resources(program: str) -> dict[str, dict[str, str]]:
-    resources: dict[str, dict[str, str]] = consumer_chart_values(program)["resources"]
-    return resources
-
-
-@pytest.mark.parametrize(
-    ("resources", "config"),
-    [
-        (partial(consumer_resources, "otlp"), partial(consumer_config, "otlp")),
-        (partial(consumer_chart_resources, "otlp"), partial(consumer_chart_config, "otlp")),
-    ],
-    ids=["deploy", "chart"],
-)
+@pytest.mark.parametrize("chart", [False, True], ids=["deploy", "chart"])
 def test_the_otlp_subscribers_shipped_worst_case_is_under_80_percent_of_its_limit(
-    tmp_path: Path, resources: Any, config: Any
+    tmp_path: Path, chart: bool
 ) -> None:
     path = tmp_path / "otlp.yaml"
-    path.write_text(config())
+    path.write_text(shipped.config_text("otlp", chart))
     bound = OtlpBudget.of(otlp_settings.load(str(path))).total
-    res = resources()
-    limit = quantity(res["limits"]["memory"])
-    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of {res['limits']['memory']}"
-    assert quantity(res["requests"]["memory"]) >= budget.OTLP_IDLE_MIB * MIB
+    request, limit = shipped.memory("otlp", chart)
+    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of {limit / MIB:.0f} MiB"
+    assert request >= budget.OTLP_IDLE_MIB * MIB
 
 
 def test_the_otlp_bound_follows_its_configuration() -> None:
@@ -166,10 +123,6 @@ def test_the_otlp_bound_follows_its_configuration() -> None:
 
 # --- the remediation worker ----------------------------------------------------------------
 
-# the kit's fetch bounded in bytes (nats.max_batch_bytes); without it a fetch of nats.batch
-# messages may hold batch * max_payload (64 MiB by default) and the bound is over the limit
-BYTES_BOUNDED = "max_batch_bytes" in configuring.NatsSettings.model_fields
-
 
 def remediation_config(config: str) -> dict[str, Any]:
     """The worker's config as the chart renders it: the cluster added when unset."""
@@ -178,30 +131,16 @@ def remediation_config(config: str) -> dict[str, Any]:
     return cfg
 
 
-@pytest.mark.xfail(
-    not BYTES_BOUNDED,
-    reason="the kit's fetch is bounded in messages only (nats.max_batch_bytes not there yet)",
-    strict=True,
-)
-@pytest.mark.parametrize(
-    ("resources", "config"),
-    [
-        (partial(consumer_resources, "remediation"), partial(consumer_config, "remediation")),
-        (
-            partial(consumer_chart_resources, "remediation"),
-            partial(consumer_chart_config, "remediation"),
-        ),
-    ],
-    ids=["deploy", "chart"],
-)
+@pytest.mark.parametrize("chart", [False, True], ids=["deploy", "chart"])
 def test_the_remediation_workers_shipped_worst_case_is_under_80_percent_of_its_limit(
-    tmp_path: Path, resources: Any, config: Any
+    tmp_path: Path, chart: bool
 ) -> None:
     path = tmp_path / "remediation.yaml"
-    path.write_text(yaml.safe_dump(remediation_config(config())))
+    path.write_text(yaml.safe_dump(remediation_config(shipped.config_text("remediation", chart))))
     bound = RemediationBudget.of(remediation_settings.load(str(path))).total
-    limit = resources()["limits"]["memory"]
-    assert bound <= 0.8 * quantity(limit), f"{bound / MIB:.1f} MiB > 80% of {limit}"
+    request, limit = shipped.memory("remediation", chart)
+    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of {limit / MIB:.0f} MiB"
+    assert request >= budget.REMEDIATION_IDLE_MIB * MIB
 
 
 def test_a_fetch_holds_the_byte_budget_or_batch_messages_of_max_payload() -> None:
@@ -235,3 +174,36 @@ def test_the_remediation_bound_follows_its_configuration() -> None:
     assert [name for name, _ in base.rows()][-1] == "total"
     # the proof: the Event, the Pod and every owner the walk may read, each the largest object
     assert base.proof == (2 + 4) * budget.OBJECT_BYTES
+
+
+# -- the alerting subscriber -------------------------------------------------------------------
+
+
+def alerting_bound(config: str, max_payload: int = MIB) -> AlertingBudget:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "alerting.yaml"
+        path.write_text(config)
+        return AlertingBudget.of(alerting_settings.load(str(path)), max_payload)
+
+
+@pytest.mark.parametrize("chart", [False, True], ids=["deploy", "chart"])
+def test_the_alerting_worst_case_is_under_80_percent_of_its_limit(chart: bool) -> None:
+    """deploy/consumers/alerting.yaml's and the chart's config and memory limit: the bound
+    computed for a server of the default max_payload stays under 80% of the limit, and the
+    request is at least an idle subscriber."""
+    bound = alerting_bound(shipped.config_text("alerting", chart)).total
+    request, limit = shipped.memory("alerting", chart)
+    assert bound <= 0.8 * limit, f"{bound / MIB:.1f} MiB > 80% of the limit"
+    assert request >= budget.ALERTING_IDLE_MIB * MIB
+
+
+def test_the_alerting_bound_follows_its_configuration() -> None:
+    base = alerting_bound("")
+    more = alerting_bound(
+        "alerts: {max_bytes: 50331648, max_alerts: 20000}\nnats: {max_batch_bytes: 16777216}\n"
+    )
+    assert more.alerts - base.alerts == pytest.approx(24 * MIB + 10_000 * budget.PER_ALERT)
+    assert more.in_hand - base.in_hand == pytest.approx(12 * MIB * budget.FETCH_COPIES)
+    # a server that takes larger messages: a fetch raised to the largest, one decoded
+    assert alerting_bound("", max_payload=8 * MIB).in_hand > base.in_hand + 8 * MIB
+    assert [name for name, _ in base.rows()][-1] == "total"

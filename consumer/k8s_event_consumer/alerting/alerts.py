@@ -22,6 +22,17 @@ Four alerts, by ``alertname``:
 - ``KubernetesEventsDropped`` {cluster}: from ``dropped`` (a message no server of the stream
   could take: subscribers never get it); endsAt = the last drop + ``dropped_alert_for``; each
   drop while it fires counts in its annotations.
+- ``KubernetesWarningEventsRefused`` {cluster, namespace}: Event alerts of a namespace refused
+  because it holds its most (``Bounds.namespace_alerts`` or ``namespace_bytes``), or of every
+  namespace (cluster and namespace ``*``) because all hold their most; endsAt = the last
+  refusal + ``resolve_after``; each refusal while it fires counts in its annotations.
+
+**Bounded.** What an alert keeps of a message is cut (``holding.cut``: the message to
+``message_bytes``, every other value to ``holding.VALUE_BYTES``), and the alerts held are
+bounded in count and bytes per namespace and in all (``holding.Held``): an alert past a bound
+is refused (``on_refused`` is told, and the refusal alert fires), never held. The other maps
+are bounded too: the Event uids of an alert (``VERSIONS_KEPT``), the status keys' sequences
+(``SEQUENCES_KEPT``, by digest).
 
 Every alert also carries the static labels of the rules, and an Event alert the enrichment
 extensions the rules name (``extension_labels``: ``team``, ``ownername``...) as the newest
@@ -47,11 +58,14 @@ such a message is forged or from a broken clock, and an outage alert errs on fir
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from k8s_event_consumer.alerting import holding
+from k8s_event_consumer.alerting.holding import Bounds, Held, Kind, Where, Why, cut, value
 from k8s_event_consumer.events import (
     ApiserverReachable,
     ApiserverUnreachable,
@@ -68,18 +82,54 @@ class AlertName(enum.StrEnum):
     UNREACHABLE = "KubernetesControlPlaneUnreachable"
     GAP = "KubernetesEventsGap"
     DROPPED = "KubernetesEventsDropped"
+    REFUSED = "KubernetesWarningEventsRefused"
 
 
 EVENT_LABELS: Final = ("alertname", "cluster", "namespace", "kind", "name", "reason")
 STATUS_LABELS: Final = ("alertname", "cluster", "scope")
 DROPPED_LABELS: Final = ("alertname", "cluster")
+REFUSED_LABELS: Final = ("alertname", "cluster", "namespace")
 # the labels each alert is keyed by (and all it carries besides the rules' static ones)
 OWN_LABELS: Final = {
     AlertName.EVENT: EVENT_LABELS,
     AlertName.UNREACHABLE: STATUS_LABELS,
     AlertName.GAP: STATUS_LABELS,
     AlertName.DROPPED: DROPPED_LABELS,
+    AlertName.REFUSED: REFUSED_LABELS,
 }
+# the annotations each alert carries (an alert taken back keeps these only)
+ANNOTATIONS: Final = {
+    AlertName.EVENT: ("summary", "message", "count", "first_seen", "last_seen"),
+    AlertName.UNREACHABLE: ("summary", "description", "detail", "since", "resolved_detail"),
+    AlertName.GAP: (
+        "summary",
+        "from_resource_version",
+        "to_resource_version",
+        "certainty",
+        "why",
+        "detected_at",
+    ),
+    AlertName.DROPPED: (
+        "summary",
+        "description",
+        "dropped",
+        "last_id",
+        "subject",
+        "size",
+        "reason",
+        "detail",
+        "last_dropped_at",
+    ),
+    AlertName.REFUSED: (
+        "summary",
+        "description",
+        "refused",
+        "why",
+        "last_refused",
+        "last_refused_at",
+    ),
+}
+ALL_NAMESPACES: Final = "*"  # the refusal alert of the total bound: every cluster and namespace
 
 _NAMES: Final = frozenset(n.value for n in AlertName)
 # what an alert taken back from Alertmanager must hold, and its annotation of the latest time
@@ -90,11 +140,14 @@ _ADOPT_NEEDS: Final = {
         "detected_at",
     ),
     AlertName.DROPPED: (frozenset({"dropped", "last_dropped_at"}), "last_dropped_at"),
+    AlertName.REFUSED: (frozenset({"refused", "last_refused_at"}), "last_refused_at"),
 }
 MAX_LABEL_VALUE: Final = 256  # an extension's value longer than this is no label
-# the stream sequences of the status keys applied: kept after their alert is forgotten (a
-# message held for longer still finds itself stale), the oldest left beyond this many
-SEQUENCES_KEPT: Final = 100_000
+# the stream sequences of the status keys applied (by a digest of the key): kept after their
+# alert is forgotten (a message held for longer still finds itself stale), the oldest left
+# beyond this many
+SEQUENCES_KEPT: Final = 10_000
+VERSIONS_KEPT: Final = 8  # Event uids an alert remembers its newest version of, the newest
 
 Clock = Callable[[], datetime]
 Key = tuple[tuple[str, str], ...]
@@ -153,6 +206,14 @@ class Rules:
     labels: Mapping[str, str] = field(default_factory=dict)  # static, on every alert
     extension_labels: tuple[str, ...] = ()  # enrichment extensions an Event alert carries
     generator_url: str = "nats://K8S_EVENTS/k8s-event-alerting"
+    # an Event's message (and a status event's detail) kept, in bytes of UTF-8 at most
+    message_bytes: int = holding.MESSAGE_BYTES
+    bounds: Bounds = field(default_factory=Bounds)  # the alerts held at most
+
+    @property
+    def annotation_bytes(self) -> int:
+        """The longest annotation this version writes: a text and a few values around it."""
+        return self.message_bytes + 6 * holding.VALUE_BYTES
 
     def wants(self, ev: KubeEvent) -> bool:
         return ev.warning and (not self.reasons or ev.reason in self.reasons)
@@ -177,13 +238,24 @@ class Alert:
         return self.ends_at is not None and self.ends_at <= now
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An alert not held: why (a bound), which, and of which namespace ("" for a status
+    alert)."""
+
+    why: Why
+    alertname: str
+    cluster: str
+    namespace: str
+
+
 @dataclass
 class _Record:
     alert: Alert
     # Event alerts: when the version shown was last seen; status alerts: the time of the
     # last status event applied (an older one is stale)
     latest: datetime
-    # Event alerts: the newest resourceVersion applied per Event uid
+    # Event alerts: the newest resourceVersion applied per Event uid (the newest uids)
     versions: dict[str, int] = field(default_factory=dict)
 
 
@@ -201,11 +273,24 @@ class State:
     ``stored``: where JetStream stored the message (``Stored``). The running subscriber always
     gives it; without it a message is ordered by its own time."""
 
-    def __init__(self, rules: Rules, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        rules: Rules,
+        clock: Clock = utcnow,
+        on_refused: Callable[[Refusal], None] | None = None,
+    ) -> None:
         self.rules = rules
         self._clock = clock
-        self._records: dict[Key, _Record] = {}
-        self._sequences: dict[Key, int] = {}  # status keys: the last stream sequence applied
+        # told of every alert not held (a bound reached): the subscriber counts and logs it
+        self.on_refused: Callable[[Refusal], None] = on_refused or (lambda _: None)
+        self._records: Held[Key, _Record] = Held(rules.bounds)
+        # status keys (by digest): the last stream sequence applied
+        self._sequences: dict[bytes, int] = {}
+
+    @property
+    def held(self) -> Held[Key, _Record]:
+        """The records held, bounded (read only: ``count``, ``namespace``, ``events``)."""
+        return self._records
 
     # -- messages -------------------------------------------------------------------------
 
@@ -215,21 +300,23 @@ class State:
             return []
         own = {
             "alertname": AlertName.EVENT.value,
-            "cluster": ev.cluster,
-            "namespace": ev.namespace,
-            "kind": ev.involved.kind,
-            "name": ev.involved.name,
-            "reason": ev.reason,
+            "cluster": value(ev.cluster),
+            "namespace": value(ev.namespace),
+            "kind": value(ev.involved.kind),
+            "name": value(ev.involved.name),
+            "reason": value(ev.reason),
         }
         key = _key(own, EVENT_LABELS)
+        where = (own["cluster"], own["namespace"])
         ext = self._extensions(ev.extensions)
         last = self._when(ev.last_seen, stored)
         first = min(ev.first_seen or last, last)
         rv = _rv(ev.resource_version)
-        count, message = str(ev.count), ev.message
+        uid = value(ev.uid)
+        count, message = value(str(ev.count)), cut(ev.message, self.rules.message_bytes)
         record = self._records.get(key)
         if record is not None:
-            applied = record.versions.get(ev.uid)
+            applied = record.versions.get(uid)
             if applied is not None and (rv is None or rv <= applied):
                 return [record.alert]  # this version or a newer one is in already
             shown_ext = self._extensions(record.alert.labels)
@@ -242,12 +329,15 @@ class State:
             first = min(first, record.alert.starts_at)
         versions = dict(record.versions) if record is not None else {}
         if rv is not None:
-            versions[ev.uid] = rv
+            versions.pop(uid, None)  # to the end: the oldest are left first
+            versions[uid] = rv
+            while len(versions) > VERSIONS_KEPT:
+                del versions[next(iter(versions))]
         alert = Alert(
             labels=self._labels(own, ext),
             annotations={
-                "summary": f"{ev.reason}: {ev.involved.kind} {ev.namespace}/"
-                f"{ev.involved.name} in cluster {ev.cluster}, seen {count} times",
+                "summary": f"{own['reason']}: {own['kind']} {own['namespace']}/"
+                f"{own['name']} in cluster {own['cluster']}, seen {count} times",
                 "message": message,
                 "count": count,
                 "first_seen": rfc3339(first),
@@ -257,16 +347,20 @@ class State:
             ends_at=last + self.rules.resolve_after,
             generator_url=self.rules.generator_url,
         )
-        self._records[key] = _Record(alert, last, versions)
-        self._records.pop(_retired(alert.labels), None)  # its labels are firing again
+        why = self._hold(key, _Record(alert, last, versions), Kind.EVENT, where)
+        if why is not None:
+            before = [record.alert] if record is not None else []
+            return before + self._refused(why, where, alert, last)
+        self._records.pop(_retired(alert.labels))  # its labels are firing again
         if record is None or record.alert.labels == alert.labels:
             return [alert]
         # another identity in Alertmanager: the old one resolves (sent with the others for
         # resolved_retention, so an Alertmanager away now hears of it too)
         old = record.alert
         gone = replace(old, ends_at=min(old.ends_at or last, last))
-        self._records[_retired(old.labels)] = _Record(gone, record.latest)
-        return [gone, alert]
+        why = self._hold(_retired(old.labels), _Record(gone, record.latest), Kind.EVENT, where)
+        refusal = self._refused(why, where, gone, last) if why is not None else []
+        return [gone, alert, *refusal]
 
     def unreachable(self, s: ApiserverUnreachable, stored: Stored | None = None) -> list[Alert]:
         """The API server is unreachable for a scope: the alert fires until it is reachable."""
@@ -277,22 +371,22 @@ class State:
             return [record.alert] if record is not None else []
         firing = record is not None and record.alert.ends_at is None
         since = record.alert.starts_at if record is not None and firing else at
+        cluster, scope = own["cluster"], own["scope"]
         alert = Alert(
             labels=self._labels(own),
             annotations={
-                "summary": f"control plane unreachable for cluster {s.cluster}",
+                "summary": f"control plane unreachable for cluster {cluster}",
                 "description": f"The bridge can not reach the Kubernetes API server of "
-                f"cluster {s.cluster} (scope {s.scope}) since {rfc3339(since)}; Events "
+                f"cluster {cluster} (scope {scope}) since {rfc3339(since)}; Events "
                 "written meanwhile are read when it answers again.",
-                "detail": s.detail,
+                "detail": self._text(s.detail),
                 "since": rfc3339(since),
             },
             starts_at=since,
             ends_at=None,
             generator_url=self.rules.generator_url,
         )
-        self._apply(key, _Record(alert, at), stored)
-        return [alert]
+        return self._apply(key, _Record(alert, at), stored, record)
 
     def reachable(self, s: ApiserverReachable, stored: Stored | None = None) -> list[Alert]:
         """The API server answers again: the unreachable alert of the scope resolves (also one
@@ -313,8 +407,8 @@ class State:
             annotations = dict(record.alert.annotations)
         else:
             starts = ended
-            annotations = {"summary": f"control plane unreachable for cluster {s.cluster}"}
-        annotations["resolved_detail"] = s.detail
+            annotations = {"summary": f"control plane unreachable for cluster {own['cluster']}"}
+        annotations["resolved_detail"] = self._text(s.detail)
         alert = Alert(
             labels=self._labels(own),
             annotations=annotations,
@@ -322,8 +416,7 @@ class State:
             ends_at=ended,
             generator_url=self.rules.generator_url,
         )
-        self._apply(key, _Record(alert, at), stored)
-        return [alert]
+        return self._apply(key, _Record(alert, at), stored, record)
 
     def gap(self, s: Gap, stored: Stored | None = None) -> list[Alert]:
         """Versions of Events may be missing: an alert for ``gap_alert_for``."""
@@ -333,9 +426,9 @@ class State:
         if stored is not None and not self._newer(key, record, stored, detected):
             return [record.alert] if record is not None else []
         from_rv, to_rv, certainty = (
-            s.from_resource_version,
-            s.to_resource_version,
-            s.certainty,
+            value(s.from_resource_version),
+            value(s.to_resource_version),
+            value(s.certainty),
         )
         starts, ends = detected, detected + self.rules.gap_alert_for
         if record is not None and _fires_at(record.alert, detected):
@@ -352,59 +445,54 @@ class State:
         alert = Alert(
             labels=self._labels(own),
             annotations={
-                "summary": f"Kubernetes Events of cluster {s.cluster} (scope {s.scope}) may "
-                f"be missing between resourceVersions {from_rv} and {to_rv} ({certainty})",
+                "summary": f"Kubernetes Events of cluster {own['cluster']} (scope "
+                f"{own['scope']}) may be missing between resourceVersions {from_rv} and "
+                f"{to_rv} ({certainty})",
                 "from_resource_version": from_rv,
                 "to_resource_version": to_rv,
                 "certainty": certainty,
-                "why": s.why,
+                "why": self._text(s.why),
                 "detected_at": rfc3339(detected),
             },
             starts_at=starts,
             ends_at=ends,
             generator_url=self.rules.generator_url,
         )
-        self._apply(key, _Record(alert, detected), stored)
-        return [alert]
+        return self._apply(key, _Record(alert, detected), stored, record)
 
     def dropped(self, s: Dropped, stored: Stored | None = None) -> list[Alert]:
         """A message no server of the stream could take: an alert for ``dropped_alert_for``
         after the last one, counting the drops while it fires."""
         at = self._when(claimed_time(s), stored)
-        own = {"alertname": AlertName.DROPPED.value, "cluster": s.cluster}
+        own = {"alertname": AlertName.DROPPED.value, "cluster": value(s.cluster)}
         key = _key(own, DROPPED_LABELS)
         record = self._records.get(key)
         if not self._newer(key, record, stored, at):
             return [record.alert] if record is not None else []
-        count, starts, ends = 1, at, at + self.rules.dropped_alert_for
-        if record is not None and _fires_at(record.alert, at):
-            count += int(record.alert.annotations["dropped"])
-            starts = min(starts, record.alert.starts_at)
-            assert record.alert.ends_at is not None
-            ends = max(ends, record.alert.ends_at)
+        count, starts, ends = _counting(record, at, self.rules.dropped_alert_for, "dropped")
+        reason = value(s.reason)
         alert = Alert(
             labels=self._labels(own),
             annotations={
-                "summary": f"{count} message(s) of cluster {s.cluster} not in the stream: no "
-                f"server of the stream takes them ({s.reason})",
+                "summary": f"{count} message(s) of cluster {own['cluster']} not in the "
+                f"stream: no server of the stream takes them ({reason})",
                 "description": "The bridge could not publish a message (an Event, or a status "
                 "event) because no server of the stream takes it; subscribers will never get "
                 "it. Raise the server's max_payload or the stream's max_msg_size to keep such "
                 "messages (the bridge's K8sEventBridgeMessageDropped fires too).",
                 "dropped": str(count),
-                "last_id": s.dropped_id,
-                "subject": s.subject,
-                "size": str(s.size),
-                "reason": s.reason,
-                "detail": s.detail,
+                "last_id": value(s.dropped_id),
+                "subject": value(s.subject),
+                "size": value(str(s.size)),
+                "reason": reason,
+                "detail": self._text(s.detail),
                 "last_dropped_at": rfc3339(at),
             },
             starts_at=starts,
             ends_at=ends,
             generator_url=self.rules.generator_url,
         )
-        self._apply(key, _Record(alert, at), stored)
-        return [alert]
+        return self._apply(key, _Record(alert, at), stored, record)
 
     # -- the resend loop and a restart ----------------------------------------------------
 
@@ -418,7 +506,7 @@ class State:
             for k, r in self._records.items()
             if r.alert.ends_at is not None and r.alert.ends_at < horizon
         ]:
-            del self._records[key]
+            self._records.pop(key)
         return [r.alert for r in self._records.values()]
 
     def firing(self) -> list[Alert]:
@@ -442,8 +530,9 @@ class State:
         for a in alerts:
             if a.generator_url != self.rules.generator_url or a.name not in _NAMES:
                 continue
-            own_names = OWN_LABELS[AlertName(a.name)]
-            own = {n: a.labels.get(n, "") for n in own_names}
+            name = AlertName(a.name)
+            own_names = OWN_LABELS[name]
+            own = {n: value(a.labels.get(n, "")) for n in own_names}
             key = _key(own, own_names)
             if key in self._records:
                 continue
@@ -451,23 +540,98 @@ class State:
                 record = self._adopted(a, own)
             except (KeyError, ValueError):
                 continue  # not in the shape this version writes
-            self._records[key] = record
+            if name is AlertName.EVENT:
+                where: Where | None = (own["cluster"], own["namespace"])
+                why = self._hold(key, record, Kind.EVENT, where)
+            else:
+                kind = Kind.REFUSAL if name is AlertName.REFUSED else Kind.STATUS
+                where = None
+                why = self._hold(key, record, kind, None)
+            if why is not None:
+                self._refused(why, where, record.alert, record.latest, alert_too=False)
+                continue
             taken += 1
         return taken
 
     def _adopted(self, a: Alert, own: dict[str, str]) -> _Record:
-        ext = self._extensions(a.labels) if a.name == AlertName.EVENT else {}
+        name = AlertName(a.name)
+        ext = self._extensions(a.labels) if name is AlertName.EVENT else {}
         labels = self._labels(own, ext)
-        if a.name == AlertName.UNREACHABLE:
-            return _Record(replace(a, labels=labels, ends_at=None), a.starts_at)
-        needs, when = _ADOPT_NEEDS[AlertName(a.name)]
+        # what this version writes only, each value no longer than this version writes it
+        annotations = {
+            k: cut(v, self.rules.annotation_bytes)
+            for k, v in a.annotations.items()
+            if k in ANNOTATIONS[name]
+        }
+        a = replace(
+            a, labels=labels, annotations=annotations, generator_url=self.rules.generator_url
+        )
+        if name is AlertName.UNREACHABLE:
+            return _Record(replace(a, ends_at=None), a.starts_at)
+        needs, when = _ADOPT_NEEDS[name]
         missing = needs - set(a.annotations)
         latest = parse_time(a.annotations.get(when))
         if missing or latest is None or a.ends_at is None:
             raise ValueError(f"annotations missing: {sorted(missing) or when}")
-        if a.name == AlertName.DROPPED:
-            int(a.annotations["dropped"])  # a ValueError when it is no count
-        return _Record(replace(a, labels=labels), latest)
+        for counted in ("dropped", "refused"):
+            if counted in a.annotations:
+                int(a.annotations[counted])  # a ValueError when it is no count
+        return _Record(a, latest)
+
+    # -- what is held, and what is refused ------------------------------------------------
+
+    def _hold(self, key: Key, record: _Record, kind: Kind, where: Where | None) -> Why | None:
+        """``record`` held under ``key``, or why not (a bound: ``holding.Held``)."""
+        a = record.alert
+        size = holding.cost(holding.strings(a.labels, a.annotations, self.rules.labels))
+        size += holding.cost(record.versions)
+        return self._records.put(key, record, kind, where, size)
+
+    def _refused(
+        self, why: Why, where: Where | None, alert: Alert, at: datetime, *, alert_too: bool = True
+    ) -> list[Alert]:
+        """``alert`` was not held: tell ``on_refused``; an Event alert's refusal also fires
+        (or counts in) the refusal alert of its namespace, or of every namespace when the
+        total bound refused it (``alert_too``: and answers it, to be sent)."""
+        cluster, namespace = where or (alert.labels.get("cluster", ""), "")
+        self.on_refused(Refusal(why, alert.name, cluster, namespace))
+        if where is None:
+            return []
+        if why not in (Why.NAMESPACE_ALERTS, Why.NAMESPACE_BYTES):
+            cluster = namespace = ALL_NAMESPACES
+        own = {"alertname": AlertName.REFUSED.value, "cluster": cluster, "namespace": namespace}
+        key = _key(own, REFUSED_LABELS)
+        record = self._records.get(key)
+        count, starts, ends = _counting(record, at, self.rules.resolve_after, "refused")
+        if namespace == ALL_NAMESPACES:
+            held = f"all namespaces hold the most alerts ({why.value})"
+        else:
+            held = f"namespace {namespace} of cluster {cluster} holds its most alerts ({why.value})"
+        labels = alert.labels
+        refusal = Alert(
+            labels=self._labels(own),
+            annotations={
+                "summary": f"{count} Warning Event alert(s) refused: {held}",
+                "description": "The alerting subscriber holds a bounded number of alerts per "
+                "namespace and in all (alerts.max_alerts_per_namespace, "
+                "alerts.max_bytes_per_namespace, alerts.max_alerts, alerts.max_bytes); the "
+                "Warning Events past a bound make no alert while it is reached. Look at the "
+                "namespace's Events (kubectl get events), or raise the bound.",
+                "refused": str(count),
+                "why": why.value,
+                "last_refused": f"{labels.get('reason', '')}: {labels.get('kind', '')} "
+                f"{labels.get('namespace', '')}/{labels.get('name', '')}",
+                "last_refused_at": rfc3339(at),
+            },
+            starts_at=starts,
+            ends_at=ends,
+            generator_url=self.rules.generator_url,
+        )
+        again = self._hold(key, _Record(refusal, at), Kind.REFUSAL, None)
+        if again is not None:
+            self.on_refused(Refusal(again, refusal.name, cluster, namespace))
+            return []
+        return [refusal] if alert_too else []
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -487,8 +651,12 @@ class State:
         return out
 
     def _status_key(self, name: AlertName, cluster: str, scope: str) -> tuple[Key, dict[str, str]]:
-        own = {"alertname": name.value, "cluster": cluster, "scope": scope}
+        own = {"alertname": name.value, "cluster": value(cluster), "scope": value(scope)}
         return _key(own, STATUS_LABELS), own
+
+    def _text(self, text: str) -> str:
+        """A message or a status event's detail: at most ``message_bytes``."""
+        return cut(text, self.rules.message_bytes)
 
     def _when(self, claimed: datetime | None, stored: Stored | None) -> datetime:
         """When a message was written: its own time, unless that lies ahead of the stream's
@@ -504,18 +672,32 @@ class State:
         """Whether a status event comes after the last one applied for its key: by the
         stream's order when both are known, else (an alert taken back from Alertmanager, or no
         ``Stored``) by time."""
-        last = self._sequences.get(key)
+        last = self._sequences.get(_digest(key))
         if stored is not None and last is not None:
             return stored.sequence > last
         return record is None or at > record.latest
 
-    def _apply(self, key: Key, record: _Record, stored: Stored | None) -> None:
-        self._records[key] = record
+    def _apply(
+        self, key: Key, record: _Record, stored: Stored | None, shown: _Record | None
+    ) -> list[Alert]:
+        """A status alert held (and its message's sequence kept); refused at its bound: the
+        alert ``shown`` before, if any."""
+        why = self._hold(key, record, Kind.STATUS, None)
+        if why is not None:
+            self._refused(why, None, record.alert, record.latest)
+            return [shown.alert] if shown is not None else []
         if stored is not None:
-            self._sequences.pop(key, None)  # to the end: the oldest are left first
-            self._sequences[key] = stored.sequence
+            digest = _digest(key)
+            self._sequences.pop(digest, None)  # to the end: the oldest are left first
+            self._sequences[digest] = stored.sequence
             if len(self._sequences) > SEQUENCES_KEPT:
                 del self._sequences[next(iter(self._sequences))]
+        return [record.alert]
+
+
+def _digest(key: Key) -> bytes:
+    """A status key as the sequences keep it: 16 bytes, whatever its values' lengths."""
+    return hashlib.blake2b(repr(key).encode("utf-8", "replace"), digest_size=16).digest()
 
 
 def _retired(labels: Mapping[str, str]) -> Key:
@@ -527,6 +709,21 @@ def _fires_at(alert: Alert, t: datetime) -> bool:
     """Whether an alert with an end of its own still fires at ``t`` (a message's time, not
     now: replicas reading the same stream decide the same)."""
     return alert.ends_at is not None and alert.ends_at > t
+
+
+def _counting(
+    record: _Record | None, at: datetime, lasts: timedelta, counted: str
+) -> tuple[int, datetime, datetime]:
+    """An alert that counts what made it (dropped, refused) at ``at``: 1 and [at, at +
+    ``lasts``]; or, while the one held still fires, one more than its ``counted`` annotation
+    and its range widened."""
+    count, starts, ends = 1, at, at + lasts
+    if record is not None and _fires_at(record.alert, at):
+        count += int(record.alert.annotations[counted])
+        starts = min(starts, record.alert.starts_at)
+        assert record.alert.ends_at is not None
+        ends = max(ends, record.alert.ends_at)
+    return count, starts, ends
 
 
 def _rv_min(a: str, b: str) -> str:

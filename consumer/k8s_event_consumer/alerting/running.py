@@ -22,6 +22,7 @@ from k8s_event_consumer import logs, runtime
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import (
     Alert,
+    Refusal,
     Rules,
     State,
     Stored,
@@ -29,6 +30,7 @@ from k8s_event_consumer.alerting.alerts import (
     future_dated,
     rfc3339,
 )
+from k8s_event_consumer.alerting.holding import Bounds, Why, cut, value
 from k8s_event_consumer.alerting.settings import Settings
 from k8s_event_consumer.consuming import Consumer, Delivery, Handlers, Retry
 from k8s_event_consumer.events import (
@@ -64,9 +66,17 @@ KINDS = ("event", *STATUS_KINDS, "other")
 COUNTERS = (
     Counter.by(
         "events_total",
-        "Kubernetes Events read, by result: alerted or ignored",
+        "Kubernetes Events read, by result: alerted, ignored, or refused (their namespace, or "
+        "every one, holds its most alerts)",
         "result",
-        ("alerted", "ignored"),
+        ("alerted", "ignored", "refused"),
+    ),
+    Counter.by(
+        "alerts_refused_total",
+        "alerts not held because a bound was reached, by why: namespace_alerts, "
+        "namespace_bytes, alerts, bytes (every namespace), status_alerts, refusal_alerts",
+        "why",
+        tuple(w.value for w in Why),
     ),
     Counter.by(
         "status_events_total",
@@ -111,9 +121,6 @@ def stored(d: Delivery) -> Stored:
     return Stored(d.stream_sequence, d.timestamp)
 
 
-RESEND_BATCH = 256  # alerts per POST of the resend loop (Prometheus sends up to 256)
-
-
 class Alerting:
     """What the subscriber does with each message, and the resend loop."""
 
@@ -137,11 +144,37 @@ class Alerting:
         # after no Alertmanager took a send, the next messages are held at once until this
         # time (monotonic) instead of each waiting out its attempts
         self._down_until = 0.0
+        self._refused = False  # the message in hand made an alert that was refused
+        state.on_refused = self.refused
         metrics.read(
             "alerts",
             "alerts kept (sent and sent again), by alertname and state",
             lambda: {key: float(n) for key, n in self.state.summary().items()},
             labels=("alertname", "state"),
+        )
+        metrics.gauge(
+            "alert_bytes",
+            "bytes of the Warning Event alerts kept (their label and annotation values), "
+            "bounded by alerts.max_bytes",
+            lambda: float(self.state.held.events.bytes),
+        )
+
+    def refused(self, r: Refusal) -> None:
+        """An alert not kept (a bound reached): counted, and logged once a minute per why."""
+        self._refused = True
+        self.metrics.inc("alerts_refused_total", why=r.why.value)
+        b = self.state.rules.bounds
+        log.warn_sampled(
+            r.why.value,
+            "alert_refused",
+            why=r.why.value,
+            alertname=r.alertname,
+            cluster=r.cluster,
+            namespace=r.namespace,
+            refused=int(self.metrics.value("alerts_refused_total", why=r.why.value)),
+            namespace_alerts=self.state.held.namespace((r.cluster, r.namespace)).alerts,
+            bounds=f"{b.namespace_alerts} alerts and {b.namespace_bytes} bytes a namespace, "
+            f"{b.alerts} and {b.bytes} in all, {b.status_alerts} status alerts",
         )
 
     def handlers(self) -> Handlers:
@@ -161,14 +194,15 @@ class Alerting:
         claimed = claimed_time(m)
         if future_dated(claimed, at, self.state.rules.max_clock_skew):
             self.metrics.inc("future_dated_total", what=kind(m))
-            if m.id not in self._future_logged:
-                self._future_logged[m.id] = None
+            mid = value(m.id)
+            if mid not in self._future_logged:
+                self._future_logged[mid] = None
                 if len(self._future_logged) > FUTURE_DATED_LOGGED:
                     self._future_logged.popitem(last=False)
                 assert claimed is not None and at.time is not None
                 log.warning(
                     "future_dated",
-                    id=m.id,
+                    id=mid,
                     what=kind(m),
                     stream_sequence=at.sequence,
                     claimed=rfc3339(claimed),
@@ -179,31 +213,44 @@ class Alerting:
         return at
 
     async def on_event(self, ev: KubeEvent, d: Delivery) -> None:
+        self._refused = False
         alerts = self.state.event(ev, self.checked(ev, d))
-        self.metrics.inc("events_total", result="alerted" if alerts else "ignored")
+        result = "refused" if self._refused else "alerted" if alerts else "ignored"
+        self.metrics.inc("events_total", result=result)
         if alerts:
-            log.debug("event_alert", id=ev.id, reason=ev.reason, count=ev.count)
+            log.debug("event_alert", id=value(ev.id), reason=value(ev.reason), count=ev.count)
             await self.deliver(alerts, d)
 
     async def on_gap(self, s: Gap, d: Delivery) -> None:
         self.metrics.inc("status_events_total", what=kind(s))
-        log.info("gap", cluster=s.cluster, scope=s.scope, certainty=s.certainty)
+        log.info(
+            "gap", cluster=value(s.cluster), scope=value(s.scope), certainty=value(s.certainty)
+        )
         await self.deliver(self.state.gap(s, self.checked(s, d)), d)
 
     async def on_apiserver_unreachable(self, s: ApiserverUnreachable, d: Delivery) -> None:
         self.metrics.inc("status_events_total", what=kind(s))
-        log.info("apiserver_unreachable", cluster=s.cluster, scope=s.scope, detail=s.detail)
+        log.info(
+            "apiserver_unreachable",
+            cluster=value(s.cluster),
+            scope=value(s.scope),
+            detail=cut(s.detail, self.state.rules.message_bytes),
+        )
         await self.deliver(self.state.unreachable(s, self.checked(s, d)), d)
 
     async def on_apiserver_reachable(self, s: ApiserverReachable, d: Delivery) -> None:
         self.metrics.inc("status_events_total", what=kind(s))
-        log.info("apiserver_reachable", cluster=s.cluster, scope=s.scope)
+        log.info("apiserver_reachable", cluster=value(s.cluster), scope=value(s.scope))
         await self.deliver(self.state.reachable(s, self.checked(s, d)), d)
 
     async def on_dropped(self, s: Dropped, d: Delivery) -> None:
         self.metrics.inc("status_events_total", what=kind(s))
         log.warning(
-            "dropped", cluster=s.cluster, dropped_id=s.dropped_id, size=s.size, reason=s.reason
+            "dropped",
+            cluster=value(s.cluster),
+            dropped_id=value(s.dropped_id),
+            size=s.size,
+            reason=value(s.reason),
         )
         await self.deliver(self.state.dropped(s, self.checked(s, d)), d)
 
@@ -226,7 +273,7 @@ class Alerting:
             self.metrics.inc("held_total")
             log.warning(
                 "alerts_held",
-                id=d.id,
+                id=value(d.id),
                 delivery=d.num_delivered,
                 hold=self.hold,
                 error=str(exc),
@@ -235,7 +282,7 @@ class Alerting:
         self._down_until = 0.0
         self._count(outcome.failed, outcome.delivered)
         for url, err in outcome.rejected.items():
-            log.error("alerts_rejected", id=d.id, alertmanager=url, error=str(err))
+            log.error("alerts_rejected", id=value(d.id), alertmanager=url, error=str(err))
 
     def _count(
         self, failed: dict[str, alertmanager.AlertmanagerError], delivered: list[str]
@@ -247,17 +294,17 @@ class Alerting:
             self.metrics.inc("sends_total", alertmanager=url, result=result)
 
     async def resend(self) -> bool:
-        """One round: every alert due sent again. False when some batch reached none."""
+        """One round: every alert due sent again, in POSTs bounded in alerts and bytes
+        (``alertmanager.bodies``). False when some POST reached none."""
         due = self.state.due()
         ok = True
-        for i in range(0, len(due), RESEND_BATCH):
-            try:
-                outcome = await self.client.send(due[i : i + RESEND_BATCH])
-            except alertmanager.NotDelivered as exc:
-                self._count(exc.failures, [])
-                log.warning("resend_failed", alerts=len(due), error=str(exc))
-                ok = False
-                break
+        try:
+            outcome = await self.client.send(due)
+        except alertmanager.NotDelivered as exc:
+            self._count(exc.failures, [])
+            log.warning("resend_failed", alerts=len(due), error=str(exc))
+            ok = False
+        else:
             self._count(outcome.failed, outcome.delivered)
         self.metrics.inc("resends_total", result="ok" if ok else "failed")
         if ok and due:
@@ -305,7 +352,9 @@ class Alerting:
                 try:
                     self.apply(d)
                 except Exception as exc:  # one message the state can not take stops no start
-                    log.warning("replay_skipped", id=d.id, error=f"{type(exc).__name__}: {exc}")
+                    log.warning(
+                        "replay_skipped", id=value(d.id), error=f"{type(exc).__name__}: {exc}"
+                    )
                 n += 1
         self.metrics.inc("replayed_total", n)
         log.info("recovered", messages=n, since=since.isoformat(), alerts=len(self.state.due()))
@@ -315,14 +364,15 @@ class Alerting:
         """Take back this subscriber's alerts that Alertmanager still shows firing."""
         taken = 0
         for url in self.client.urls:
+            n = 0
             try:
-                alerts = await self.client.alerts(url)
+                async for alert in self.client.alerts(url):  # one at a time: never all at once
+                    n += self.state.adopt([alert])
             except alertmanager.AlertmanagerError as exc:
-                log.warning("adopt_failed", alertmanager=url, error=str(exc))
-                continue
-            n = self.state.adopt(alerts)
+                log.warning("adopt_failed", alertmanager=url, adopted=n, error=str(exc))
+            else:
+                log.info("adopted", alertmanager=url, alerts=n)
             taken += n
-            log.info("adopted", alertmanager=url, alerts=n)
         self.metrics.inc("adopted_total", taken)
         return taken
 
@@ -339,6 +389,14 @@ def rules(cfg: Settings) -> Rules:
         labels=dict(a.labels),
         extension_labels=tuple(a.extension_labels),
         generator_url=cfg.generator_url,
+        message_bytes=a.message_bytes,
+        bounds=Bounds(
+            alerts=a.max_alerts,
+            bytes=a.max_bytes,
+            namespace_alerts=a.max_alerts_per_namespace,
+            namespace_bytes=a.max_bytes_per_namespace,
+            status_alerts=a.max_status_alerts,
+        ),
     )
 
 

@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from k8s_event_common.cloudevents import EXTENSION_NAME
 from k8s_event_consumer import configuring
+from k8s_event_consumer.alerting.holding import MESSAGE_BYTES, MIB
 from k8s_event_consumer.configuring import (
     ConfigError,
     Duration,
@@ -162,6 +163,29 @@ class AlertsSettings(Section):
     generator_url: str | None = None
     """The alerts' generatorURL, by which the subscriber also knows its own alerts in
     Alertmanager at start. null: `nats://<stream>/<durable>`."""
+    message_bytes: int = Field(MESSAGE_BYTES, ge=64, le=64 * 1024)
+    """An Event's message is kept in its alert's `message` annotation up to this many bytes of
+    UTF-8 (as events.k8s.io caps a note), cut on a character boundary and ending
+    `...[cut: N bytes]` (N: the bytes left out); so is a status event's detail. Every other
+    value an alert takes from a message (a name, reason, id) is kept up to 256 bytes, a label
+    value with a digest of the whole (`...[cut: N bytes #1a2b3c4d]`)."""
+    max_alerts: int = Field(10_000, ge=1)
+    """Most Warning Event alerts kept (firing, or lately resolved) in all: beyond, an Event that
+    would make a new alert is refused (`alerts_refused_total{why="alerts"}`, the alert
+    `KubernetesWarningEventsRefused` with namespace `*`)."""
+    max_bytes: int = Field(24 * MIB, ge=64 * 1024)
+    """Most bytes of Warning Event alerts kept in all (what their label and annotation values
+    take in memory; `why="bytes"`)."""
+    max_alerts_per_namespace: int = Field(500, ge=1)
+    """Most Warning Event alerts kept of one namespace (of one cluster), so that one namespace
+    can not crowd out the others: beyond, its Events that would make a new alert are refused
+    (`why="namespace_alerts"`, `KubernetesWarningEventsRefused` of that namespace)."""
+    max_bytes_per_namespace: int = Field(1 * MIB, ge=16 * 1024)
+    """Most bytes of Warning Event alerts kept of one namespace (`why="namespace_bytes"`); at
+    least four alerts of the longest message."""
+    max_status_alerts: int = Field(1_000, ge=1)
+    """Most alerts of the bridge's status events kept (control plane unreachable, gap, dropped:
+    one per cluster and scope); beyond, refused (`why="status_alerts"`)."""
 
     @field_validator("labels")
     @classmethod
@@ -196,6 +220,26 @@ class AlertsSettings(Section):
         if both:
             raise ValueError(
                 f"{', '.join(both)}: in both labels and extension_labels (one source a label)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AlertsSettings:
+        if self.max_alerts_per_namespace > self.max_alerts:
+            raise ValueError(
+                f"max_alerts_per_namespace ({self.max_alerts_per_namespace}) is above "
+                f"max_alerts ({self.max_alerts})"
+            )
+        if self.max_bytes_per_namespace > self.max_bytes:
+            raise ValueError(
+                f"max_bytes_per_namespace ({self.max_bytes_per_namespace}) is above "
+                f"max_bytes ({self.max_bytes})"
+            )
+        least = 4 * (self.message_bytes + 2048)
+        if self.max_bytes_per_namespace < least:
+            raise ValueError(
+                f"max_bytes_per_namespace ({self.max_bytes_per_namespace}) holds fewer than "
+                f"four alerts of message_bytes {self.message_bytes}: at least {least}"
             )
         return self
 
