@@ -40,6 +40,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from k8s_event_common.clock import SYSTEM
+
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -176,7 +178,7 @@ class Logger:
     refuses in a loop); time is read from ``monotonic`` (``timed`` gives a program's Clock to a
     logger of the same name)."""
 
-    def __init__(self, name: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, name: str, monotonic: Callable[[], float] = SYSTEM.monotonic) -> None:
         self._log = logging.getLogger(name)
         self._monotonic = monotonic
         # sampling key -> [when its last line was written, lines left out since]

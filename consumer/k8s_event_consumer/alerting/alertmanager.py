@@ -47,7 +47,8 @@ from typing import Any, Final
 
 import aiohttp
 
-from k8s_event_consumer.alerting.alerts import Alert, AlertName, rfc3339, utcnow
+from k8s_event_common.clock import SYSTEM
+from k8s_event_consumer.alerting.alerts import Alert, AlertName, rfc3339
 from k8s_event_consumer.events import parse_time
 
 API: Final = "/api/v2/alerts"
@@ -178,8 +179,8 @@ class Client:
         horizon: timedelta = timedelta(minutes=4),
         auth: Auth = Auth(),
         ssl_context: ssl.SSLContext | None = None,
-        clock: Callable[[], datetime] = utcnow,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], datetime] = SYSTEM.utcnow,
+        sleep: Callable[[float], Awaitable[None]] = SYSTEM.sleep,
     ) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self._timeout = aiohttp.ClientTimeout(total=timeout)

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from k8s_event_common.clock import SYSTEM
 from k8s_event_consumer.alerting import holding
 from k8s_event_consumer.alerting.holding import Bounds, Held, Kind, Where, Why, cut, value
 from k8s_event_consumer.events import (
@@ -151,10 +152,6 @@ VERSIONS_KEPT: Final = 8  # Event uids an alert remembers its newest version of,
 
 Clock = Callable[[], datetime]
 Key = tuple[tuple[str, str], ...]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def rfc3339(t: datetime) -> str:
@@ -276,7 +273,7 @@ class State:
     def __init__(
         self,
         rules: Rules,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM.utcnow,
         on_refused: Callable[[Refusal], None] | None = None,
     ) -> None:
         self.rules = rules
