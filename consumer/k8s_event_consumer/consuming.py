@@ -278,8 +278,9 @@ class Consumer:
                 log.warning("fetch_failed", error=f"{type(exc).__name__}: {exc}")
                 await self._pause(1.0)
                 continue
-            for msg in msgs:
-                await self._settling(self.handle(msg, handlers))
+            msgs.reverse()  # each message let go once settled, none kept into the next fetch
+            while msgs:
+                await self._settling(self.handle(msgs.pop(), handlers))
 
     async def run_batches(
         self, on_batch: BatchCallback, *, linger: float = 1.0, max_bytes: int | None = None
@@ -297,6 +298,7 @@ class Consumer:
             msgs = await self._gather(linger, max_bytes)
             if msgs:
                 await self._settling(self.handle_batch(msgs, on_batch))
+            del msgs  # settled: let go before the next batch is gathered
 
     async def handle(self, msg: Msg, handlers: Handlers) -> None:
         """One message: decode, skip if already handled, call its handler, settle it."""

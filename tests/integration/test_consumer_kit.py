@@ -415,9 +415,14 @@ async def test_nats_frozen_mid_stream_the_consumer_survives_and_handles_everythi
         await publish(nc, event(f"z{i}", i))
     client = await nats.connect(nats_server.url, max_reconnect_attempts=-1)
     calls: list[str] = []
+    frozen = asyncio.Event()
 
     async def on_event(ev: KubeEvent, d: Delivery) -> None:
         calls.append(ev.id)
+        if ev.id == "z5/5" and not frozen.is_set():
+            # frozen mid-stream, while this message is in hand: its settling meets the freeze
+            os.kill(nats_server.proc.pid, signal.SIGSTOP)
+            frozen.set()
         await asyncio.sleep(0.02)
 
     c = await Consumer.open(
@@ -429,9 +434,8 @@ async def test_nats_frozen_mid_stream_the_consumer_survives_and_handles_everythi
         seen=await KVSeen.open(client, "kit_frozen"),
     )
     async with running(c, Handlers(on_event=on_event)):
-        await asyncio.sleep(0.2)
-        os.kill(nats_server.proc.pid, signal.SIGSTOP)
         try:
+            await asyncio.wait_for(frozen.wait(), 30)
             await asyncio.sleep(8)
         finally:
             os.kill(nats_server.proc.pid, signal.SIGCONT)
