@@ -25,6 +25,7 @@ from k8s_event_consumer.otlp import mapping, sender, settings, shipping
 from k8s_event_consumer.otlp.__main__ import main
 from k8s_event_consumer.otlp.running import COUNTERS, METRICS_PREFIX
 from k8s_event_consumer.otlp.shipping import Backoff, DeadLetters, Shipper
+from tests.virtualtime import LOOP, virtual_time
 from tests import support
 
 CLUSTER = "prod-eu-1"
@@ -313,6 +314,7 @@ def shipper(
         stopping,
         max_request_bytes=kw.pop("max_request_bytes", 1 << 22),
         backoff=Backoff(0.001, 0.002),
+        clock=LOOP,
         **kw,
     )
     return s, stopping
@@ -322,6 +324,7 @@ def batch(n: int) -> list[Delivery]:
     return [delivery(event_obj(uid=f"u-{i}", rv=i), seq=i + 1) for i in range(n)]
 
 
+@virtual_time
 async def test_a_batch_taken_whole_is_done() -> None:
     ep = FakeEndpoint()
     s, _ = shipper(ep)
@@ -331,6 +334,7 @@ async def test_a_batch_taken_whole_is_done() -> None:
 
 
 @pytest.mark.parametrize("partial", [False, True])
+@virtual_time
 async def test_one_refused_record_costs_the_others_nothing(partial: bool) -> None:
     ep = FakeEndpoint(bad=["u-5/5"], partial=partial)
     dead = FakeDeadLetters()
@@ -351,6 +355,7 @@ async def test_one_refused_record_costs_the_others_nothing(partial: bool) -> Non
         assert s.metrics.value("resent_records_total") == 0
 
 
+@virtual_time
 async def test_a_500_for_one_record_splits_to_it_once_the_endpoint_took_others() -> None:
     ep = FakeEndpoint(bad=["u-9/9"], status=500)
     dead = FakeDeadLetters()
@@ -363,6 +368,7 @@ async def test_a_500_for_one_record_splits_to_it_once_the_endpoint_took_others()
 
 
 @pytest.mark.parametrize("status", [400, 500])
+@virtual_time
 async def test_a_refusal_of_everything_dead_letters_nothing(status: int) -> None:
     """A proxy's 400 or a broken pipeline's 500 for every request: no record is proven
     refused, each is handed back (it comes again), none goes to the dead letters."""
@@ -375,6 +381,7 @@ async def test_a_refusal_of_everything_dead_letters_nothing(status: int) -> None
     assert not s.endpoint_up
 
 
+@virtual_time
 async def test_a_lone_refused_record_is_a_dead_letter_once_the_endpoint_took_others() -> None:
     """On a quiet cluster the refused record comes alone: handed back with no proof, and a
     dead letter when it comes again after the endpoint took another batch."""
@@ -388,6 +395,7 @@ async def test_a_lone_refused_record_is_a_dead_letter_once_the_endpoint_took_oth
     assert [i for i, _, _ in dead.stored] == ["u-0/0"]
 
 
+@virtual_time
 async def test_an_unmappable_message_is_discarded_alone() -> None:
     ep = FakeEndpoint()
     s, _ = shipper(ep)
@@ -405,6 +413,7 @@ async def test_an_unmappable_message_is_discarded_alone() -> None:
     assert s.metrics.value("records_total", result="unmappable") == 1
 
 
+@virtual_time
 async def test_a_dead_letter_not_stored_is_held() -> None:
     ep = FakeEndpoint(bad=["u-1/1"])
     s, _ = shipper(ep, FakeDeadLetters(fail=1))
@@ -413,6 +422,7 @@ async def test_a_dead_letter_not_stored_is_held() -> None:
     assert isinstance(out[1], Retry)
 
 
+@virtual_time
 async def test_unavailable_then_taken_holds_the_batch() -> None:
     ep = FakeEndpoint()
     ep.down = 3
@@ -425,6 +435,7 @@ async def test_unavailable_then_taken_holds_the_batch() -> None:
     assert s.endpoint_up
 
 
+@virtual_time
 async def test_stopping_while_unavailable_naks_the_batch() -> None:
     ep = FakeEndpoint()
     ep.down = 10**9
@@ -432,13 +443,14 @@ async def test_stopping_while_unavailable_naks_the_batch() -> None:
     s.backoff = Backoff(10.0, 10.0)
     task = asyncio.create_task(s.ship(batch(3)))
     while ep.requests == 0:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # virtual time
     stopping.set()
     out = await task
     assert all(isinstance(o, Retry) for o in out) and not ep.taken
     assert not s.endpoint_up
 
 
+@virtual_time
 async def test_a_request_over_the_size_is_split_before_it_is_sent() -> None:
     ep = FakeEndpoint()
     s, _ = shipper(ep, max_request_bytes=2000)
