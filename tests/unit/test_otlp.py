@@ -25,8 +25,8 @@ from k8s_event_consumer.otlp import mapping, sender, settings, shipping
 from k8s_event_consumer.otlp.__main__ import main
 from k8s_event_consumer.otlp.running import COUNTERS, METRICS_PREFIX
 from k8s_event_consumer.otlp.shipping import Backoff, DeadLetters, Shipper
-from tests.virtualtime import LOOP, virtual_time
 from tests import support
+from tests.virtualtime import LOOP, virtual_time
 
 CLUSTER = "prod-eu-1"
 T0 = datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC)
