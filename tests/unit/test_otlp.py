@@ -314,8 +314,7 @@ def shipper(
         stopping,
         max_request_bytes=kw.pop("max_request_bytes", 1 << 22),
         backoff=Backoff(0.001, 0.002),
-        clock=LOOP,
-        **kw,
+        **{"clock": LOOP, **kw},
     )
     return s, stopping
 
