@@ -15,11 +15,13 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.js.errors import ServiceUnavailableError
 
 from k8s_event_sim.apiserver import SimApiServer
 from k8s_event_sim.configs import SUBSCRIBERS, bridge_config, deep_merge, subscriber_config
 from k8s_event_sim.programs import BridgeProcess, Bridges, ChildProcess, ConsumerProcess
 from k8s_event_sim.readback import event_ids, stream_messages
+from k8s_event_sim.waiting import RETRIABLE
 from tests.support import Workload, eventually, free_port, write_kubeconfig
 
 __all__ = [  # what the tests import from here (some of it from k8s_event_sim, tests/support.py)
@@ -97,13 +99,17 @@ def watch_requests(sim: SimApiServer) -> list[Any]:
 
 
 async def all_of(url: str, ids: list[str], timeout: float = 40) -> list[str]:
-    """Wait until the stream holds at least as many Event messages as ``ids``; return them."""
+    """Wait until the stream holds at least as many Event messages as ``ids``; return them.
+    JetStream's 503 (a cluster whose meta leader is still being elected, as after a quorum
+    lost and regained: the stream may be current before it) is "not yet" too."""
 
     async def check() -> list[str] | None:
         have = await event_ids(url)
         return have if len(have) >= len(ids) else None
 
-    result: list[str] = await eventually(check, timeout=timeout)
+    result: list[str] = await eventually(
+        check, timeout=timeout, retry_on=(*RETRIABLE, ServiceUnavailableError)
+    )
     return result
 
 
