@@ -51,11 +51,12 @@ from bridge.runtime import enriching
 from bridge.settings import Settings
 from k8s_event_common import owners
 from k8s_event_common.subjects import DEFAULT_TEMPLATE
-from k8s_event_consumer import fetching
+from k8s_event_consumer import fetching, seen
 from k8s_event_consumer.alerting import alertmanager, alerts, holding
 from k8s_event_consumer.alerting import running as alerting_running
 from k8s_event_consumer.alerting.settings import Settings as AlertingSettings
 from k8s_event_consumer.otlp import settings as otlp_settings
+from k8s_event_consumer.otlp import shipping
 from k8s_event_consumer.remediation import settings as remediation_settings
 from k8s_event_consumer.remediation.worker import LAST_ACTIONS
 
@@ -211,6 +212,7 @@ OTLP_PER_MESSAGE = 16 * 1024  # objects per message in hand (decoded, mapped, in
 OTLP_REQUEST_COPIES = 4.5  # protobuf (1), body (1.25), gzip (1.25), transport (1)
 OTLP_DEAD_LETTER_COPIES = 2.0  # the message with its headers, nats-py's frame of it
 NATS_READ_CHUNK = 64 * 1024  # what nats-py reads at once, on top of a message being parsed
+OTLP_PER_FAILED = 200  # an id refused alone without proof: its digest, an int, their entry
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,7 @@ class OtlpBudget(Parts):
         "base": "base (idle + flow)",
         "batch": "the batch in hand",
         "request": "the request in flight",
-        "dead_letter": "a dead letter",
+        "dead_letter": "a dead letter, the ids awaiting proof",
         "nats": "nats-py buffers",
     }
 
@@ -262,7 +264,8 @@ class OtlpBudget(Parts):
             batch=(limit + max_payload) * OTLP_BATCH_COPIES
             + settings.nats.batch * OTLP_PER_MESSAGE,
             request=max(limit, max_payload) * OTLP_REQUEST_COPIES,
-            dead_letter=max_payload * OTLP_DEAD_LETTER_COPIES,
+            dead_letter=max_payload * OTLP_DEAD_LETTER_COPIES
+            + shipping.FAILED_REMEMBERED * OTLP_PER_FAILED,
             nats=max_payload + NATS_READ_CHUNK + NATS_PENDING,
         )
 
@@ -388,6 +391,7 @@ def fetched(nats: Any, max_payload: int) -> float:
 #            + REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES)
 #            + SEQUENCES_KEPT * PER_SEQUENCE          status keys' sequences, by digest
 #            + FUTURE_DATED_LOGGED * PER_LOGGED_ID    ids logged once
+#            + MEMORY_SEEN * PER_SEEN                 ids handled, by digest (MemorySeen)
 #            + POST_COPIES * MAX_POST_BYTES           one POST in hand (its parts, its body)
 #            + NATS_PENDING                           nats-py's outgoing buffer, reconnecting
 #
@@ -409,6 +413,7 @@ STATUS_ALERT_VALUES = 4 * 1024
 REFUSAL_ALERT_BYTES = 2 * 1024
 PER_SEQUENCE = 160  # a 16-byte digest, an int and their dict entry
 PER_LOGGED_ID = 400  # an id cut to 256 bytes and its entry
+PER_SEEN = 160  # an id handled: a 16-byte digest and its OrderedDict entry (154 B measured)
 POST_COPIES = 3.0  # a POST's parts, its joined body, the postable dicts of its alerts
 
 
@@ -418,7 +423,7 @@ ALERTING_PARTS = {  # AlertingBudget's parts, as rows() names them
     "alerts": "Event alerts (strings + objects)",
     "status_alerts": "status alerts",
     "refusal_alerts": "refusal alerts",
-    "maps": "sequences, ids logged",
+    "maps": "sequences, ids logged, ids handled",
     "post": "one POST",
     "nats_pending": "nats-py outgoing buffer",
 }
@@ -456,7 +461,8 @@ class AlertingBudget(Parts):
             * (PER_ALERT + 2 * a.message_bytes + STATUS_ALERT_VALUES),
             refusal_alerts=holding.REFUSAL_ALERTS * (PER_ALERT + REFUSAL_ALERT_BYTES),
             maps=alerts.SEQUENCES_KEPT * PER_SEQUENCE
-            + alerting_running.FUTURE_DATED_LOGGED * PER_LOGGED_ID,
+            + alerting_running.FUTURE_DATED_LOGGED * PER_LOGGED_ID
+            + seen.MEMORY_SEEN * PER_SEEN,
             post=POST_COPIES * alertmanager.MAX_POST_BYTES,
             nats_pending=NATS_PENDING,
         )

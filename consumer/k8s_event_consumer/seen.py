@@ -16,6 +16,13 @@ from nats.js.api import StreamConfig
 from k8s_event_common import streams as shapes
 
 DEFAULT_SEEN_TTL = 7 * 86400.0
+MEMORY_SEEN = 100_000  # the ids a MemorySeen keeps by default
+
+
+def digest(id_: str) -> bytes:
+    """An id as a subscriber keeps it in memory: 16 bytes, however long the id a message
+    carries."""
+    return hashlib.blake2b(id_.encode(errors="surrogatepass"), digest_size=16).digest()
 
 
 class Seen(Protocol):
@@ -27,17 +34,19 @@ class Seen(Protocol):
 
 
 class MemorySeen:
-    """The last ``limit`` ids handled by this process (redeliveries come soon after)."""
+    """The last ``limit`` ids handled by this process (redeliveries come soon after), each kept
+    as a 16-byte digest: what one costs (about 160 bytes with its entry) does not grow with the
+    id a message carries, whose length is its publisher's word."""
 
-    def __init__(self, limit: int = 100_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
+    def __init__(self, limit: int = MEMORY_SEEN) -> None:
+        self._ids: OrderedDict[bytes, None] = OrderedDict()
         self._limit = limit
 
     async def contains(self, id_: str) -> bool:
-        return id_ in self._ids
+        return digest(id_) in self._ids
 
     async def add(self, id_: str) -> None:
-        self._ids[id_] = None
+        self._ids[digest(id_)] = None
         if len(self._ids) > self._limit:
             self._ids.popitem(last=False)
 

@@ -53,6 +53,7 @@ from k8s_event_consumer import logs
 from k8s_event_consumer.consuming import Delivery, Discard, Outcome, Retry
 from k8s_event_consumer.metrics import Metrics
 from k8s_event_consumer.otlp import mapping, sender, sizing
+from k8s_event_consumer.seen import digest
 
 log = logs.get("otlp")
 
@@ -67,7 +68,7 @@ DEAD_LETTER_RETRY = 5.0  # seconds: a dead letter JetStream did not store is tri
 # still open on the server (the kit's fetch_timeout, 5 s), which would otherwise take the
 # redelivery into this stopping process, where it waits out ack_wait before anyone sends it
 HANDBACK_DELAY = 6.0
-FAILED_REMEMBERED = 10_000  # ids that failed alone without proof, kept for the proof
+FAILED_REMEMBERED = 10_000  # ids that failed alone without proof (digests), kept for the proof
 DEFERRED = Retry(0.0, "decided once the rest of its batch was sent")
 # records refused together, the status, the reason, whether sending them again may repeat some
 Deferred = tuple[list[int], int, str, bool]
@@ -165,7 +166,7 @@ class Shipper:
         self.accepted_requests = 0  # requests the endpoint took, ever (the proof)
         self._since = 0  # accepted_requests when the batch in hand was first sent
         # id -> accepted_requests when it failed alone with no proof (the proof later)
-        self._failed: OrderedDict[str, int] = OrderedDict()
+        self._failed: OrderedDict[bytes, int] = OrderedDict()  # seen.digest(id): requests
         self._unproven = 0  # lone failures with no proof in a row: the pace
         self._pace_until = 0.0  # monotonic: no request before this (after unproven failures)
         self._deferred: list[Deferred] = []  # refused before the batch proved the endpoint
@@ -324,19 +325,20 @@ class Shipper:
         """A record refused alone: a dead letter with proof that the endpoint works (module
         docstring); else decided once the rest of its batch was sent (``DEFERRED``), and then
         handed back and the next requests paced."""
-        failed_at = self._failed.get(d.id)
+        key = digest(d.id)
+        failed_at = self._failed.get(key)
         proof = (
             partial
             or self.accepted_requests > self._since
             or (failed_at is not None and self.accepted_requests > failed_at)
         )
         if proof:
-            self._failed.pop(d.id, None)
+            self._failed.pop(key, None)
             return await self._dead(d, status, why)
         if not final:
             return DEFERRED
         if failed_at is None:
-            self._failed[d.id] = self.accepted_requests
+            self._failed[key] = self.accepted_requests
             if len(self._failed) > FAILED_REMEMBERED:
                 self._failed.popitem(last=False)
         wait = self.backoff.delay(self._unproven, random=self.clock.random)
