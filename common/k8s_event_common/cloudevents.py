@@ -171,6 +171,23 @@ def missing(attributes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+SHOWN: Final = 128  # the most characters of a message's value an error text quotes
+
+
+def cut(text: str) -> str:
+    """A message's value as an error text quotes it: at most ``SHOWN`` characters, and how
+    many it had (its length is its publisher's word; a log line is not the place for it)."""
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}...[cut: {len(text)} characters]"
+
+
+def quoted(value: Any) -> str:
+    """``cut`` of a value's repr; a long string cut before its repr is made (a megabyte of
+    characters past Latin-1 would make a repr of four times its length first)."""
+    if isinstance(value, str) and len(value) > SHOWN:
+        return f"{value[:SHOWN]!r}...[cut: {len(value)} characters]"
+    return cut(repr(value))
+
+
 def parse_time(value: Any) -> datetime | None:
     """An RFC 3339 time as Kubernetes writes it (``Z``, optional fraction) → aware datetime."""
     if value is None or value == "":
@@ -178,13 +195,13 @@ def parse_time(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if not isinstance(value, str):
-        raise BadMessage(f"time {value!r} is not a string")
+        raise BadMessage(f"time {quoted(value)} is not a string")
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
         # in UTC: a time whose offset takes it past year 1 or 9999 is no time (OverflowError)
         return t.astimezone(UTC) if t.tzinfo else t.replace(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise BadMessage(f"time {value!r} is not RFC 3339") from None
+        raise BadMessage(f"time {quoted(value)} is not RFC 3339") from None
 
 
 def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
@@ -194,20 +211,22 @@ def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
         if not isinstance(attrs.get(name), str) or not attrs[name]:
             raise BadMessage(f"CloudEvent attribute {name!r} is missing")
     if attrs["specversion"] != "1.0":
-        raise BadMessage(f"specversion {attrs['specversion']!r} is not 1.0")
+        raise BadMessage(f"specversion {quoted(attrs['specversion'])} is not 1.0")
     type_ = attrs["type"]
     if not isinstance(data, dict):
-        raise BadMessage(f"{type_} {attrs['id']}: data is not a JSON object")
+        raise BadMessage(f"{cut(type_)} {cut(attrs['id'])}: data is not a JSON object")
     ce_attrs = dict(attrs)
     if "time" in ce_attrs:
         ce_attrs["time"] = parse_time(ce_attrs["time"])
     try:
         ce = CloudEvent(ce_attrs, data)
     except Exception as exc:
-        raise BadMessage(f"{type_} {attrs['id']}: not a valid CloudEvent: {exc}") from exc
+        raise BadMessage(
+            f"{cut(type_)} {cut(attrs['id'])}: not a valid CloudEvent: {cut(str(exc))}"
+        ) from exc
     if not type_.startswith((EVENT_TYPE_PREFIX, STATUS_TYPE_PREFIX)):
         raise BadMessage(
-            f"type {type_!r} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*"
+            f"type {quoted(type_)} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*"
         )
     return Envelope(attrs, data, ce)
 

@@ -42,7 +42,7 @@ from k8s_event_common import streams as shapes
 from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.logformat import Logger
 from k8s_event_consumer import durables, events, fetching
-from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
+from k8s_event_consumer.events import STATUS_KINDS, BadMessage, Decoded, KubeEvent, Status
 from k8s_event_consumer.options import ConsumerOptions, Start
 from k8s_event_consumer.seen import MemorySeen, Seen
 
@@ -110,9 +110,8 @@ class Delivery:
 
     @property
     def kind(self) -> str:
-        """``event``, or the status event's own name."""
-        status = self.decoded.status
-        return status.what if status is not None else "event"
+        """``event``, a status event's name of ``events.STATUS_KINDS``, or ``other``."""
+        return self.decoded.kind
 
 
 E = TypeVar("E", KubeEvent, Status)
@@ -126,7 +125,10 @@ BatchCallback = Callable[[list[Delivery]], Awaitable[Sequence[Outcome]]]
 @dataclass(frozen=True)
 class Handlers:
     """What to do with each kind of message; a kind without a handler is acked and skipped.
-    A status event without its own handler goes to ``on_status`` when that is set."""
+    A status event without its own handler goes to ``on_status`` when that is set, and so does
+    one of a kind this version does not know: the handler is chosen from the fixed table of
+    kinds (``events.STATUS_KINDS``), never by the name a message gives itself (a status event
+    naming itself ``event`` is no Kubernetes Event)."""
 
     on_event: Callback | None = None
     on_gap: Callback | None = None
@@ -142,7 +144,8 @@ class Handlers:
         if d.event is not None:
             return self.on_event, d.event
         assert d.status is not None
-        own: Callback | None = getattr(self, f"on_{d.status.what}", None)
+        what = d.kind
+        own: Callback | None = getattr(self, f"on_{what}", None) if what in STATUS_KINDS else None
         return (own or self.on_status), d.status
 
     async def outcome(self, d: Delivery) -> Outcome:

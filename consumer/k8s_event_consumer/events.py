@@ -39,6 +39,7 @@ from k8s_event_common.cloudevents import (
 # names stay the kit's API
 __all__ = [
     "EVENT_TYPE_PREFIX",
+    "STATUS_KINDS",
     "STATUS_TYPE_PREFIX",
     "ApiserverDegraded",
     "ApiserverReachable",
@@ -55,8 +56,26 @@ __all__ = [
     "Status",
     "Stopped",
     "decode",
+    "kind",
     "parse_time",
 ]
+
+# The status events this version knows, by their own name (a CloudEvent's ``subject``). A
+# message's kind is its publisher's word: a handler, a metric label or a count is chosen from
+# this table, never by the name a message gives itself (one naming itself ``event`` must not
+# reach the Event handler; a new name per message must not make a new key); anything else is
+# ``other``.
+STATUS_KINDS = (
+    "gap",
+    "apiserver_unreachable",
+    "apiserver_reachable",
+    "apiserver_degraded",
+    "apiserver_recovered",
+    "dropped",
+    "leader_changed",
+    "started",
+    "stopped",
+)
 
 N = TypeVar("N", int, float)
 
@@ -221,9 +240,33 @@ class Decoded:
     def id(self) -> str:
         return self.cloudevent.get_id()
 
+    @property
+    def kind(self) -> str:
+        """``event``, a status event's name of ``STATUS_KINDS``, or ``other``."""
+        return kind(self.event if self.event is not None else self.status)
+
+
+def kind(m: KubeEvent | Status | None) -> str:
+    """A message's kind from the fixed set: ``event``, one of ``STATUS_KINDS``, or ``other``
+    (a kind this version does not know, whatever name it gives itself)."""
+    if isinstance(m, KubeEvent):
+        return "event"
+    return m.what if m is not None and m.what in STATUS_KINDS else "other"
+
 
 def decode(subject: str, headers: dict[str, str] | None, body: bytes) -> Decoded:
-    """One NATS message of the stream → ``Decoded``. Raises ``BadMessage``."""
+    """One NATS message of the stream → ``Decoded``. Raises ``BadMessage``, and nothing else:
+    a value no check foresaw is a bad message too (terminated once), never an error that
+    stops a consumer and comes back with every redelivery."""
+    try:
+        return _decode(subject, headers, body)
+    except BadMessage:
+        raise
+    except Exception as exc:
+        raise BadMessage(f"undecodable: {type(exc).__name__}: {cloudevents.cut(str(exc))}") from exc
+
+
+def _decode(subject: str, headers: dict[str, str] | None, body: bytes) -> Decoded:
     envelope = cloudevents.decode(headers, body)
     attrs, data, ce = envelope.attributes, envelope.data, envelope.cloudevent
     if envelope.type.startswith(EVENT_TYPE_PREFIX):
@@ -246,24 +289,26 @@ def _number(d: dict[str, Any], key: str, kind: type[N]) -> N:
     not a ``ValueError`` that would stop the consumer."""
     v = d.get(key) or 0
     if not isinstance(v, int | float | str):
-        raise BadMessage(f"{key} {v!r} is not a number")
+        raise BadMessage(f"{key} {cloudevents.quoted(v)} is not a number")
     try:
         return kind(v)
     except (TypeError, ValueError, OverflowError):
-        raise BadMessage(f"{key} {v!r} is not a number") from None
+        raise BadMessage(f"{key} {cloudevents.quoted(v)} is not a number") from None
 
 
 def _kube_event(attrs: dict[str, Any], data: dict[str, Any]) -> KubeEvent:
     meta = data.get("metadata")
     if not isinstance(meta, dict) or not _str(meta, "uid"):
-        raise BadMessage(f"{attrs['id']}: data is no Event (metadata.uid missing)")
+        raise BadMessage(f"{cloudevents.cut(attrs['id'])}: data is no Event (metadata.uid missing)")
     obj = _dict(data, "involvedObject") or _dict(data, "regarding")
     series = _dict(data, "series")
     count = series.get("count") or data.get("count") or 1
     try:
         count = int(count)
-    except (TypeError, ValueError):
-        raise BadMessage(f"{attrs['id']}: count {count!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):  # 1e999 is JSON's inf
+        raise BadMessage(
+            f"{cloudevents.cut(attrs['id'])}: count {cloudevents.quoted(count)} is not a number"
+        ) from None
     last = (
         series.get("lastObservedTime")
         or data.get("lastTimestamp")

@@ -845,3 +845,15 @@ def test_the_deployments_config_is_valid_and_its_command_runs_the_subscriber(
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert deployment["spec"]["replicas"] == 2  # test_alerting_deploy.py: the HA pair
+
+
+@pytest.mark.parametrize("rv", ["²", "1" * 5_000, "-1", " 1", "١٢"])
+def test_a_resource_version_no_int_holds_is_no_number_not_an_error(rv: str) -> None:
+    """``str.isdigit`` takes "²" and Arabic-Indic digits, and ``int`` refuses a string of over
+    4,300 digits: each once raised on every delivery, and 1,000 such Events filled the
+    durable's max_ack_pending (a stalled subscriber). A resourceVersion is ASCII digits."""
+    from k8s_event_consumer.alerting import alerts
+
+    assert alerts._rv(rv) is None
+    assert alerts._rv("12") == 12
+    assert alerts._rv_max("12", rv) in ("12", rv)

@@ -264,3 +264,129 @@ def test_an_event_without_the_teams_value_is_under_the_empty_token(mode: str) ->
     ev = decode(msg.subject, msg.headers, msg.payload).event
     assert ev is not None and (ev.extensions, ev.enriched, ev.missing) == ({}, "complete", ())
     assert _takes(NatsSettings(subject_template=TEAM, match={"team": ""}).filters[0], msg.subject)
+
+
+def _forged_status(what: str) -> events.Decoded:
+    body = {
+        "specversion": "1.0",
+        "id": f"forged/{what}",
+        "source": "s",
+        "type": "io.k8s.bridge.whatever",
+        "subject": what,
+        "data": {},
+    }
+    headers = {"Content-Type": "application/cloudevents+json"}
+    return decode("k8s.events.x", headers, json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("what", ["event", "status", "outcome", "pick", "x" * 10_000])
+async def test_a_status_events_own_name_never_picks_a_handler_outside_the_table(
+    what: str,
+) -> None:
+    """A status event's kind is its publisher's word: one naming itself ``event`` (or a name
+    of Handlers' own) is no Kubernetes Event and goes where a kind this version does not know
+    goes, ``on_status``, or nowhere; its kind is ``other`` wherever it is counted."""
+    from k8s_event_consumer.consuming import Delivery, Handlers, Stats
+
+    got: list[tuple[str, Any]] = []
+
+    async def on_event(payload: Any, d: Any) -> None:
+        got.append(("event", payload))
+
+    async def on_status(payload: Any, d: Any) -> None:
+        got.append(("status", payload))
+
+    d = Delivery(_forged_status(what), 1, 1, None)
+    assert d.kind == "other"
+    assert await Handlers(on_event=on_event, on_status=on_status).outcome(d) is None
+    assert [k for k, _ in got] == ["status"]
+    assert isinstance(got[0][1], events.Status)
+    # without on_status it is skipped, never an error nor the Event handler's
+    assert await Handlers(on_event=on_event).outcome(d) is None
+    assert len(got) == 1
+    stats = Stats()
+    stats.by_kind[d.kind] = 1
+    assert set(stats.by_kind) <= {"event", *events.STATUS_KINDS, "other"}
+
+
+def test_a_known_status_kind_keeps_its_own_handler_else_on_status() -> None:
+    from k8s_event_consumer.consuming import Handlers
+
+    async def on_gap(payload: Any, d: Any) -> None:
+        return None
+
+    async def on_status(payload: Any, d: Any) -> None:
+        return None
+
+    d = _status("gap", {"scope": "", "fromResourceVersion": "1", "toResourceVersion": "2"})
+    assert d.kind == "gap"
+    handler, payload = Handlers(on_gap=on_gap, on_status=on_status).pick(d)
+    assert handler is on_gap and isinstance(payload, events.Gap)
+    # a known kind without a handler of its own (Handlers has no on_started)
+    started = _status("started", {"host": "h", "pid": 1})
+    assert started.kind == "started"
+    assert Handlers(on_gap=on_gap, on_status=on_status).pick(started)[0] is on_status
+    assert Handlers(on_gap=on_gap).pick(started)[0] is None
+
+
+@pytest.mark.parametrize("field", ["id", "type", "specversion", "time"])
+def test_an_error_text_quotes_a_huge_value_cut(field: str) -> None:
+    """A message's values are its publisher's word: a bad_message line quotes at most
+    ``cloudevents.SHOWN`` characters of one, and says how long it was."""
+    body: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": "i",
+        "source": "s",
+        "type": "io.k8s.event.warning",
+        "data": [],
+    }
+    body[field] = ("2026-" if field == "time" else "") + "x" * 500_000
+    if field == "time":
+        body["data"] = {}  # its data good: the time is what is wrong
+    with pytest.raises(BadMessage) as raised:
+        decode(
+            "k8s.events.x",
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps(body).encode(),
+        )
+    text = str(raised.value)
+    assert len(text) < 1_000, text[:200]
+    assert "[cut: 500" in text
+
+
+@pytest.mark.parametrize("count", ["1e999", "-1e999", "1e308"])
+def test_a_count_no_int_holds_is_a_bad_message_not_an_error(count: str) -> None:
+    """JSON's 1e999 is a float inf: ``int`` raises OverflowError, which once escaped the
+    decoder, ended the consuming task and came back with every redelivery (a crash loop of
+    every subscriber from one message)."""
+    head = '{"specversion": "1.0", "id": "i", "source": "s", "type": "io.k8s.event.warning", '
+    body = (
+        head + '"data": {"metadata": {"uid": "u", "resourceVersion": "1"}, "count": ' + count + "}}"
+    )
+    headers = {"Content-Type": "application/cloudevents+json"}
+    if count == "1e308":
+        assert decode("k8s.events.x", headers, body.encode()).event is not None
+        return
+    with pytest.raises(BadMessage, match="count"):
+        decode("k8s.events.x", headers, body.encode())
+
+
+def test_any_error_of_decoding_is_a_bad_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(attrs: Any, data: Any) -> Any:
+        raise OverflowError("a value no check foresaw")
+
+    monkeypatch.setattr(events, "_kube_event", broken)
+    with pytest.raises(BadMessage, match="undecodable: OverflowError"):
+        decode(
+            "k8s.events.x",
+            {"Content-Type": "application/cloudevents+json"},
+            json.dumps(
+                {
+                    "specversion": "1.0",
+                    "id": "i",
+                    "source": "s",
+                    "type": "io.k8s.event.warning",
+                    "data": {},
+                }
+            ).encode(),
+        )

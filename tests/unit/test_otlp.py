@@ -238,6 +238,22 @@ def test_retry_after() -> None:
     assert sender.retry_after(None) is None
 
 
+def test_garbage_answers_are_read_not_raised() -> None:
+    """A collector's garbage is an answer, never an exception: "²" is a digit to isdigit and
+    no number to float; JSON's 1e999 is inf, no int; a negative count of rejected records is
+    none (as the JSON path already read it)."""
+    assert sender.retry_after("²") is None
+    got = sender.answer(503, {"Retry-After": "²"}, b"")
+    assert isinstance(got, sender.Unavailable) and got.retry_after is None
+    inf = b'{"partialSuccess": {"rejectedLogRecords": 1e999}}'
+    got = sender.answer(200, {"Content-Type": "application/json"}, inf)
+    assert isinstance(got, sender.Blocked)
+    negative = ExportLogsServiceResponse()
+    negative.partial_success.rejected_log_records = -1
+    got = sender.answer(200, {"Content-Type": sender.PROTOBUF}, negative.SerializeToString())
+    assert got == sender.Accepted(0, "")
+
+
 def test_status_message_survives_garbage() -> None:
     assert sender.status_message(b"\x12\xff") == ""
     assert sender.status_message(b"\x0f") == ""

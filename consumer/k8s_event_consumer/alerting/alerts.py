@@ -261,7 +261,10 @@ def _key(labels: Mapping[str, str], own: Iterable[str]) -> Key:
 
 
 def _rv(value: str) -> int | None:
-    return int(value) if value.isdigit() else None
+    """A resourceVersion as a number, or None: ASCII digits only ("²" is a digit to
+    ``str.isdigit`` and no number to ``int``), at most 64 of them (``int`` refuses a string of
+    over 4,300)."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 64 else None
 
 
 class State:

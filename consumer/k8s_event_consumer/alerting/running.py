@@ -34,12 +34,14 @@ from k8s_event_consumer.alerting.holding import Bounds, Why, cut, value
 from k8s_event_consumer.alerting.settings import Settings
 from k8s_event_consumer.consuming import Consumer, Delivery, Handlers, Retry
 from k8s_event_consumer.events import (
+    STATUS_KINDS,
     ApiserverReachable,
     ApiserverUnreachable,
     Dropped,
     Gap,
     KubeEvent,
     Status,
+    kind,
 )
 from k8s_event_consumer.metrics import Counter, Metrics
 from k8s_event_consumer.options import Start
@@ -48,20 +50,8 @@ from k8s_event_consumer.replaying import replay
 log = logs.get("alerting")
 
 METRICS_PREFIX = "k8s_event_alerting_"
-# The status events a label may name: a message's own kind is its publisher's word, and a label
-# value taken from it unchecked would make a new series per value (unbounded memory for
-# Prometheus and for the subscriber). Anything else is counted as "other".
-STATUS_KINDS = (
-    "gap",
-    "apiserver_unreachable",
-    "apiserver_reachable",
-    "apiserver_degraded",
-    "apiserver_recovered",
-    "dropped",
-    "leader_changed",
-    "started",
-    "stopped",
-)
+# A metric label names a message's kind from the fixed set (events.STATUS_KINDS, else "other"):
+# a label value taken from the message unchecked would make a new series per value.
 KINDS = ("event", *STATUS_KINDS, "other")
 COUNTERS = (
     Counter.by(
@@ -107,13 +97,6 @@ COUNTERS = (
     Counter("adopted_total", "alerts taken back from Alertmanager at start"),
 )
 FUTURE_DATED_LOGGED = 1024  # ids remembered so each future-dated message is logged once
-
-
-def kind(m: KubeEvent | Status) -> str:
-    """A message's kind as a metric label: from a fixed set."""
-    if isinstance(m, KubeEvent):
-        return "event"
-    return m.what if m.what in STATUS_KINDS else "other"
 
 
 def stored(d: Delivery) -> Stored:

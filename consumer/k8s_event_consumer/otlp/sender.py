@@ -98,7 +98,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" is a digit to isdigit, not to float
         return min(float(value), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -181,7 +181,7 @@ def answer(status: int, headers: Any, body: bytes, now: float | None = None) -> 
                     status, f"HTTP {status}: an answer that is no ExportLogsServiceResponse"
                 )
             ps = resp.partial_success
-            return Accepted(int(ps.rejected_log_records), ps.error_message[:MAX_REASON])
+            return Accepted(max(int(ps.rejected_log_records), 0), ps.error_message[:MAX_REASON])
         if content_type.startswith("application/json"):
             try:
                 doc = json.loads(body)
@@ -190,7 +190,7 @@ def answer(status: int, headers: Any, body: bytes, now: float | None = None) -> 
                     got.get("rejectedLogRecords") or got.get("rejected_log_records") or 0
                 )
                 message = str(got.get("errorMessage") or got.get("error_message") or "")
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError, AttributeError, OverflowError):  # 1e999: inf
                 return Blocked(
                     status, f"HTTP {status}: an answer that is no ExportLogsServiceResponse"
                 )

@@ -126,12 +126,13 @@ COUNTERS = (
         "why",
         UNTRUSTED,
     ),
-    Counter(
+    Counter.by(
         "owner_unproven_total",
         "controllers a Pod names that the owner walk did not prove (each also an "
         "untrusted_total{why=owner_unproven}), by why: kind, group, namespace, invalid, "
         "notfound, uid, unclaimed, depth",
-        ("why",),
+        "why",
+        sorted(owners.UNPROVEN),
     ),
 )
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
