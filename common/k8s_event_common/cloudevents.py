@@ -64,6 +64,11 @@ BRIDGE_ATTRIBUTES: Final = frozenset(
 MAX_EXTENSIONS: Final = 32  # enrichment extensions read from one message, at most
 MAX_EXTENSION_VALUE: Final = 1024  # the longest value the bridge writes (an annotation's)
 MAX_MISSING: Final = 16  # part:why items read from one k8senrichmissing, at most
+# the longest CloudEvent id read: the bridge's are "<uid>/<resourceVersion>" and
+# "<cluster>/<status>/...", far shorter (a cluster name is a subject token: a subject is at
+# most what fits nats-server's 4 KiB control line); a longer one is a publisher's word that every
+# log line and annotation naming the message would carry
+MAX_ID: Final = 8192
 EXTENSION_NAME: Final = re.compile(r"[a-z0-9]{1,20}")
 _MISSING_ITEM = re.compile(r"([a-z0-9]{1,20}):([a-z0-9]{1,20})")
 
@@ -210,6 +215,8 @@ def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
     for name in REQUIRED:
         if not isinstance(attrs.get(name), str) or not attrs[name]:
             raise BadMessage(f"CloudEvent attribute {name!r} is missing")
+    if len(attrs["id"]) > MAX_ID:
+        raise BadMessage(f"CloudEvent id of {len(attrs['id'])} characters, over {MAX_ID}")
     if attrs["specversion"] != "1.0":
         raise BadMessage(f"specversion {quoted(attrs['specversion'])} is not 1.0")
     type_ = attrs["type"]

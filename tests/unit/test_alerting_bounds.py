@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from k8s_event_common.cloudevents import MAX_ID
 from k8s_event_consumer.alerting import alertmanager, holding
 from k8s_event_consumer.alerting.alerts import (
     SEQUENCES_KEPT,
@@ -206,7 +207,8 @@ def test_status_alerts_are_bounded_and_their_refusal_only_told() -> None:
 def test_an_alert_remembers_the_newest_event_uids_only_and_the_sequences_are_bounded() -> None:
     state = State(rules(), Clock(T0))
     for i in range(3 * VERSIONS_KEPT):
-        state.event(kube_event(uid=f"u{i}" + "x" * HUGE, rv=100 + i))
+        # a uid as long as the id allows (an id is refused past cloudevents.MAX_ID)
+        state.event(kube_event(uid=f"u{i}" + "x" * (MAX_ID - 64), rv=100 + i))
     [record] = list(state.held.values())
     assert len(record.versions) == VERSIONS_KEPT
     assert all(utf8(uid) <= holding.VALUE_BYTES for uid in record.versions)

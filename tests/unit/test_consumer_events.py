@@ -269,7 +269,7 @@ def test_an_event_without_the_teams_value_is_under_the_empty_token(mode: str) ->
 def _forged_status(what: str) -> events.Decoded:
     body = {
         "specversion": "1.0",
-        "id": f"forged/{what}",
+        "id": "forged",
         "source": "s",
         "type": "io.k8s.bridge.whatever",
         "subject": what,
@@ -340,7 +340,9 @@ def test_an_error_text_quotes_a_huge_value_cut(field: str) -> None:
         "type": "io.k8s.event.warning",
         "data": [],
     }
-    body[field] = ("2026-" if field == "time" else "") + "x" * 500_000
+    # an id is refused past cloudevents.MAX_ID (8,192) on its own: one just under it
+    size = 8_000 if field == "id" else 500_000
+    body[field] = ("2026-" if field == "time" else "") + "x" * size
     if field == "time":
         body["data"] = {}  # its data good: the time is what is wrong
     with pytest.raises(BadMessage) as raised:
@@ -351,7 +353,7 @@ def test_an_error_text_quotes_a_huge_value_cut(field: str) -> None:
         )
     text = str(raised.value)
     assert len(text) < 1_000, text[:200]
-    assert "[cut: 500" in text
+    assert f"[cut: {len(body[field])} characters]" in text
 
 
 @pytest.mark.parametrize("count", ["1e999", "-1e999", "1e308"])
@@ -390,3 +392,25 @@ def test_any_error_of_decoding_is_a_bad_message(monkeypatch: pytest.MonkeyPatch)
                 }
             ).encode(),
         )
+
+
+def test_an_id_longer_than_any_of_the_bridges_is_a_bad_message() -> None:
+    """Every log line and annotation naming a message carries its id: one over
+    ``cloudevents.MAX_ID`` characters is no id of the bridge's, refused with its length."""
+    from k8s_event_common import cloudevents
+
+    headers = {"Content-Type": "application/cloudevents+json"}
+    for n, bad in ((cloudevents.MAX_ID, False), (cloudevents.MAX_ID + 1, True)):
+        body = {
+            "specversion": "1.0",
+            "id": "x" * n,
+            "source": "s",
+            "type": "io.k8s.bridge.zz",
+            "data": {},
+        }
+        if bad:
+            with pytest.raises(BadMessage, match=f"id of {n} characters") as raised:
+                decode("k8s.events.x", headers, json.dumps(body).encode())
+            assert len(str(raised.value)) < 200
+        else:
+            assert decode("k8s.events.x", headers, json.dumps(body).encode()).id == "x" * n
