@@ -266,17 +266,27 @@ def test_an_event_without_the_teams_value_is_under_the_empty_token(mode: str) ->
     assert _takes(NatsSettings(subject_template=TEAM, match={"team": ""}).filters[0], msg.subject)
 
 
-def _forged_status(what: str) -> events.Decoded:
-    body = {
+STRUCTURED = {"Content-Type": "application/cloudevents+json"}
+
+
+def _ce(**attrs: Any) -> dict[str, Any]:
+    """A structured CloudEvent of a Warning Event with no data to speak of, ``attrs`` over it."""
+    return {
         "specversion": "1.0",
-        "id": "forged",
+        "id": "i",
         "source": "s",
-        "type": "io.k8s.bridge.whatever",
-        "subject": what,
+        "type": "io.k8s.event.warning",
         "data": {},
+        **attrs,
     }
-    headers = {"Content-Type": "application/cloudevents+json"}
-    return decode("k8s.events.x", headers, json.dumps(body).encode())
+
+
+def _decode(body: dict[str, Any]) -> events.Decoded:
+    return decode("k8s.events.x", STRUCTURED, json.dumps(body).encode())
+
+
+def _forged_status(what: str) -> events.Decoded:
+    return _decode(_ce(id="forged", type="io.k8s.bridge.whatever", subject=what))
 
 
 @pytest.mark.parametrize("what", ["event", "status", "outcome", "pick", "x" * 10_000])
@@ -333,24 +343,14 @@ def test_a_known_status_kind_keeps_its_own_handler_else_on_status() -> None:
 def test_an_error_text_quotes_a_huge_value_cut(field: str) -> None:
     """A message's values are its publisher's word: a bad_message line quotes at most
     ``cloudevents.SHOWN`` characters of one, and says how long it was."""
-    body: dict[str, Any] = {
-        "specversion": "1.0",
-        "id": "i",
-        "source": "s",
-        "type": "io.k8s.event.warning",
-        "data": [],
-    }
+    body = _ce(data=[])
     # an id is refused past cloudevents.MAX_ID (8,192) on its own: one just under it
     size = 8_000 if field == "id" else 500_000
     body[field] = ("2026-" if field == "time" else "") + "x" * size
     if field == "time":
         body["data"] = {}  # its data good: the time is what is wrong
     with pytest.raises(BadMessage) as raised:
-        decode(
-            "k8s.events.x",
-            {"Content-Type": "application/cloudevents+json"},
-            json.dumps(body).encode(),
-        )
+        _decode(body)
     text = str(raised.value)
     assert len(text) < 1_000, text[:200]
     assert f"[cut: {len(body[field])} characters]" in text
@@ -361,16 +361,14 @@ def test_a_count_no_int_holds_is_a_bad_message_not_an_error(count: str) -> None:
     """JSON's 1e999 is a float inf: ``int`` raises OverflowError, which once escaped the
     decoder, ended the consuming task and came back with every redelivery (a crash loop of
     every subscriber from one message)."""
-    head = '{"specversion": "1.0", "id": "i", "source": "s", "type": "io.k8s.event.warning", '
-    body = (
-        head + '"data": {"metadata": {"uid": "u", "resourceVersion": "1"}, "count": ' + count + "}}"
-    )
-    headers = {"Content-Type": "application/cloudevents+json"}
+    # json.dumps writes inf as Infinity (no JSON): the number written as a publisher may
+    data = {"metadata": {"uid": "u", "resourceVersion": "1"}, "count": "COUNT"}
+    body = json.dumps(_ce(data=data)).replace('"COUNT"', count).encode()
     if count == "1e308":
-        assert decode("k8s.events.x", headers, body.encode()).event is not None
+        assert decode("k8s.events.x", STRUCTURED, body).event is not None
         return
     with pytest.raises(BadMessage, match="count"):
-        decode("k8s.events.x", headers, body.encode())
+        decode("k8s.events.x", STRUCTURED, body)
 
 
 def test_any_error_of_decoding_is_a_bad_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -379,19 +377,7 @@ def test_any_error_of_decoding_is_a_bad_message(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(events, "_kube_event", broken)
     with pytest.raises(BadMessage, match="undecodable: OverflowError"):
-        decode(
-            "k8s.events.x",
-            {"Content-Type": "application/cloudevents+json"},
-            json.dumps(
-                {
-                    "specversion": "1.0",
-                    "id": "i",
-                    "source": "s",
-                    "type": "io.k8s.event.warning",
-                    "data": {},
-                }
-            ).encode(),
-        )
+        _decode(_ce())
 
 
 def test_an_id_longer_than_any_of_the_bridges_is_a_bad_message() -> None:
@@ -399,18 +385,11 @@ def test_an_id_longer_than_any_of_the_bridges_is_a_bad_message() -> None:
     ``cloudevents.MAX_ID`` characters is no id of the bridge's, refused with its length."""
     from k8s_event_common import cloudevents
 
-    headers = {"Content-Type": "application/cloudevents+json"}
     for n, bad in ((cloudevents.MAX_ID, False), (cloudevents.MAX_ID + 1, True)):
-        body = {
-            "specversion": "1.0",
-            "id": "x" * n,
-            "source": "s",
-            "type": "io.k8s.bridge.zz",
-            "data": {},
-        }
+        body = _ce(id="x" * n, type="io.k8s.bridge.zz")
         if bad:
             with pytest.raises(BadMessage, match=f"id of {n} characters") as raised:
-                decode("k8s.events.x", headers, json.dumps(body).encode())
+                _decode(body)
             assert len(str(raised.value)) < 200
         else:
-            assert decode("k8s.events.x", headers, json.dumps(body).encode()).id == "x" * n
+            assert _decode(body).id == "x" * n
