@@ -42,7 +42,7 @@ from k8s_event_common import streams as shapes
 from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.logformat import Logger
 from k8s_event_consumer import durables, events, fetching
-from k8s_event_consumer.events import STATUS_KINDS, BadMessage, Decoded, KubeEvent, Status
+from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
 from k8s_event_consumer.options import ConsumerOptions, Start
 from k8s_event_consumer.seen import MemorySeen, Seen
 
@@ -144,8 +144,8 @@ class Handlers:
         if d.event is not None:
             return self.on_event, d.event
         assert d.status is not None
-        what = d.kind
-        own: Callback | None = getattr(self, f"on_{what}", None) if what in STATUS_KINDS else None
+        # d.kind is from the fixed table (or "other", which has no handler of its own)
+        own: Callback | None = getattr(self, f"on_{d.kind}", None)
         return (own or self.on_status), d.status
 
     async def outcome(self, d: Delivery) -> Outcome:
