@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from k8s_event_consumer import seen
 from k8s_event_consumer.consuming import Delivery, Retry
 from k8s_event_consumer.otlp import sender, sizing
 from k8s_event_consumer.otlp.shipping import LOG_EVERY, Backoff
@@ -222,6 +223,8 @@ async def test_a_lone_record_too_large_without_proof_comes_again_and_is_then_a_d
     big = delivery(event_obj(uid="big", rv=99, message="y" * 20_000), seq=99)
     (first,) = await s.ship([big])
     assert isinstance(first, Retry) and dead.stored == []  # nothing taken yet: no proof
+    # remembered for the proof as a 16-byte digest, whatever the id's length
+    assert list(s._failed) == [seen.digest(big.id)]
     assert await s.ship(records(5)) == [None] * 5
     assert await s.ship([big]) == [None]  # the same record again: proven, not handed back
     assert [i for i, _, _ in dead.stored] == [big.id]

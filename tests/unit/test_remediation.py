@@ -456,6 +456,12 @@ def test_the_counters_alerts_read_are_exported_from_zero() -> None:
         assert f"\n{prefix}held_total 0.0\n" in text
         # a labelled counter gets no unlabelled series
         assert f"\n{prefix}events_total 0.0\n" not in text
+    # every why the owner walk may give is a series from 0 (docs/monitoring.md: a fixed set)
+    from k8s_event_common import owners
+
+    text = Metrics("k8s_event_remediation_", worker.COUNTERS).render().decode()
+    for why in owners.UNPROVEN:
+        assert f'\nk8s_event_remediation_owner_unproven_total{{why="{why}"}} 0.0\n' in text
 
 
 # -- what the worker trusts: the API server, not the message (an attacker with publish rights
