@@ -25,7 +25,10 @@
     │                            failure (Event watches carry no bookmarks), watch again
     ├── NotFound                 404: the object is not there (a Lease not made yet)
     ├── Conflict                 409: someone else wrote the object first (a Lease)
-    └── KubeBadRequest           other 4xx: our request is wrong (bad field selector, ...)
+    ├── KubeBadRequest           other 4xx: our request is wrong (bad field selector, ...)
+    └── Invalid                  a path segment that is not a Kubernetes name (``..``, a
+                                 ``/``, a ``%``): refused by ``k8s_event_common.kube.paths``,
+                                 nothing sent (a configured one is a ConfigError at load)
 
 A ``KubeError`` is not a ``BridgeError``: the kubeconfig that can not be used is mapped to
 ``ConfigError`` by ``bridge.kube.client``; nothing else catches ``BridgeError`` where a
@@ -46,6 +49,7 @@ from __future__ import annotations
 from k8s_event_common.kube.errors import (
     Conflict,
     Forbidden,
+    Invalid,
     KubeBadRequest,
     KubeError,
     KubeUnavailable,
@@ -65,6 +69,7 @@ __all__ = [
     "Conflict",
     "ConversionError",
     "Forbidden",
+    "Invalid",
     "JetStreamRefused",
     "JetStreamUnavailable",
     "KubeBadRequest",

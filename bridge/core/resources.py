@@ -21,30 +21,36 @@ from typing import Any
 
 from bridge.core import events
 from bridge.core.events import Event
+from k8s_event_common.kube import paths
 
 
 @dataclass(frozen=True)
 class Resource:
     name: str  # the plural, as in its path and its RBAC rule: "events", "namespaces"
-    api: str  # its group/version, for a message that names a missing permission
-    path: str  # the collection, cluster-wide
-    namespaced_path: str | None  # the collection in one namespace; None: cluster-scoped
+    api_version: str  # its [group/]version, as in its path: "v1", "coordination.k8s.io/v1"
+    namespaced: bool  # its collection has a path in one namespace; else cluster-scoped
     from_line: Callable[[bytes], tuple[str, Event]]  # a watch line → (type, object)
     from_item: Callable[[Any], Event]  # a list item (bytes as listed, or a dict) → object
     history: bool  # handed on once each (Events); else a state a list replaces (Namespaces)
 
-    def at(self, namespace: str | None) -> tuple[str, dict[str, str]]:
-        """The collection's path and its path parameters: in ``namespace``, or of all."""
-        if namespace is None or self.namespaced_path is None:
-            return self.path, {}
-        return self.namespaced_path, {"namespace": namespace}
+    @property
+    def api(self) -> str:
+        """Its group/version for a message that names a missing permission: ``core/v1``."""
+        return self.api_version if "/" in self.api_version else f"core/{self.api_version}"
+
+    def at(self, namespace: str | None) -> str:
+        """The collection's path (``k8s_event_common.kube.paths``): in ``namespace``, or of all
+        (None, or a cluster-scoped resource). Raises ``Invalid`` for a namespace that is not a
+        DNS-1123 label: nothing is sent."""
+        return paths.object_path(
+            self.api_version, self.name, namespace if self.namespaced else None
+        )
 
 
 EVENTS = Resource(
     name="events",
-    api="core/v1",
-    path="/api/v1/events",
-    namespaced_path="/api/v1/namespaces/{namespace}/events",
+    api_version="v1",
+    namespaced=True,
     from_line=events.from_line,
     from_item=events.from_item,
     history=True,
@@ -52,9 +58,8 @@ EVENTS = Resource(
 
 NAMESPACES = Resource(
     name="namespaces",
-    api="core/v1",
-    path="/api/v1/namespaces",
-    namespaced_path=None,
+    api_version="v1",
+    namespaced=False,
     from_line=events.from_line,  # the view reads metadata, which every object has
     from_item=events.from_object,
     history=False,

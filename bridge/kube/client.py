@@ -7,10 +7,15 @@ with ``_preload_content=False``), the status checked and every foreign exception
 the ``errors.KubeError`` tree. What is the bridge's own is here: its connection pool sized for
 one watch per scope, aiohttp's read buffer kept small, the watch's socket with TCP keepalive
 and its stream read as it arrives. kubernetes_asyncio's generated API classes, ``Watch``
-helper and model objects are not used (the paths the bridge calls are written here and in
-``bridge.core.resources``): one list and one watch serve any resource (its path and decoder
-are data), lists are paged by ``bridge.kube.paging``, watch lines are split and decoded by
-``bridge.kube.lines`` (with the resource's decoder, msgspec).
+helper and model objects are not used: one list and one watch serve any resource (its path
+and decoder are data, ``bridge.core.resources``), lists are paged by ``bridge.kube.paging``,
+watch lines are split and decoded by ``bridge.kube.lines`` (with the resource's decoder,
+msgspec).
+
+Every path the bridge sends is built by ``k8s_event_common.kube.paths`` from checked, escaped
+segments: a namespace or a name that is not a Kubernetes name (``..``, a ``/``, a ``%``) is
+``Invalid`` and nothing is sent (the configured ones are refused at load, ``bridge.settings``).
+No path is written here by hand (tests/unit/test_kube_paths.py walks the package for one).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bridge.core.resources import Resource
 from bridge.kube import paging
 from bridge.kube.lines import Skipped, WatchEntry, read_lines, split_lines
 from bridge.settings import KubernetesSettings
+from k8s_event_common.kube import paths
 from k8s_event_common.kube.connection import (
     FOREIGN,
     RELOAD_COALESCE,
@@ -51,11 +57,10 @@ __all__ = [
     "pod_namespace",
 ]
 
-# the paths the bridge calls besides its resources' (path parameters are quoted by
-# ApiClient.call_api)
-NAMESPACE = "/api/v1/namespaces/{name}"
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-LEASE = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+# what the bridge calls besides its resources: the Leases of leader election, and the
+# kube-system Namespace (whose uid is the id of a cluster without cluster.name)
+LEASE_API = "coordination.k8s.io/v1"
+KUBE_SYSTEM = paths.object_path("v1", "namespaces", None, "kube-system")
 
 READ_BUFSIZE = 2**16  # aiohttp pauses reading a response at twice this much buffered
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes before a connection counts as dead
@@ -159,43 +164,50 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        path_params: dict[str, str],
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
     ) -> aiohttp.ClientResponse:
-        return await self.connection.call(method, path, path_params, query, body)
+        return await self.connection.call(method, path, None, query, body)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A ``coordination.k8s.io/v1`` Lease as the API server has it; None when there is
-        none. The leader election's ``LeaseStore`` port (``bridge.runtime.leading``)."""
+        none. The leader election's ``LeaseStore`` port (``bridge.runtime.leading``). Raises
+        ``Invalid`` for a namespace or name that is not a Kubernetes name (nothing is sent)."""
+        path = _lease_path(namespace, name)
         try:
-            return await self._json("GET", LEASE, {"namespace": namespace, "name": name})
+            return await self._json("GET", path)
         except errors.NotFound:
             return None
 
     async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         """Raises ``Conflict`` when someone made it first."""
-        return await self._json("POST", LEASES, {"namespace": namespace}, body=lease)
+        path = paths.object_path(LEASE_API, "leases", namespace)
+        return await self._json("POST", path, body=lease)
 
     async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         """Raises ``Conflict`` when it changed since it was read (its resourceVersion)."""
-        name = lease["metadata"]["name"]
-        return await self._json("PUT", LEASE, {"namespace": namespace, "name": name}, body=lease)
+        path = _lease_path(namespace, lease["metadata"]["name"])
+        return await self._json("PUT", path, body=lease)
 
-    async def _json(self, *args: Any, **params: Any) -> dict[str, Any]:
-        return _decode_object(await self._body(*args, **params))
+    async def _json(
+        self, method: str, path: str, query: list[tuple[str, Any]] | None = None, body: Any = None
+    ) -> dict[str, Any]:
+        return _decode_object(await self._body(method, path, query, body))
 
-    async def _body(self, *args: Any, **params: Any) -> bytes:
-        return await self.connection.read(*args, **params)
+    async def _body(
+        self, method: str, path: str, query: list[tuple[str, Any]] | None = None, body: Any = None
+    ) -> bytes:
+        return await self.connection.read(method, path, None, query, body)
 
     async def get_object(self, path: str) -> dict[str, Any]:
-        """One object by its API path (its segments checked by the caller: the enrichment's
-        ``Plan.target``); raises ``NotFound``, ``Forbidden``, ``KubeUnavailable``..."""
-        return await self._json("GET", path, {})
+        """One object by its API path (from ``k8s_event_common.kube.paths``, its segments
+        checked by the enrichment's ``Plan.target`` first); raises ``NotFound``,
+        ``Forbidden``, ``KubeUnavailable``..."""
+        return await self._json("GET", path)
 
     async def cluster_uid(self) -> str:
         """The kube-system namespace's uid: a stable id for a cluster without a name."""
-        doc = await self._json("GET", NAMESPACE, {"name": "kube-system"})
+        doc = await self._json("GET", KUBE_SYSTEM)
         uid = doc.get("metadata", {}).get("uid")
         if not uid:
             raise errors.KubeUnavailable("kube-system namespace has no uid")
@@ -219,7 +231,7 @@ class KubeClient:
             query.append(("resourceVersion", resource_version))
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        body = await self._body("GET", *resource.at(namespace), query)
+        body = await self._body("GET", resource.at(namespace), query)
         return decode_list_page(body)
 
     def list_pages(
@@ -264,12 +276,21 @@ class KubeClient:
         ]
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        resp = await self._call("GET", *resource.at(namespace), query)
+        resp = await self._call("GET", resource.at(namespace), query)
         try:
             keep_alive(resp, self.settings.read_timeout)
             yield read_lines(split_lines(_chunks(resp)), resource, skipped)
         finally:
             resp.close()
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    """One Lease's path; an empty name is ``Invalid`` too (``object_path`` would make it the
+    collection's)."""
+    problem = paths.name_problem(name)
+    if problem:
+        raise errors.Invalid(problem)
+    return paths.object_path(LEASE_API, "leases", namespace, name)
 
 
 def keep_alive(resp: aiohttp.ClientResponse, read_timeout: float) -> None:

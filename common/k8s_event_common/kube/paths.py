@@ -50,8 +50,9 @@ def plural_problem(value: object) -> str | None:
 
 def object_path(api_version: str, plural: str, namespace: str | None, name: str = "") -> str:
     """``/api/v1/namespaces/shop/pods/web``: the path of a namespaced object (``name``), or of
-    its collection (no name); ``namespace`` None for a cluster-scoped resource. Raises
-    ``Invalid`` naming the first segment that is not a Kubernetes name."""
+    its collection (no name); ``namespace`` None for a cluster-scoped resource, or for a
+    namespaced resource's collection across all namespaces (``/api/v1/events``: no name then).
+    Raises ``Invalid`` naming the first segment that is not a Kubernetes name."""
     problem = (
         api_version_problem(api_version)
         or plural_problem(plural)
