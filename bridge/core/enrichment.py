@@ -20,13 +20,13 @@ owner's side (``owner:unproven`` past that).
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bridge.settings import EnrichSettings
 from k8s_event_common import owners
+from k8s_event_common.kube import paths
 
 # whys of what is missing, as ``k8senrichmissing`` writes them (``part:why``)
 TIMEOUT: Final = "timeout"  # the lookup did not answer within enrich.lookup_timeout
@@ -59,10 +59,6 @@ PARTS: Final = ("namespace", "object", "owner")
 
 MAX_VALUE: Final = 1024  # longest annotation value carried (label values are <= 63)
 ENTRY_OVERHEAD: Final = 400  # bytes counted per cached object beyond its strings
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# an object's name as a path segment: letters, digits, - _ . (no "/", no "%", not . or ..)
-_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?")
 
 # (kind, namespace, name): namespace "" for a cluster-scoped kind
 Key = tuple[str, str, str]
@@ -176,13 +172,14 @@ class Plan:
             and api_version.rpartition("/")[0] != known.group
         ):
             return KIND  # a kind of that name in another API group: not ours to read
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        # the rule of the path it would be read by: no object of a known kind has another name
+        if paths.name_problem(name):
             return INVALID
         if known.namespaced:
             ns = namespace if isinstance(namespace, str) and namespace else event_namespace
             # only in the Event's own namespace: an Event can not make the bridge read (and
             # publish the owner of) an object of another namespace
-            if ns != event_namespace or not _DNS_LABEL.fullmatch(ns):
+            if ns != event_namespace or paths.namespace_problem(ns):
                 return INVALID
             return (kind, ns, name)
         # a cluster-scoped object (a Node): anyone who may create Events in a namespace may
@@ -196,12 +193,11 @@ OVERSIZED_MARK: Final = "\x00oversized"  # stands for a value left out for its s
 
 
 def object_path(key: Key) -> str:
-    """The API path of an object (its segments validated by ``Plan.target``)."""
+    """The API path of an object (``k8s_event_common.kube.paths``; its segments validated by
+    ``Plan.target`` first, so ``Invalid`` is not expected here)."""
     kind, namespace, name = key
     k = owners.KINDS[kind]
-    if k.namespaced:
-        return f"{k.prefix}/namespaces/{namespace}/{k.resource}/{name}"
-    return f"{k.prefix}/{k.resource}/{name}"
+    return paths.object_path(k.api_version, k.resource, namespace if k.namespaced else None, name)
 
 
 class Namespaces:

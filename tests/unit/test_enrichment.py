@@ -170,7 +170,8 @@ def test_target_reads_only_allowed_kinds_by_valid_names_in_the_events_namespace(
     assert plan.target("shop", "Pod", "shop", "web", "example.com/v1") == KIND  # other group
     # another namespace than the Event's: an Event can not make the bridge read elsewhere
     assert plan.target("shop", "Pod", "kube-system", "etcd") == INVALID
-    for bad in ("../secrets", "a/b", "%2e%2e", "", ".", "x" * 300, "web?watch=1"):
+    # no Pod, Node or workload has a name that is not a DNS-1123 subdomain (its read path)
+    for bad in ("../secrets", "a/b", "%2e%2e", "", ".", "x" * 300, "web?watch=1", "Web", "w_1", 7):
         assert plan.target("shop", "Pod", "shop", bad) == INVALID, bad
     assert plan.target("Shop!", "Pod", "", "web") == INVALID
     assert object_path(("Pod", "shop", "web-1")) == "/api/v1/namespaces/shop/pods/web-1"
