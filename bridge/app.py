@@ -19,7 +19,7 @@ from bridge.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError, Publis
 from bridge.jetstream import connection, streams
 from bridge.jetstream.checkpoints import KvCheckpointStore
 from bridge.jetstream.publishing import Publisher
-from bridge.kube.client import KubeClient, pod_namespace
+from bridge.kube.client import KubeClient, lease_namespace
 from bridge.metrics import Metrics
 from bridge.runtime import starting
 from bridge.runtime.checkpointing import Scope
@@ -72,6 +72,8 @@ class Bridge:
     async def _run(self, clients: contextlib.AsyncExitStack) -> int:
         s = self.settings
         stop = self.stop_requested
+        # a namespace that is not a namespace name is a config error, before anything starts
+        lease_ns = lease_namespace(s.leader_election.namespace) if s.leader_election.enabled else ""
         kube = KubeClient(s.kubernetes, s.enrich.max_inflight + 1 if s.enrich.enabled else 0)
         await kube.connect()  # credentials are a config matter: exit 2 when bad
         clients.push_async_callback(kube.close)
@@ -125,7 +127,7 @@ class Bridge:
             await publisher.start()
             if s.leader_election.enabled:
                 # a warm standby until it holds the Lease: NATS, stream and bucket checked
-                await until_stopped(stop, self._lead(kube, cluster))
+                await until_stopped(stop, self._lead(kube, cluster, lease_ns))
             self.pipeline = Pipeline(
                 s,
                 cluster=cluster,
@@ -166,11 +168,10 @@ class Bridge:
         finally:
             self.metrics.leader.set(0)
 
-    async def _lead(self, kube: KubeClient, cluster: str) -> None:
-        """Stand by, warm and ready, until this process holds the Lease."""
+    async def _lead(self, kube: KubeClient, cluster: str, namespace: str) -> None:
+        """Stand by, warm and ready, until this process holds the Lease (in ``namespace``)."""
         le = self.settings.leader_election
         identity = le.identity or os.environ.get("POD_NAME") or socket.gethostname()
-        namespace = le.namespace or os.environ.get("POD_NAMESPACE") or pod_namespace() or "default"
         elector = self.elector = Elector(
             kube, le, identity=identity, namespace=namespace, clock=self.clock
         )

@@ -38,6 +38,7 @@ from k8s_event_common.configuring import (
     redacted,
 )
 from k8s_event_common.durations import parse_duration
+from k8s_event_common.kube import paths
 
 __all__ = [
     "ConfigError",
@@ -186,8 +187,8 @@ class KubernetesSettings(_Section):
     context: str | None = None
     """The kubeconfig context to use. null: the kubeconfig's current-context."""
     namespaces: list[str] = Field([], examples=[["default", "kube-system"]])
-    """Namespaces to watch, one watch (and one checkpoint) per namespace. `[]`: one
-    cluster-wide watch of every namespace."""
+    """Namespaces to watch, one watch (and one checkpoint) per namespace, each a namespace name
+    (a DNS-1123 label). `[]`: one cluster-wide watch of every namespace."""
     field_selector: str = ""
     """Extra server-side field selector for the list and the watch, e.g. `type=Warning` or
     `reason=BackOff` (only `=`, `==` and `!=` exist; no sets). The client-side filter still
@@ -231,6 +232,11 @@ class KubernetesSettings(_Section):
     def initial_max_age(self) -> float | None:
         """``initial`` as a maximum age in seconds; None for all and new."""
         return None if self.initial in ("all", "new") else parse_duration(self.initial)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        return _namespace_names(v)
 
     @model_validator(mode="after")
     def _watch_timeouts(self) -> KubernetesSettings:
@@ -332,6 +338,16 @@ class NatsSettings(common.NatsStream):
         """The shared connection's options (secrets included: never print them)."""
         # every subject is sanitised by bridge.core.subjects
         return dataclasses.replace(super().options(), skip_subject_validation=True)
+
+
+def _namespace_names(v: list[str]) -> list[str]:
+    """Namespaces the bridge puts in an API path: each a DNS-1123 label
+    (``k8s_event_common.kube.paths``, the rule the path is built by)."""
+    for name in v:
+        problem = paths.namespace_problem(name)
+        if problem:
+            raise ValueError(problem)
+    return v
 
 
 # Kubernetes label and annotation keys: [prefix/]name, the prefix a DNS subdomain.
@@ -438,10 +454,7 @@ class ObjectEnrichment(_Section):
     @field_validator("cluster_namespaces")
     @classmethod
     def _cluster_namespaces(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
-                raise ValueError(f"{name!r} is not a namespace name (a DNS-1123 label)")
-        return v
+        return _namespace_names(v)
 
     @field_validator("kinds")
     @classmethod
@@ -588,10 +601,10 @@ class LeaderElectionSettings(_Section):
     enabled: bool = False
     """Elect a leader through a Lease. false: one replica, no Lease."""
     lease_name: str = Field("k8s-event-bridge", min_length=1, max_length=253)
-    """The Lease's name."""
+    """The Lease's name (a DNS-1123 subdomain)."""
     namespace: str | None = None
-    """The Lease's namespace. null: $POD_NAMESPACE, else the service account's namespace in a
-    Pod, else "default"."""
+    """The Lease's namespace (a DNS-1123 label). null: $POD_NAMESPACE, else the service
+    account's namespace in a Pod, else "default"."""
     identity: str | None = None
     """This replica's name in the Lease; it must differ between replicas. null: $POD_NAME
     (deploy/ sets it from the Pod), else the host name."""
@@ -604,6 +617,19 @@ class LeaderElectionSettings(_Section):
     retry_period: PositiveDuration = 2.0
     """How often the leader renews the Lease, and a standby tries to take it (jittered: every 1
     to 2.2 retry periods)."""
+
+    @field_validator("lease_name")
+    @classmethod
+    def _lease_name(cls, v: str) -> str:
+        problem = paths.name_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str | None) -> str | None:
+        return v if v is None else _namespace_names([v])[0]
 
     @model_validator(mode="after")
     def _order(self) -> LeaderElectionSettings:

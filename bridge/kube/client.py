@@ -21,6 +21,7 @@ No path is written here by hand (tests/unit/test_kube_paths.py walks the package
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -54,6 +55,7 @@ __all__ = [
     "error_for_status",
     "in_cluster",
     "keep_alive",
+    "lease_namespace",
     "pod_namespace",
 ]
 
@@ -282,6 +284,26 @@ class KubeClient:
             yield read_lines(split_lines(_chunks(resp)), resource, skipped)
         finally:
             resp.close()
+
+
+def lease_namespace(configured: str | None) -> str:
+    """The Lease's namespace: ``leader_election.namespace`` (checked at load), else
+    $POD_NAMESPACE, else this Pod's service account's, else "default". One found that is not a
+    namespace name is a ``ConfigError`` naming where it came from: it would go in a path."""
+    if configured:
+        return configured
+    for source, found in (
+        ("$POD_NAMESPACE", os.environ.get("POD_NAMESPACE")),
+        ("the service account's namespace file", pod_namespace()),
+    ):
+        if found:
+            problem = paths.namespace_problem(found)
+            if problem:
+                raise errors.ConfigError(
+                    f"leader_election.namespace: null, and from {source}: {problem}"
+                )
+            return found
+    return "default"
 
 
 def _lease_path(namespace: str, name: str) -> str:

@@ -4,6 +4,8 @@ out byte for byte as before, and no path is written by hand anywhere in ``bridge
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bridge import errors
+from bridge import errors, settings
+from bridge.app import Bridge
 from bridge.core.enrichment import object_path
 from bridge.core.resources import EVENTS, NAMESPACES
-from bridge.kube.client import KubeClient
+from bridge.errors import EXIT_CONFIG, ConfigError
+from bridge.kube import client
+from bridge.kube.client import KubeClient, lease_namespace
 from bridge.settings import KubernetesSettings
 from k8s_event_sim.kubeconfig import write_kubeconfig
 
@@ -143,3 +148,73 @@ async def test_valid_names_go_out_byte_for_byte_as_before(api: tuple[Recorder, K
         ("GET", "/apis/apps/v1/namespaces/shop/deployments/web"),
         ("GET", "/api/v1/nodes/n1.example"),
     ]
+
+
+# -- what is configured: refused at load, naming the key -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("kubernetes: {namespaces: [shop, '../kube-system']}\n", "kubernetes.namespaces"),
+        ("kubernetes: {namespaces: ['sh%2Fop']}\n", "kubernetes.namespaces"),
+        ("kubernetes: {namespaces: ['']}\n", "kubernetes.namespaces"),
+        ("leader_election: {enabled: true, lease_name: '../x'}\n", "leader_election.lease_name"),
+        ("leader_election: {lease_name: 'a%2Fb'}\n", "leader_election.lease_name"),
+        ("leader_election: {lease_name: ''}\n", "leader_election.lease_name"),
+        ("leader_election: {namespace: '..'}\n", "leader_election.namespace"),
+        ("leader_election: {namespace: 'kube-system/x'}\n", "leader_election.namespace"),
+    ],
+)
+def test_a_configured_namespace_or_lease_name_that_is_not_a_kubernetes_name_is_a_config_error(
+    tmp_path: Path, yaml_text: str, key: str
+) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        settings.load(str(path))
+
+
+def test_the_lease_namespace_found_in_the_pod_is_checked_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "pod_namespace", lambda: "ops-sa")
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert lease_namespace("ops") == "ops"  # configured (checked at load) wins
+    assert lease_namespace(None) == "ops-sa"
+    monkeypatch.setenv("POD_NAMESPACE", "ops-env")
+    assert lease_namespace(None) == "ops-env"
+    monkeypatch.setenv("POD_NAMESPACE", "../kube-system")
+    with pytest.raises(ConfigError, match=r"leader_election\.namespace.*\$POD_NAMESPACE"):
+        lease_namespace(None)
+    monkeypatch.delenv("POD_NAMESPACE")
+    monkeypatch.setattr(client, "pod_namespace", lambda: "a%2Fb")
+    with pytest.raises(ConfigError, match=r"leader_election\.namespace.*service account"):
+        lease_namespace(None)
+    monkeypatch.setattr(client, "pod_namespace", lambda: None)
+    assert lease_namespace(None) == "default"
+
+
+async def test_a_bad_lease_namespace_from_the_pod_exits_2_before_anything_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Lease's namespace is known before NATS is dialled: a bad one is exit code 2 at
+    once, not a standby that asks the API server for it every retry period."""
+    server = Recorder()
+    await server.start()
+    monkeypatch.setenv("POD_NAMESPACE", "..")
+    config = write_kubeconfig(tmp_path / "kubeconfig", server.url, token="t")
+    s = settings.Settings.model_validate(
+        {
+            "kubernetes": {"kubeconfig": str(config)},
+            "nats": {"servers": ["nats://127.0.0.1:1"]},  # never reached
+            "http": {"host": "127.0.0.1", "port": 0},
+            "leader_election": {"enabled": True},
+        }
+    )
+    try:
+        # at once: were it read only when standing by, NATS (never there) would come first
+        assert await asyncio.wait_for(Bridge(s).run(), 10) == EXIT_CONFIG
+    finally:
+        await server.stop()
+    assert server.seen == []

@@ -64,6 +64,10 @@ def run_cli(*args, env=None):
         ),
         ("enrich: {tenant_tokens: [team]}\n", {}, "enrich.tenant_tokens: team"),
         ("enrich: {object: {cluster_namespaces: [Default]}}\n", {}, "cluster_namespaces"),
+        # what goes in an API path: refused, not sent (tests/unit/test_kube_paths.py)
+        ("kubernetes: {namespaces: ['../kube-system']}\n", {}, "kubernetes.namespaces"),
+        ("leader_election: {lease_name: 'a%2Fb'}\n", {}, "leader_election.lease_name"),
+        ("leader_election: {namespace: '..'}\n", {}, "leader_election.namespace"),
     ],
 )
 @pytest.mark.processes  # runs a program (tests/unit/conftest.py)
