@@ -15,7 +15,8 @@ msgspec).
 Every path the bridge sends is built by ``k8s_event_common.kube.paths`` from checked, escaped
 segments: a namespace or a name that is not a Kubernetes name (``..``, a ``/``, a ``%``) is
 ``Invalid`` and nothing is sent (the configured ones are refused at load, ``bridge.settings``).
-No path is written here by hand (tests/unit/test_kube_paths.py walks the package for one).
+No path is written here by hand (tests/unit/test_kube_paths_by_hand.py walks the package
+for one).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Every path the bridge sends to the API server comes from ``k8s_event_common.kube.paths``:
 a namespace or a name that is not a Kubernetes name never reaches the wire, a valid one goes
-out byte for byte as before, and no path is written by hand anywhere in ``bridge/``."""
+out byte for byte as before, a configured one is refused at load (no path is written by hand
+anywhere in ``bridge/``: tests/unit/test_kube_paths_by_hand.py)."""
 
 from __future__ import annotations
 
