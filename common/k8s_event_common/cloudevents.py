@@ -11,7 +11,8 @@ SDK's ``CloudEvent``. Anything else raises ``BadMessage`` naming what is wrong:
   beyond a double reads as ``inf``, as Python's ``json`` reads it: docs/asyncapi.md), or not a
   JSON object where one is expected;
 - ``data_base64`` (the bridge always sends JSON data), or no ``data`` object;
-- no ``id``, ``source``, ``type`` or ``specversion``, or a specversion other than 1.0;
+- no ``id``, ``source``, ``type`` or ``specversion``, or a specversion other than 1.0; an
+  ``id`` over ``MAX_ID`` characters, or one UTF-8 can not carry (a lone surrogate);
 - a ``time`` that is not RFC 3339, or attributes the SDK refuses;
 - a type that is neither ``io.k8s.event.*`` (a Kubernetes Event) nor ``io.k8s.bridge.*``
   (the bridge's status events).
@@ -217,6 +218,8 @@ def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
             raise BadMessage(f"CloudEvent attribute {name!r} is missing")
     if len(attrs["id"]) > MAX_ID:
         raise BadMessage(f"CloudEvent id of {len(attrs['id'])} characters, over {MAX_ID}")
+    if not _utf8(attrs["id"]):  # a JSON escape of a lone surrogate: no id of the bridge's
+        raise BadMessage(f"CloudEvent id {quoted(attrs['id'])} is not UTF-8")
     if attrs["specversion"] != "1.0":
         raise BadMessage(f"specversion {quoted(attrs['specversion'])} is not 1.0")
     type_ = attrs["type"]
@@ -236,6 +239,14 @@ def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
             f"type {quoted(type_)} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*"
         )
     return Envelope(attrs, data, ce)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _not_json(name: str) -> Any:

@@ -179,7 +179,7 @@ async def test_a_discarded_message_is_acked_but_its_id_stays_free_for_a_genuine_
             raise Discard("the API server does not confirm it")
         await rec.on_event(ev, d)
 
-    seen = KVSeen(await nc.jetstream().create_key_value(bucket="seen_discard"))
+    seen = KVSeen(await nc.jetstream().create_key_value(bucket="seen_discard"), "seen_discard")
     c = await Consumer.open(
         nc, stream=STREAM, durable="d", subjects=["k8s.events.>"], options=FAST, seen=seen
     )

@@ -393,3 +393,12 @@ def test_an_id_longer_than_any_of_the_bridges_is_a_bad_message() -> None:
             assert len(str(raised.value)) < 200
         else:
             assert _decode(body).id == "x" * n
+
+
+def test_an_id_utf8_can_not_carry_is_a_bad_message() -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``), which no UTF-8 carries: no id of the
+    bridge's, and one that the bucket of handled ids' key (its UTF-8's SHA-256) and every log
+    line naming the message would have to carry. Refused, quoted escaped."""
+    with pytest.raises(BadMessage, match=r"id '\\ud800x' is not UTF-8"):
+        _decode(_ce(id="\ud800x"))
+    assert _decode(_ce(id="pod-ü/1", type="io.k8s.bridge.zz")).id == "pod-ü/1"

@@ -22,9 +22,17 @@ class Program(runtime.Subscriber):
 
     name = "remediation"
     counters = COUNTERS
+    seen: KVSeen | None = None
 
     async def setup(self) -> None:
         cfg: Settings = self.settings
+        self.metrics.read(
+            "seen_forged_total",
+            "entries of the bucket of handled ids whose value this program did not write "
+            "(JetStream's answer sent into the bucket): not counted as handled, overwritten",
+            lambda: {(): float(self.seen.forged if self.seen else 0)},
+            kind="counter",
+        )
         self.kube = Kube(cfg.kubernetes)
         if not self.ctx.provision:  # a provision run talks to NATS only
             try:
@@ -47,7 +55,8 @@ class Program(runtime.Subscriber):
         return out
 
     async def provide(self, nc: NATS) -> Seen:
-        return await KVSeen.open(nc, self.settings.nats.seen_bucket)
+        self.seen = await KVSeen.open(nc, self.settings.nats.seen_bucket, clock=self.clock)
+        return self.seen
 
     async def consume(self, consumer: Consumer) -> None:
         await consumer.run(Handlers(on_event=self.worker.on_event))
