@@ -152,14 +152,7 @@ def conf(permissions: dict[str, dict[str, Any]]) -> str:
         lines.append(_indent(users, 4))
         if account["exports"]:
             lines.append("  ],")
-            exports = [
-                {
-                    "service": e["service"],
-                    "response_type": e["response_type"],
-                    "accounts": e["accounts"],
-                }  # fmt: skip
-                for e in account["exports"]
-            ]
+            exports = account["exports"]  # service, response_type, accounts
             lines.append('  "exports": ' + _indent(json.dumps(exports, indent=2), 2).lstrip())
         else:
             lines.append("  ],")

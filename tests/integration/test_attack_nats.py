@@ -7,7 +7,6 @@ message: a stream listening on the reply subject stores it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +15,7 @@ import nats
 import pytest
 
 from k8s_event_common import streams as shapes
-from k8s_event_consumer.consuming import Consumer, Handlers
-from k8s_event_consumer.options import Start
+from k8s_event_consumer.consuming import Consumer
 from k8s_event_consumer.seen import KVSeen
 from tests.integration import test_nats_permissions as perms
 from tests.integration.test_nats_permissions import (
