@@ -1,13 +1,26 @@
 """deploy/nats/nats-server.conf, made from deploy/nats/permissions.json.
 
 ``permissions.json`` is the one source of each program's NATS permissions (docs/deploy.md: "NATS:
-least privilege per program" says why each subject is there); operator-mode user JWTs are made
-from it too. ``nats-server.conf`` is a fragment an operator includes in the server's
-configuration: one account with JetStream and a user per program, each with its permissions
-as in the JSON, its password from an environment variable of the server.
+least privilege per program" says why each subject is there). From it come:
 
-``python -m tools.natsperms`` writes the fragment; ``--check`` names it when it is stale and
-exits 1 (``make lint``; tests/integration/test_nats_permissions.py runs the check too).
+- ``nats-server.conf``, a fragment an operator includes in the server's configuration;
+- ``accounts.json``, the same accounts, exports and imports for operator mode (JWTs: what
+  ``e2e/natsauth`` signs, and what docs/deploy.md's ``nsc`` commands make).
+
+The accounts (docs/deploy.md, "One account per program"): the bridge's user lives in
+``KUBE_EVENTS``, the account with JetStream that owns the stream, the buckets, the durables and
+the dead-letter stream. Each subscriber's user lives in an account of its own without JetStream,
+where every subject it may publish is a service imported from ``KUBE_EVENTS`` (exported to that
+account alone). nats-server checks a publish's subject against the permissions but not its
+reply subject; through a service import, though, the reply is mapped to a private subject of the
+exporting account and the answer comes back to the importing account. So no reply subject a
+subscriber names can make JetStream answer into the stream, a bucket or another subscriber's
+durable: the answer lands in the subscriber's own account, which stores nothing. A pull request
+(``$JS.API.CONSUMER.MSG.NEXT...``) is answered by many messages: its export's responses are a
+stream; every other one answers once.
+
+``python -m tools.natsperms`` writes both files; ``--check`` names each that is stale and exits
+1 (``make lint``; tests/integration/test_nats_permissions.py runs the check too).
 """
 
 from __future__ import annotations
@@ -21,18 +34,30 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 PERMISSIONS = REPO / "deploy" / "nats" / "permissions.json"
 CONF = REPO / "deploy" / "nats" / "nats-server.conf"
+ACCOUNTS = REPO / "deploy" / "nats" / "accounts.json"
 COMMAND = "python -m tools.natsperms"
 
-ACCOUNT = "KUBE_EVENTS"
-PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
+ACCOUNT = "KUBE_EVENTS"  # the bridge's account: JetStream, the stream and every bucket
+BRIDGE = "k8s-event-bridge"
+PROGRAMS = (BRIDGE, "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
+# a pull request's answer is the messages it asked for: many answers to one request
+STREAM_RESPONSES = "$JS.API.CONSUMER.MSG.NEXT."
+# Imported by every subscriber's account though no subscriber's user may publish it: in an
+# account without JetStream on a server with JetStream, nats-server answers every $JS.API
+# request itself ("JetStream not enabled for account", racing the imported answer) unless the
+# account imports $JS.API.INFO (server/jetstream.go, enableJetStreamInfoServiceImportOnly).
+SHADOW = "$JS.API.INFO"
 
 HEADER = f"""\
 # Made by `{COMMAND}` from deploy/nats/permissions.json: edit that file, not this one.
 #
 # The NATS side of k8s-event-bridge with least privilege (docs/deploy.md, "NATS: least
-# privilege per program"): the account {ACCOUNT} with JetStream, and one user per program,
-# allowed exactly the subjects that program uses. Include it in the server's configuration,
-# which enables JetStream itself (a `jetstream {{...}}` block):
+# privilege per program"): the account {ACCOUNT} with JetStream and the bridge's user, and
+# one account per subscriber with its one user, allowed exactly the subjects that program
+# uses, each of them a service imported from {ACCOUNT} (exported to that account alone): an
+# answer JetStream sends to a subscriber comes back into the subscriber's account, whatever
+# reply subject it named, and never lands in the stream or a bucket. Include it in the
+# server's configuration, which enables JetStream itself (a `jetstream {{...}}` block):
 #
 #   include ./k8s-event-bridge.conf      # a path relative to the including file
 #
@@ -50,11 +75,53 @@ def password_variable(program: str) -> str:
     return program.upper().replace("-", "_") + "_NATS_PASSWORD"
 
 
+def account_of(program: str) -> str:
+    """The account of the program's user: ``KUBE_EVENTS`` for the bridge, else
+    ``KUBE_EVENTS_<NAME>`` (``k8s-event-alerting``: ``KUBE_EVENTS_ALERTING``)."""
+    if program == BRIDGE:
+        return ACCOUNT
+    return ACCOUNT + "_" + program.removeprefix("k8s-event-").upper().replace("-", "_")
+
+
 def load(path: Path = PERMISSIONS) -> dict[str, dict[str, Any]]:
     doc: dict[str, dict[str, Any]] = json.loads(path.read_text())
     if sorted(doc) != sorted(PROGRAMS):
         raise ValueError(f"{path}: the programs are {sorted(PROGRAMS)}, not {sorted(doc)}")
+    for program, perms in doc.items():
+        if program != BRIDGE and perms.get("publish", {}).get("deny"):
+            raise ValueError(f"{path}: {program}: a subscriber's publish permissions allow only")
     return doc
+
+
+def accounts(permissions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The accounts, in the shape of ``accounts.json``: for each, its users (program names),
+    whether it has JetStream, and its exports or imports. A subscriber's account imports each
+    subject its user may publish, and ``SHADOW``, as a service of ``KUBE_EVENTS``;
+    ``KUBE_EVENTS`` exports each such subject to exactly the accounts that import it."""
+    exports: dict[str, list[str]] = {}
+    out: dict[str, Any] = {
+        ACCOUNT: {"jetstream": True, "users": [BRIDGE], "exports": [], "imports": []}
+    }
+    for program in PROGRAMS[1:]:
+        name = account_of(program)
+        subjects = [SHADOW, *permissions[program].get("publish", {}).get("allow", [])]
+        out[name] = {
+            "jetstream": False,
+            "users": [program],
+            "exports": [],
+            "imports": [{"service": s, "account": ACCOUNT} for s in subjects],
+        }
+        for s in subjects:
+            exports.setdefault(s, []).append(name)
+    out[ACCOUNT]["exports"] = [
+        {
+            "service": s,
+            "response_type": "stream" if s.startswith(STREAM_RESPONSES) else "singleton",
+            "accounts": importers,
+        }
+        for s, importers in exports.items()
+    ]
+    return out
 
 
 def _indent(text: str, spaces: int) -> str:
@@ -62,32 +129,59 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + ln if ln else ln for ln in text.splitlines())
 
 
-def conf(permissions: dict[str, dict[str, Any]]) -> str:
-    """The fragment: JSON in nats-server's syntax, except each password, a ``$VARIABLE``."""
-    users = []
-    for program in PROGRAMS:
-        perms = json.dumps(permissions[program], indent=2)
-        users.append(
-            "{\n"
-            f'  "user": "{program}",\n'
-            f'  "password": ${password_variable(program)},\n'
-            f'  "permissions": {perms.replace(chr(10), chr(10) + "  ")}\n'
-            "}"
-        )
-    body = ",\n".join(users)
+def _user(program: str, permissions: dict[str, Any]) -> str:
+    perms = json.dumps(permissions, indent=2)
     return (
-        HEADER
-        + "accounts: {\n"
-        + f'  "{ACCOUNT}": {{\n'
-        + '    "jetstream": "enabled",\n'
-        + '    "users": [\n'
-        + _indent(body, 6)
-        + "\n    ]\n  }\n}\n"
+        "{\n"
+        f'  "user": "{program}",\n'
+        f'  "password": ${password_variable(program)},\n'
+        f'  "permissions": {perms.replace(chr(10), chr(10) + "  ")}\n'
+        "}"
     )
 
 
+def conf(permissions: dict[str, dict[str, Any]]) -> str:
+    """The fragment: JSON in nats-server's syntax, except each password, a ``$VARIABLE``."""
+    blocks = []
+    for name, account in accounts(permissions).items():
+        users = ",\n".join(_user(p, permissions[p]) for p in account["users"])
+        lines = [f'"{name}": {{']
+        if account["jetstream"]:
+            lines.append('  "jetstream": "enabled",')
+        lines.append('  "users": [')
+        lines.append(_indent(users, 4))
+        if account["exports"]:
+            lines.append("  ],")
+            exports = account["exports"]  # service, response_type, accounts
+            lines.append('  "exports": ' + _indent(json.dumps(exports, indent=2), 2).lstrip())
+        else:
+            lines.append("  ],")
+            imports = [
+                {"service": {"account": i["account"], "subject": i["service"]}}
+                for i in account["imports"]
+            ]
+            lines.append('  "imports": ' + _indent(json.dumps(imports, indent=2), 2).lstrip())
+        lines.append("}")
+        blocks.append(_indent("\n".join(lines), 2))
+    return HEADER + "accounts: {\n" + ",\n".join(blocks) + "\n}\n"
+
+
+ACCOUNTS_NOTE = (
+    f"Made by `{COMMAND}` from permissions.json: the accounts of nats-server.conf, for operator"
+    " mode (docs/deploy.md, 'NATS in operator mode'). Each subscriber's account imports every"
+    f" subject its user may publish as a service of {ACCOUNT}, which exports it to that account"
+    " alone; a pull request's answers are a stream, every other answer a singleton."
+)
+
+
+def accounts_json(permissions: dict[str, dict[str, Any]]) -> str:
+    doc = {"note": ACCOUNTS_NOTE, "owner": ACCOUNT, "accounts": accounts(permissions)}
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def wanted() -> dict[Path, str]:
-    return {CONF: conf(load())}
+    permissions = load()
+    return {CONF: conf(permissions), ACCOUNTS: accounts_json(permissions)}
 
 
 def stale() -> list[str]:
@@ -100,7 +194,7 @@ def stale() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the fragment is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a made file is stale")
     args = parser.parse_args(argv)
     if args.check:
         out = stale()

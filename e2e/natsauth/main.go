@@ -3,9 +3,10 @@
 // (github.com/nats-io/jwt/v2 and github.com/nats-io/nkeys) and nothing else:
 //
 //	natsauth version
-//	natsauth init DIR                   operator, accounts SYS (system, user sys) and APP
-//	natsauth user DIR NAME [--expires DURATION] [--permissions FILE --program KEY]
-//	natsauth revoke DIR NAME            revoke user NAME in APP; prints APP's new JWT
+//	natsauth init DIR [--accounts FILE] operator, accounts SYS (system, user sys) and APP, and
+//	                                    the accounts of FILE (deploy/nats/accounts.json)
+//	natsauth user DIR NAME [--account ACCOUNT] [--expires DURATION] [--permissions FILE --program KEY]
+//	natsauth revoke DIR NAME            revoke user NAME in its account; prints the account's new JWT
 //	natsauth nkey DIR NAME              a plain NKey user (no JWT); prints its public key
 //
 // Everything is written under DIR; seeds with mode 0600. stdout carries public keys and
@@ -14,8 +15,11 @@
 // DIR after init:
 //
 //	operator.jwt                 the operator (self-signed; accounts are signed by its signing key)
-//	accounts/SYS.jwt, APP.jwt    the accounts' JWTs (APP: JetStream, no limits)
-//	keys/*.nk                    seeds: operator, operator-signing, SYS, APP
+//	accounts/SYS.jwt, APP.jwt    the accounts' JWTs (APP: JetStream, no limits), and one per
+//	                             account of --accounts: the owner with JetStream and the services
+//	                             it exports (each to its importers only: an activation token per
+//	                             import), the others without JetStream, importing them
+//	keys/*.nk                    seeds: operator, operator-signing, SYS, APP, each account
 //	sys.creds                    user sys of SYS (for $SYS requests: pushing account JWTs)
 //	resolver.conf                nats-server config fragment: operator, system_account, the
 //	                             full resolver (its store in DIR/jwt) and its preload
@@ -51,8 +55,8 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 
 const usage = `usage:
   natsauth version
-  natsauth init DIR
-  natsauth user DIR NAME [--expires DURATION] [--permissions FILE --program KEY]
+  natsauth init DIR [--accounts FILE]
+  natsauth user DIR NAME [--account ACCOUNT] [--expires DURATION] [--permissions FILE --program KEY]
   natsauth revoke DIR NAME
   natsauth nkey DIR NAME`
 
@@ -83,10 +87,7 @@ func run(args []string) error {
 		fmt.Println(version())
 		return nil
 	case "init":
-		if len(rest) != 1 {
-			return usagef("init takes DIR")
-		}
-		return initDir(rest[0])
+		return initCmd(rest)
 	case "user":
 		return userCmd(rest)
 	case "revoke":
@@ -136,8 +137,29 @@ func dirAndName(cmd string, args []string) (string, string, error) {
 	return args[0], args[1], nil
 }
 
-// initDir makes the operator, SYS (with user sys) and APP (JetStream without limits).
-func initDir(dir string) error {
+func initCmd(args []string) error {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	fs.SetOutput(new(bytes.Buffer))
+	accountsFile := fs.String("accounts", "", "JSON file: the accounts, exports and imports")
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return usagef("init: %v", err)
+	}
+	if len(positional) != 1 {
+		return usagef("init takes DIR")
+	}
+	var spec *accountsSpec
+	if *accountsFile != "" {
+		if spec, err = loadAccounts(*accountsFile); err != nil {
+			return err
+		}
+	}
+	return initDir(positional[0], spec)
+}
+
+// initDir makes the operator, SYS (with user sys), APP (JetStream without limits) and the
+// accounts of spec.
+func initDir(dir string, spec *accountsSpec) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -201,6 +223,14 @@ func initDir(dir string) error {
 	if err != nil {
 		return err
 	}
+	preload := fmt.Sprintf("  %s: %q\n  %s: %q\n", sysPub, sysJWT, appPub, appJWT)
+	if spec != nil {
+		more, err := makeAccounts(dir, spec, opSigning)
+		if err != nil {
+			return err
+		}
+		preload += more
+	}
 
 	sysUser, err := userCreds(sys, "sys", nil)
 	if err != nil {
@@ -223,11 +253,8 @@ resolver: {
   interval: "2m"
 }
 resolver_preload: {
-  %s: %q
-  %s: %q
-}
-`, filepath.Join(dir, "operator.jwt"), sysPub, filepath.Join(dir, "jwt"),
-		sysPub, sysJWT, appPub, appJWT)
+%s}
+`, filepath.Join(dir, "operator.jwt"), sysPub, filepath.Join(dir, "jwt"), preload)
 	if err := writeFile(filepath.Join(dir, "resolver.conf"), []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -240,6 +267,7 @@ func userCmd(args []string) error {
 	fs := flag.NewFlagSet("user", flag.ContinueOnError)
 	fs.SetOutput(new(bytes.Buffer)) // errors are reported by main, with the usage
 	expires := fs.Duration("expires", 0, "the JWT expires this long from now")
+	account := fs.String("account", appAccount, "the account of the user")
 	permsFile := fs.String("permissions", "", "JSON file: program name -> permissions")
 	program := fs.String("program", "", "the key of the permissions file to use")
 	positional, err := parseInterspersed(fs, args)
@@ -262,7 +290,10 @@ func userCmd(args []string) error {
 			return err
 		}
 	}
-	app, err := loadKey(dir, appAccount)
+	if !safeName.MatchString(*account) || *account == "SYS" {
+		return usagef("--account %q: not an account of init", *account)
+	}
+	app, err := loadKey(dir, *account)
 	if err != nil {
 		return err
 	}
@@ -427,12 +458,7 @@ func revoke(dir, name string) error {
 	if err != nil {
 		return err
 	}
-	accPath := filepath.Join(dir, "accounts", appAccount+".jwt")
-	raw, err := os.ReadFile(accPath)
-	if err != nil {
-		return err
-	}
-	ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(raw)))
+	ac, err := accountOf(dir, uc.Issuer)
 	if err != nil {
 		return err
 	}
@@ -547,4 +573,135 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// accountsSpec is deploy/nats/accounts.json (made by tools/natsperms.py from permissions.json).
+type accountsSpec struct {
+	Note     string                 `json:"note"`
+	Owner    string                 `json:"owner"`
+	Accounts map[string]accountSpec `json:"accounts"`
+}
+
+type accountSpec struct {
+	JetStream bool     `json:"jetstream"`
+	Users     []string `json:"users"`
+	Exports   []struct {
+		Service      string   `json:"service"`
+		ResponseType string   `json:"response_type"`
+		Accounts     []string `json:"accounts"`
+	} `json:"exports"`
+	Imports []struct {
+		Service string `json:"service"`
+		Account string `json:"account"`
+	} `json:"imports"`
+}
+
+func loadAccounts(path string) (*accountsSpec, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var spec accountsSpec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if _, ok := spec.Accounts[spec.Owner]; !ok {
+		return nil, fmt.Errorf("%s: owner %q is not one of its accounts", path, spec.Owner)
+	}
+	for name := range spec.Accounts {
+		if !safeName.MatchString(name) || name == "SYS" || name == appAccount {
+			return nil, fmt.Errorf("%s: account name %q", path, name)
+		}
+	}
+	return &spec, nil
+}
+
+// makeAccounts writes the accounts of spec, signed by the operator's signing key: the owner
+// (JetStream, no limits) exporting each service with a token required, and each other account
+// importing what it imports with an activation token the owner signed for it alone. Returns
+// their lines of resolver_preload.
+func makeAccounts(dir string, spec *accountsSpec, signer nkeys.KeyPair) (string, error) {
+	names := make([]string, 0, len(spec.Accounts))
+	for name := range spec.Accounts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	keys := map[string]nkeys.KeyPair{}
+	for _, name := range names {
+		kp, err := newKey(dir, name, nkeys.CreateAccount)
+		if err != nil {
+			return "", err
+		}
+		keys[name] = kp
+	}
+	preload := ""
+	for _, name := range names {
+		a := spec.Accounts[name]
+		ac := jwt.NewAccountClaims(pub(keys[name]))
+		ac.Name = name
+		if a.JetStream {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{
+				MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit,
+				Streams: jwt.NoLimit, Consumer: jwt.NoLimit,
+			}
+		}
+		for _, e := range a.Exports {
+			rt := jwt.ResponseType(jwt.ResponseTypeSingleton)
+			if e.ResponseType == "stream" {
+				rt = jwt.ResponseTypeStream
+			}
+			ac.Exports.Add(&jwt.Export{
+				Name: e.Service, Subject: jwt.Subject(e.Service), Type: jwt.Service,
+				TokenReq: true, ResponseType: rt,
+			})
+		}
+		for _, i := range a.Imports {
+			exporter, ok := keys[i.Account]
+			if !ok {
+				return "", fmt.Errorf("account %s imports from %q, not an account", name, i.Account)
+			}
+			act := jwt.NewActivationClaims(pub(keys[name]))
+			act.ImportSubject = jwt.Subject(i.Service)
+			act.ImportType = jwt.Service
+			token, err := act.Encode(exporter)
+			if err != nil {
+				return "", err
+			}
+			ac.Imports.Add(&jwt.Import{
+				Name: i.Service, Subject: jwt.Subject(i.Service), Account: pub(exporter),
+				Token: token, Type: jwt.Service,
+			})
+		}
+		accJWT, err := writeAccount(dir, ac, signer)
+		if err != nil {
+			return "", err
+		}
+		preload += fmt.Sprintf("  %s: %q\n", pub(keys[name]), accJWT)
+		fmt.Printf("account %s %s\n", name, pub(keys[name]))
+	}
+	return preload, nil
+}
+
+// accountOf: the claims of the account (in DIR/accounts) whose public key is issuer.
+func accountOf(dir, issuer string) (*jwt.AccountClaims, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "accounts", "*.jwt"))
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(raw)))
+		if err != nil {
+			return nil, err
+		}
+		if ac.Subject == issuer {
+			return ac, nil
+		}
+	}
+	return nil, fmt.Errorf("no account of %s issued this user (%s)", dir, issuer)
 }

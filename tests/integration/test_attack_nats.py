@@ -7,16 +7,15 @@ message: a stream listening on the reply subject stores it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
+import nats
 import pytest
 
 from k8s_event_common import streams as shapes
-from k8s_event_consumer.consuming import Consumer, Handlers
-from k8s_event_consumer.options import Start
+from k8s_event_consumer.consuming import Consumer
 from k8s_event_consumer.seen import KVSeen
 from tests.integration import test_nats_permissions as perms
 from tests.integration.test_nats_permissions import (
@@ -32,6 +31,7 @@ from tests.integration.test_nats_permissions import (
     provision_durable,
 )
 from tests.support import eventually
+from tools import natsperms
 
 pytestmark = pytest.mark.integration
 
@@ -73,59 +73,146 @@ async def test_a_bucket_with_direct_gets_lets_no_forged_event_into_the_stream(
     assert await messages(stocked) == before
 
 
-async def test_jetstream_answers_sent_into_event_subjects_are_no_events(
+def _requests(program: str) -> list[tuple[str, bytes]]:
+    """One request on each subject ``program``'s user may publish (deploy/nats/permissions.json),
+    as an attacker holding that credential would send it: a pull request for a thousand
+    messages (each one delivered, not acked), a message get, an info, a write of its own
+    bucket or dead-letter stream, an ack with a made-up token."""
+    out = []
+    for subject in json.loads(natsperms.PERMISSIONS.read_text())[program]["publish"]["allow"]:
+        subject = subject.replace(">", "forged")
+        if subject.startswith("$JS.API.CONSUMER.MSG.NEXT."):
+            payload = json.dumps({"batch": 1000, "expires": 2_000_000_000}).encode()
+        elif subject.startswith("$JS.API.STREAM.MSG.GET."):
+            payload = json.dumps({"seq": 1}).encode()
+        else:
+            payload = b"{}"
+        out.append((subject, payload))
+    return out
+
+
+def _answers(subject: str, durable: str) -> bool:
+    """Whether JetStream answers a request on ``subject`` when only ``durable`` exists (an ack
+    with a made-up token gets no answer, nor a pull request on a durable that is not there; a
+    write of a stream's subject gets its PubAck)."""
+    pull = "$JS.API.CONSUMER.MSG.NEXT."
+    return not subject.startswith("$JS.ACK.") and (
+        not subject.startswith(pull) or subject == f"{pull}{STREAM}.{durable}"
+    )
+
+
+STORES = (STREAM, f"KV_{perms.CHECKPOINT_BUCKET}", f"KV_{SEEN_BUCKET}", perms.DEAD_STREAM)
+
+
+async def _stored(operator: User) -> dict[str, int]:
+    return {s: int((await operator.js.stream_info(s)).state.messages) for s in STORES}
+
+
+@pytest.mark.parametrize("program", perms.SUBSCRIBERS)
+async def test_one_request_of_a_subscriber_makes_jetstream_store_nothing_where_its_reply_points(
+    stocked: User, users: Callable[[str], Any], server: Any, program: str
+) -> None:
+    """Each request a subscriber's user may send, with a reply subject that points into the
+    stream (another team's Event subject), the checkpoint bucket, the worker's Seen bucket (the
+    key of a CloudEvent id) or the dead-letter stream. On one account for all (before issue 40)
+    JetStream answered into them: a STREAM.INFO answer became a handled-id entry of the worker,
+    and one pull request on an Event subject made it store and deliver 848 to 1,003 messages.
+    Each subscriber now lives in an account of its own and reaches JetStream through service
+    imports: every answer comes back into its account (its spy sees each one arrive on the
+    reply subject), and nothing is stored but what its own write stores (the worker's bucket
+    entry, the OTLP dead letter)."""
+    operator = await users(OPERATOR)
+    await operator.js.add_stream(perms.dead_letter_shape())
+    await provision_durable(users, program, ["k8s.events.>"])
+    before = await _stored(operator)
+    assert before[STREAM] > 0
+    attacker = await users(program)
+    spy = await nats.connect(server.url, user=perms.SPY + program, password=perms.SPY)
+    seen: dict[str, int] = {}
+
+    def landed(target: str) -> Callable[[Any], Any]:
+        async def count(msg: Any) -> None:
+            seen[target] = seen.get(target, 0) + 1
+
+        return count
+
+    targets = [
+        TEAM_B,
+        f"$KV.{perms.CHECKPOINT_BUCKET}.forged",
+        f"$KV.{SEEN_BUCKET}.{KVSeen.key('forged-id')}",
+        perms.DEAD_SUBJECT,
+    ]
+    try:
+        for target in targets:
+            await spy.subscribe(target, cb=landed(target))
+        await spy.flush()
+        own_writes = {s: 0 for s in STORES}
+        for subject, payload in _requests(program):
+            for target in targets:
+                await attacker.nc.publish(subject, payload, reply=target)
+                if subject == perms.DEAD_SUBJECT:
+                    own_writes[perms.DEAD_STREAM] += 1
+            if subject.startswith(f"$KV.{SEEN_BUCKET}."):
+                own_writes[f"KV_{SEEN_BUCKET}"] += 1  # one key: the bucket keeps its last value
+        answering = sum(_answers(s, program) for s, _ in _requests(program))
+
+        async def all_answered() -> bool:
+            return all(seen.get(t, 0) >= answering for t in targets)
+
+        try:
+            await eventually(all_answered, timeout=15)
+        except Exception:
+            raise AssertionError(seen) from None
+        await _answered(attacker)
+        after = await _stored(operator)
+        # nothing in the stream nor in the bridge's bucket; in the worker's bucket and the
+        # dead-letter stream only what their owner wrote (an answer whose reply subject is one of
+        # the program's own imports goes through it: into the program's own bucket or
+        # dead-letter stream, which it may write anyway; seen.py checks a handled-id entry)
+        mine = {REMEDIATION: f"KV_{SEEN_BUCKET}", perms.OTLP: perms.DEAD_STREAM}.get(program)
+        assert {s: n for s, n in after.items() if s != mine} == {
+            s: before[s] + own_writes[s] for s in STORES if s != mine
+        }, (before, after, seen)
+        # the pull requests' deliveries came back to the spy, none was stored again
+        durable = await operator.js.consumer_info(STREAM, program)
+        assert durable.num_pending == 0 and durable.delivered.stream_seq == before[STREAM]
+    finally:
+        await spy.close()
+
+
+async def test_one_request_of_the_bridge_stores_at_most_its_one_answer(
     stocked: User, users: Callable[[str], Any]
 ) -> None:
-    """What a subscriber's or the worker's user can make JetStream answer into an Event subject
-    with the requests it is granted (a publish ack of its bucket, stream and consumer info, a
-    message get) is JetStream's own JSON, never a CloudEvent: the stream stores it (the server
-    does not check reply subjects), a subscriber counts each as a bad message and handles only
-    the bridge's Events."""
-    before = await messages(stocked)
-    await provision_durable(users, ALERTING, ["k8s.events.>"])
-    rem = await users(REMEDIATION)
-    await rem.nc.publish(f"$KV.{SEEN_BUCKET}.x", b"v", reply=TEAM_B + "1")
-    await rem.nc.publish(
-        f"$JS.API.STREAM.MSG.GET.KV_{SEEN_BUCKET}",
-        json.dumps({"last_by_subj": f"$KV.{SEEN_BUCKET}.x"}).encode(),
-        reply=TEAM_B + "2",
-    )
-    al = await users(ALERTING)
-    await al.nc.publish(
-        f"$JS.API.STREAM.MSG.GET.{STREAM}", json.dumps({"seq": 1}).encode(), reply=TEAM_B + "3"
-    )
-    await al.nc.publish(f"$JS.API.CONSUMER.INFO.{STREAM}.{ALERTING}", b"", reply=TEAM_B + "4")
-    injected = 4
+    """The bridge's user lives in the account that owns the stream and the buckets: a reply
+    subject it names can make JetStream store that one answer there (it may write the stream
+    itself anyway). It may not pull from any durable, so no request of its can loop: each
+    stores at most its one answer, and the worker does not count a stored answer as a handled
+    id (seen.py checks what an entry says)."""
+    operator = await users(OPERATOR)
+    await operator.js.add_stream(perms.dead_letter_shape())
+    before = await _stored(operator)
+    bridge = await users(perms.BRIDGE)
+    requests = [
+        (s, b"")
+        for s in json.loads(natsperms.PERMISSIONS.read_text())[perms.BRIDGE]["publish"]["allow"]
+        if s.startswith("$JS.API.")
+    ]
+    for subject, payload in requests:
+        await bridge.nc.publish(
+            subject.replace(">", "x"), payload, reply=f"$KV.{SEEN_BUCKET}.forged"
+        )
+    await _answered(bridge)
 
-    async def stored() -> bool:
-        return await messages(stocked) == before + injected
+    async def stored_all() -> bool:
+        return (await _stored(operator))[f"KV_{SEEN_BUCKET}"] >= before[f"KV_{SEEN_BUCKET}"] + 1
 
-    await eventually(stored, timeout=10)
-    consumer = await Consumer.open(
-        al.nc,
-        stream=STREAM,
-        durable=ALERTING,
-        subjects=["k8s.events.>"],
-        options=READ_OPTIONS,
-        start=Start.all(),
-        subject_prefix="k8s.events",
-    )
-    handled: list[str] = []
-
-    async def on_event(ev: Any, d: Any) -> None:
-        handled.append(d.decoded.subject)
-
-    async def through() -> bool:
-        return consumer.stats.handled + consumer.stats.bad == before + injected
-
-    run = asyncio.create_task(consumer.run(Handlers(on_event=on_event)))
-    try:
-        await eventually(through, timeout=30)
-    finally:
-        await consumer.stop()
-        await asyncio.wait_for(run, 30)
-    assert consumer.stats.bad == injected
-    assert len(handled) == before and not any(s.startswith(TEAM_B) for s in handled)
+    await eventually(stored_all, timeout=10)
+    after = await _stored(operator)
+    # the bucket keeps one entry per key: at most one more, whatever came
+    assert after[f"KV_{SEEN_BUCKET}"] == before[f"KV_{SEEN_BUCKET}"] + 1
+    assert {s: after[s] for s in STORES if s != f"KV_{SEEN_BUCKET}"} == {
+        s: before[s] for s in STORES if s != f"KV_{SEEN_BUCKET}"
+    }
 
 
 async def test_a_durable_made_headers_only_is_refused(

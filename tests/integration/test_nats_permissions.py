@@ -64,6 +64,7 @@ CHECKPOINT_BUCKET = "k8s_event_bridge"
 SEEN_BUCKET = "k8s_event_remediation"
 INBOX = {p: "_INBOX_" + p.replace("-", "_") for p in natsperms.PROGRAMS}
 OPERATOR = "operator"  # not a program: the operator's own user (provisions, inspects)
+SPY = "spy-"  # spy-<program>: a user of that program's account allowed everything (tests only)
 INBOX[OPERATOR] = "_INBOX"
 REFUSED_WITHIN = 1.0  # seconds a refused request waits for the answer that never comes
 
@@ -95,6 +96,12 @@ def server(tmp_path: Path, passwords: dict[str, str]) -> Any:
         '    "users": [\n', '    "users": [\n' + operator, 1
     )
     assert operator in fragment
+    # and a spy in each subscriber's account: it sees what lands there (answers included)
+    for program in SUBSCRIBERS:
+        head = f'  "{natsperms.account_of(program)}": {{\n    "users": [\n'
+        spy = f'      {{"user": "{SPY}{program}", "password": "{SPY}"}},\n'
+        assert head in fragment, head
+        fragment = fragment.replace(head, head + spy, 1)
     (d / "k8s-event-bridge.conf").write_text(fragment)
     (d / "nats.conf").write_text("include ./k8s-event-bridge.conf\n")
     s = NatsServer(store_dir=str(d / "store"), args=["-c", str(d / "nats.conf")]).start()
@@ -270,16 +277,51 @@ def _fragment_as_json(text: str) -> dict[str, Any]:
 
 
 def test_the_config_fragment_gives_each_user_the_permissions_of_permissions_json() -> None:
-    assert not natsperms.stale(), f"deploy/nats/nats-server.conf is stale: {natsperms.COMMAND}"
+    assert not natsperms.stale(), f"deploy/nats/ is stale: {natsperms.COMMAND}"
     wanted = json.loads(natsperms.PERMISSIONS.read_text())
     assert sorted(wanted) == sorted(natsperms.PROGRAMS)
-    (account,) = _fragment_as_json(natsperms.CONF.read_text())["accounts"].values()
-    assert account["jetstream"] == "enabled"
-    users = {u["user"]: u for u in account["users"]}
+    accounts = _fragment_as_json(natsperms.CONF.read_text())["accounts"]
+    assert accounts == _fragment_as_json(natsperms.conf(wanted))["accounts"]
+    users = {u["user"]: (name, u) for name, a in accounts.items() for u in a["users"]}
     assert sorted(users) == sorted(natsperms.PROGRAMS)
-    for program, user in users.items():
+    for program, (account, user) in users.items():
         assert user["permissions"] == wanted[program], program
         assert user["password"] == "$" + natsperms.password_variable(program)
+        # one account per program: the bridge's owns JetStream, no other has it
+        assert [u["user"] for u in accounts[account]["users"]] == [program]
+        assert (accounts[account].get("jetstream") == "enabled") == (program == BRIDGE)
+
+
+def test_each_subscribers_account_imports_what_its_user_may_publish_and_nothing_else() -> None:
+    """Every subject a subscriber's user may publish is a service of KUBE_EVENTS, exported to
+    that subscriber's account alone (or to each that imports it); a pull request's answers are
+    a stream. $JS.API.INFO is imported too, and only so that the server does not answer the
+    account's JetStream requests itself."""
+    wanted = json.loads(natsperms.PERMISSIONS.read_text())
+    accounts = _fragment_as_json(natsperms.CONF.read_text())["accounts"]
+    exports = {e["service"]: e for e in accounts[natsperms.ACCOUNT]["exports"]}
+    for program in SUBSCRIBERS:
+        account = natsperms.account_of(program)
+        imported = [i["service"]["subject"] for i in accounts[account]["imports"]]
+        assert all(
+            i["service"]["account"] == natsperms.ACCOUNT for i in accounts[account]["imports"]
+        )
+        assert imported == [natsperms.SHADOW, *wanted[program]["publish"]["allow"]], program
+        for subject in imported:
+            assert account in exports[subject]["accounts"], (program, subject)
+    for subject, export in exports.items():
+        importers = [
+            natsperms.account_of(p)
+            for p in SUBSCRIBERS
+            if subject == natsperms.SHADOW or subject in wanted[p]["publish"]["allow"]
+        ]
+        assert export["accounts"] == importers, subject
+        want = "stream" if subject.startswith("$JS.API.CONSUMER.MSG.NEXT.") else "singleton"
+        assert export["response_type"] == want, subject
+    # operator mode takes the same accounts (e2e/natsauth signs them from accounts.json)
+    doc = json.loads(natsperms.ACCOUNTS.read_text())
+    assert doc["owner"] == natsperms.ACCOUNT
+    assert doc["accounts"] == natsperms.accounts(wanted)
 
 
 def test_nats_server_takes_the_fragment_only_with_every_password_set(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from tests.integration.harness import (
 from tests.otlp_endpoint import Endpoint
 from tests.standins import gotools
 from tests.standins.natsauth import Operator
+from tools import natsperms
 
 pytestmark = pytest.mark.integration
 GO_TOOLS = ("natsauth",)
@@ -45,8 +46,9 @@ REFUSED = "Authorization Violation"
 
 @pytest.fixture
 def operator(tmp_path: Path) -> Iterator[Operator]:
-    """An operator with accounts SYS and APP, and a nats-server in operator mode trusting it."""
-    op = Operator(tmp_path / "operator").setup()
+    """An operator with accounts SYS and APP, and those of deploy/nats/accounts.json, and a
+    nats-server in operator mode trusting it."""
+    op = Operator(tmp_path / "operator").setup(natsperms.ACCOUNTS)
     op.start()
     yield op
     op.stop()
@@ -152,18 +154,26 @@ async def test_the_bridge_and_the_subscribers_run_on_user_creds_in_operator_mode
     tmp_path, sim, kubeconfig, operator, bridges, subscribers, permissions
 ):
     """least-privilege: each user has only its program's permissions of
-    deploy/nats/permissions.json; the stream, the buckets, the durables and the OTLP
-    subscriber's dead-letter stream are provisioned first with the operator's own user
-    (``provision``), as docs/deploy.md says."""
+    deploy/nats/permissions.json, in its program's account of deploy/nats/accounts.json (the
+    bridge's owns the stream; each subscriber's imports what its user may publish); the stream,
+    the buckets, the durables and the OTLP subscriber's dead-letter stream are provisioned first
+    with the operator's own user of the bridge's account (``provision``), as docs/deploy.md
+    says. unrestricted: every user in one account, APP, allowed everything."""
+    owner = None if permissions is None else natsperms.ACCOUNT
 
     def user(program: str) -> Path:
         if permissions is None:
             return operator.user(program)
-        return operator.user(program, program=program, permissions_file=permissions)
+        return operator.user(
+            program,
+            program=program,
+            permissions_file=permissions,
+            account=natsperms.account_of(program),
+        )
 
     url = operator.server.url
     assert await refused(url)
-    admin = str(operator.user("admin"))
+    admin = str(operator.user("admin", account=owner))
     await provisioning.bridge([url], creds_file=admin)
     bridge = start_bridge(
         bridges, tmp_path, url, kubeconfig, creds_file=str(user("k8s-event-bridge"))
@@ -172,7 +182,7 @@ async def test_the_bridge_and_the_subscribers_run_on_user_creds_in_operator_mode
     w = Writer(sim)
     await w.write(20)
     await eventually(lambda: published(bridge, len(w.ids)))
-    reader = operator.user("reader")
+    reader = operator.user("reader", account=owner)
     assert sorted(await stream_ids(url, reader)) == sorted(w.ids)
 
     # the remediation worker (dry run: it acts on nothing) on its own user
@@ -270,6 +280,59 @@ async def test_the_bridge_and_the_subscribers_run_on_user_creds_in_operator_mode
         assert await consumer_metric(proc, handled) >= len(w.ids)
         _, text = await proc.get("/metrics")
         assert f'{prefix}_messages_total{{result="bad"}} 0' in text
+    if permissions is not None:
+        await reply_subjects_land_at_home(operator, url, reader, user("k8s-event-alerting"))
+
+
+async def reply_subjects_land_at_home(
+    operator: Operator, url: str, reader: Path, alerting_creds: Path
+) -> None:
+    """Operator mode, accounts of deploy/nats/accounts.json: the alerting subscriber's user asks
+    for stream info with the worker's handled-id key as its reply subject, and pulls from its
+    durable with another team's Event subject as its reply. Both answers come back into the
+    alerting account (a spy user there sees them); nothing is stored in the stream or the bucket."""
+    spy = operator.user("spy", account=natsperms.account_of("k8s-event-alerting"))
+    seen_subject = "$KV.k8s_event_remediation.forged"
+    event_subject = "k8s.events.team-b.default.Pod.Forged"
+
+    async def counts() -> tuple[int, int]:
+        nc = await nats.connect(url, user_credentials=str(reader), allow_reconnect=False)
+        try:
+            js = nc.jetstream()
+            stream = await js.stream_info(STREAM)
+            bucket = await js.stream_info("KV_k8s_event_remediation")
+            return stream.state.messages, bucket.state.messages
+        finally:
+            await nc.close()
+
+    before = await counts()
+    landed: dict[str, int] = {}
+    watcher = await nats.connect(url, user_credentials=str(spy), allow_reconnect=False)
+    attacker = await nats.connect(
+        url,
+        user_credentials=str(alerting_creds),
+        inbox_prefix="_INBOX_k8s_event_alerting",
+        allow_reconnect=False,
+    )
+    try:
+        for subject in (seen_subject, event_subject):
+
+            async def count(msg: Any, subject: str = subject) -> None:
+                landed[subject] = landed.get(subject, 0) + 1
+
+            await watcher.subscribe(subject, cb=count)
+        await watcher.flush()
+        await attacker.publish(f"$JS.API.STREAM.INFO.{STREAM}", b"", reply=seen_subject)
+        await attacker.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.k8s-event-alerting",
+            json.dumps({"batch": 1000, "expires": 1_000_000_000}).encode(),
+            reply=event_subject,
+        )
+        await eventually(lambda: len(landed) == 2, timeout=15)
+    finally:
+        await attacker.close()
+        await watcher.close()
+    assert await counts() == before
 
 
 async def test_a_jwt_expiring_while_connected_fails_readiness_not_the_process(

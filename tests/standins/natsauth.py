@@ -3,6 +3,8 @@
 
     op = Operator(tmp_path / "op").setup()      # operator, accounts SYS and APP (JetStream)
     creds = op.user("bridge", expires=5)        # tmp_path/op/bridge.creds
+    op = Operator(d).setup(ACCOUNTS)            # and deploy/nats/accounts.json's accounts
+    creds = op.user("k8s-event-otlp", account="KUBE_EVENTS_OTLP")
     server = op.start()                         # nats-server -c <operator-mode config>
     await op.revoke("bridge")                   # the server drops bridge's connections
 
@@ -59,10 +61,12 @@ class Operator:
             )
         return done.stdout
 
-    def setup(self) -> Operator:
-        """``natsauth init``: the operator, SYS with user sys, APP with JetStream."""
+    def setup(self, accounts: Path | None = None) -> Operator:
+        """``natsauth init``: the operator, SYS with user sys, APP with JetStream; and the
+        accounts of ``accounts`` (deploy/nats/accounts.json's shape), with their exports and
+        imports."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.run("init", str(self.dir))
+        self.run("init", str(self.dir), *(["--accounts", str(accounts)] if accounts else []))
         return self
 
     def user(
@@ -71,11 +75,15 @@ class Operator:
         expires: float | str | None = None,
         program: str | None = None,
         permissions_file: Path | str | None = None,
+        account: str | None = None,
     ) -> Path:
-        """A user of APP: its .creds file. ``expires``: seconds (or a Go duration, "5s") until
-        its JWT expires; ``program`` and ``permissions_file``: its permissions, the entry
-        ``program`` of that JSON file (deploy/nats/permissions.json's shape)."""
+        """A user of ``account`` (APP unless told): its .creds file. ``expires``: seconds (or a
+        Go duration, "5s") until its JWT expires; ``program`` and ``permissions_file``: its
+        permissions, the entry ``program`` of that JSON file (deploy/nats/permissions.json's
+        shape)."""
         args = ["user", str(self.dir), name]
+        if account is not None:
+            args += ["--account", account]
         if expires is not None:
             args += ["--expires", expires if isinstance(expires, str) else f"{expires}s"]
         if program is not None or permissions_file is not None:
@@ -145,7 +153,7 @@ class Operator:
         return dict(answer)
 
     async def revoke(self, name: str) -> None:
-        """Revoke user ``name`` (every JWT of its key issued until now) and push APP's new
-        JWT; returns once the server took it (it has dropped the user's connections then)."""
+        """Revoke user ``name`` (every JWT of its key issued until now) and push its account's
+        new JWT; returns once the server took it (it has dropped the user's connections then)."""
         account_jwt = self.run("revoke", str(self.dir), name).strip()
         await self.push(account_jwt)
