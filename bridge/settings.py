@@ -449,7 +449,9 @@ class ObjectEnrichment(_Section):
     Event is in one of these namespaces: where the kubelet and the node controllers write theirs
     (`default`), and whoever may create Events there is trusted with a Node's name. Elsewhere
     (a tenant's namespace, where the tenant may write an Event about any Node) it is published
-    without them, marked `object:scope`. []: never."""
+    without them, marked `object:scope`. []: never. It narrows the one rule (docs/design.md,
+    "The tenant's word": such a reference is trusted only from `default` and `kube-system`),
+    never widens it."""
 
     @field_validator("cluster_namespaces")
     @classmethod

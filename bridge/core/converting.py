@@ -7,13 +7,18 @@ produces with it. Mapping (docs/design.md, "The CloudEvent"):
     id        <event uid>/<resourceVersion>        (also the Nats-Msg-Id: deterministic)
     source    k8s://<cluster>/namespaces/<namespace>
     type      io.k8s.event.<type lowercased>
-    subject   <involvedObject.kind>/<involvedObject.name>
+    subject   <involvedObject.kind>/<involvedObject.name> (no name when it is not trusted)
     time      series.lastObservedTime | lastTimestamp | eventTime | metadata.creationTimestamp
     data      the Event, metadata.managedFields removed
 
 With ``enrich`` configured, the enrichment's extensions follow ``k8scount`` (each value a
 string; a value not found is left out) with ``k8senriched`` and, when partial,
 ``k8senrichmissing``; the subject is ``nats.subject_template`` filled in.
+
+The involved object and ``related`` are judged by the one rule (``k8s_event_common.tenancy``):
+a reference the Event's namespace may not make (another namespace's Pod, a Node named from a
+tenant's namespace) is marked ``k8suntrusted`` (``object:other_namespace``...), and its name
+is in neither ``subject`` nor ``k8sname``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from bridge.core.events import Event, View, view_of
 from bridge.core.filtering import event_count
 from bridge.core.messages import MSG_ID_HEADER, Message
 from bridge.errors import ConversionError
+from k8s_event_common import tenancy
 from k8s_event_common.subjects import DEFAULT_TEMPLATE, parse_template
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json"
@@ -105,7 +111,8 @@ def event_type(value: Any) -> str:
 
 
 class _Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A CloudEvent's attributes in this order; only ``time`` is ever left out (None)."""
+    """A CloudEvent's attributes in this order; only ``time`` and ``k8suntrusted`` are ever
+    left out (None)."""
 
     specversion: str
     id: str
@@ -120,12 +127,28 @@ class _Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     k8sname: str
     k8sreason: str
     k8scount: int
+    k8suntrusted: str | None = None  # a reference not trusted (k8s_event_common.tenancy)
 
     def as_dict(self) -> dict[str, Any]:
         out = msgspec.structs.asdict(self)
-        if out["time"] is None:
-            del out["time"]
+        for left_out in ("time", "k8suntrusted"):
+            if out[left_out] is None:
+                del out[left_out]
         return out
+
+
+def _untrusted(
+    namespace: str, kind: str, inv_namespace: Any, name: str, related: Any
+) -> str | None:
+    """The ``k8suntrusted`` mark of an Event's references (``tenancy.Tenancy.mark``), None
+    when both are trusted. The common case (the involved object in the Event's namespace, no
+    ``related``) is decided before the rule is called."""
+    if related is None and inv_namespace == namespace and namespace:
+        if kind not in tenancy.CLUSTER_KINDS:
+            return None
+    rel = related if related is None or related.__class__ is dict else {}
+    inv = {"kind": kind, "namespace": inv_namespace, "name": name}
+    return tenancy.judge(namespace, inv, rel).mark or None
 
 
 class Converter:
@@ -177,10 +200,13 @@ class Converter:
             # the id goes into a header line; Kubernetes only ever sets UUIDs and digits
             raise ConversionError("metadata.uid or resourceVersion has control characters")
         namespace = meta.namespace if meta.namespace.__class__ is str else ""
-        involved = v.involvedObject
+        involved = v.involved
         kind = involved.kind if involved.kind.__class__ is str else ""
         name = involved.name if involved.name.__class__ is str else ""
         reason = v.reason if v.reason.__class__ is str else ""
+        untrusted = _untrusted(namespace, kind, involved.namespace, name, v.related)
+        if untrusted is not None and untrusted.startswith(tenancy.OBJECT):
+            name = ""  # another namespace's object (or any Node): its name goes nowhere
         msg_id = f"{uid}/{rv}"
         key = (namespace, kind, reason)
         cached = self._cached.get(key)
@@ -212,6 +238,7 @@ class Converter:
             k8sname=name,
             k8sreason=reason,
             k8scount=event_count(v),
+            k8suntrusted=untrusted,
         )
         try:
             parts = ev.data_parts()

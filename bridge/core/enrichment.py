@@ -11,8 +11,9 @@ missing (``part:why``), which the converter writes as ``k8senriched`` and
 
 Everything here comes from the cluster, where anyone who may create an Event chooses its
 involvedObject and anyone who may create a Pod chooses its ownerReferences: ``target`` reads an
-object only of a kind the plan allows, named by valid Kubernetes names, in the Event's own
-namespace (a cluster-scoped one only for Events in ``enrich.object.cluster_namespaces``), and
+object only when the one rule trusts the reference (``k8s_event_common.tenancy``: in the Event's
+own namespace; a cluster-scoped one from default or kube-system, and then only for Events in
+``enrich.object.cluster_namespaces``), of a kind the plan allows, named by valid names, and
 only when the Event names its uid; a read object counts only when its uid is the one the Event
 names; its owners count only as far as ``k8s_event_common.owners.walk`` proves them from the
 owner's side (``owner:unproven`` past that).
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bridge.settings import EnrichSettings
-from k8s_event_common import owners
+from k8s_event_common import owners, tenancy
 from k8s_event_common.kube import paths
 
 # whys of what is missing, as ``k8senrichmissing`` writes them (``part:why``)
@@ -162,7 +163,15 @@ class Plan:
     def target(
         self, event_namespace: str, kind: Any, namespace: Any, name: Any, api_version: Any = ""
     ) -> Key | str:
-        """The object to read for an involvedObject or an owner, or the why it is not read."""
+        """The object to read for an involvedObject or an owner, or the why it is not read.
+
+        The one rule first (``k8s_event_common.tenancy``): a reference the Event's namespace
+        may not make is never read, whatever the plan: another namespace's object, or one of no
+        namespace from a namespace the API server takes none from (``invalid``), a
+        cluster-scoped object from a tenant's namespace (``scope``)."""
+        verdict = tenancy.reference(event_namespace, kind, namespace, name)
+        if not verdict.trusted:
+            return SCOPE if verdict.why == tenancy.CLUSTER_SCOPED else INVALID
         if not isinstance(kind, str) or kind not in self.kinds:
             return KIND
         known = owners.KINDS[kind]
@@ -176,14 +185,13 @@ class Plan:
         if paths.name_problem(name):
             return INVALID
         if known.namespaced:
-            ns = namespace if isinstance(namespace, str) and namespace else event_namespace
-            # only in the Event's own namespace: an Event can not make the bridge read (and
-            # publish the owner of) an object of another namespace
-            if ns != event_namespace or paths.namespace_problem(ns):
+            # trusted: in the Event's own namespace (or none, implied: an old client's)
+            ns = verdict.namespace
+            if paths.namespace_problem(ns):
                 return INVALID
             return (kind, ns, name)
-        # a cluster-scoped object (a Node): anyone who may create Events in a namespace may
-        # name any Node; its values only where the docs say who writes such Events
+        # a cluster-scoped object (a Node), trusted from default and kube-system: its values
+        # only where enrich.object.cluster_namespaces says who writes such Events
         if event_namespace not in self.cluster_namespaces:
             return SCOPE
         return (kind, "", name)

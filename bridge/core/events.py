@@ -59,6 +59,24 @@ class View(msgspec.Struct):
     series: Any = None
     lastTimestamp: Any = None
     eventTime: Any = None
+    related: Any = None  # judged with the involved object (k8s_event_common.tenancy)
+    regarding: Any = None  # an events.k8s.io Event's involved object (``involved``)
+
+    @property
+    def involved(self) -> Involved:
+        """The involved object: ``involvedObject`` (core/v1, what a watch of /api/v1 always
+        has), else ``regarding`` (an Event in the events.k8s.io shape)."""
+        inv = self.involvedObject
+        reg = self.regarding
+        if reg.__class__ is not dict or inv.kind is not None or inv.name is not None:
+            return inv
+        return Involved(
+            kind=reg.get("kind"),
+            name=reg.get("name"),
+            namespace=reg.get("namespace"),
+            uid=reg.get("uid"),
+            apiVersion=reg.get("apiVersion"),
+        )
 
 
 class _Line(msgspec.Struct, forbid_unknown_fields=True):
@@ -228,6 +246,8 @@ def _lenient_view(obj: dict[str, Any]) -> View:
         series=obj.get("series"),
         lastTimestamp=obj.get("lastTimestamp"),
         eventTime=obj.get("eventTime"),
+        related=obj.get("related"),
+        regarding=obj.get("regarding"),
     )
 
 

@@ -256,8 +256,8 @@ class Enricher:
                     why=chain,
                     event_name=ev.view.metadata.name,
                     namespace=ev.view.metadata.namespace,
-                    involved_namespace=str(ev.view.involvedObject.namespace)[:253],
-                    involved_kind=str(ev.view.involvedObject.kind)[:100],
+                    involved_namespace=str(ev.view.involved.namespace)[:253],
+                    involved_kind=str(ev.view.involved.kind)[:100],
                 )
         elif chain is not None:
             self._apply(chain, ev, out)
@@ -308,7 +308,7 @@ class Enricher:
         """The chain of the Event's involved object: from the cache when all of it is fresh
         there, else the future of its reads (shared by every Event on the same object)."""
         v = ev.view
-        inv = v.involvedObject
+        inv = v.involved
         ns = v.metadata.namespace if v.metadata.namespace.__class__ is str else ""
         target = self.plan.target(ns, inv.kind, inv.namespace, inv.name, inv.apiVersion)
         if isinstance(target, str):

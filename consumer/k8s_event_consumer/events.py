@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from cloudevents.core.v1.event import CloudEvent
 
-from k8s_event_common import cloudevents
+from k8s_event_common import cloudevents, tenancy
 from k8s_event_common.cloudevents import (
     EVENT_TYPE_PREFIX,
     STATUS_TYPE_PREFIX,
@@ -129,6 +129,15 @@ class KubeEvent:
     @property
     def warning(self) -> bool:
         return self.type == "Warning"
+
+    @property
+    def tenancy(self) -> tenancy.Tenancy:
+        """The one rule's verdicts on its involved object and ``related``
+        (``k8s_event_common.tenancy``): which of them this Event's namespace may name. Judged
+        here, from the Event, never taken from the bridge's ``k8suntrusted``."""
+        inv = self.involved
+        involved = {"kind": inv.kind, "namespace": inv.namespace, "name": inv.name}
+        return tenancy.judge(self.namespace, involved, self.data.get("related"))
 
     @property
     def partial(self) -> bool:

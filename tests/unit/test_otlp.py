@@ -137,6 +137,7 @@ def test_normal_is_info_and_a_node_is_named_as_one() -> None:
     obj = event_obj(kind="Node", type_="Normal", reason="NodeNotReady")
     obj["source"] = {}
     obj["involvedObject"].pop("namespace")
+    obj["metadata"]["namespace"] = "default"  # where the kubelet writes a Node's Events
     m = mapping.mapped(delivery(obj))
     res = dict(m.resource)
     assert m.record.severity_number == 9 and m.record.severity_text == "Normal"  # INFO

@@ -494,7 +494,7 @@ UNTRUSTED_CASES = {
         None,
         "bad_name",
     ),
-    "event_in_another_namespace": (forged(namespace="other"), None, "event_mismatch"),
+    "event_in_another_namespace": (forged(namespace="other"), None, "reference_untrusted"),
     # a name the API server does not have, last seen a minute ago: never there
     "no_such_event": (forged(name="web-1.forged"), None, "event_not_found"),
     "another_event_uid": (forged(uid="not-the-uid"), None, "event_mismatch"),
@@ -521,7 +521,7 @@ async def test_a_message_the_api_server_does_not_confirm_is_never_acted_on(case:
         await w.on_event(ev, delivery())
     assert kube.deleted == [] and kube.annotated == 0 and records(kube) == []
     assert w.counts.untrusted == 1 and w.metrics.value("untrusted_total", why=why) == 1
-    if why in ("no_involved_uid", "namespace_denied", "bad_name"):
+    if why in ("no_involved_uid", "namespace_denied", "bad_name", "reference_untrusted"):
         assert kube.reads == []  # decided before any request
 
 

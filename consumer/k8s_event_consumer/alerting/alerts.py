@@ -13,7 +13,10 @@ Four alerts, by ``alertname``:
   ``resolve_after`` (the alert resolves by itself once the Event stays quiet that long),
   annotations message, count, first_seen, last_seen (of the newest version) and summary.
   ``namespace`` is the Event's namespace, as in the stream's subject (an Event about a Node
-  is recorded in ``default``).
+  is recorded in ``default``). An Event whose involved object (or ``related``) its namespace
+  may not name, by the one rule (``k8s_event_common.tenancy``: a Pod of another namespace, a
+  Node from a tenant's namespace), has no ``name`` and an ``untrusted`` label saying why
+  (``object:other_namespace``); the label is absent on every other alert.
 - ``KubernetesControlPlaneUnreachable`` {cluster, scope}: from ``apiserver_unreachable``,
   firing with no end (the sender gives each send a short horizon, as Prometheus does) until
   ``apiserver_reachable`` resolves it (endsAt = when it was reachable again).
@@ -86,7 +89,10 @@ class AlertName(enum.StrEnum):
     REFUSED = "KubernetesWarningEventsRefused"
 
 
-EVENT_LABELS: Final = ("alertname", "cluster", "namespace", "kind", "name", "reason")
+# ``untrusted``: only on the alert of an Event whose references the one rule does not trust
+# (k8s_event_common.tenancy): ``object:other_namespace``...; absent otherwise
+UNTRUSTED: Final = "untrusted"
+EVENT_LABELS: Final = ("alertname", "cluster", "namespace", "kind", "name", "reason", UNTRUSTED)
 STATUS_LABELS: Final = ("alertname", "cluster", "scope")
 DROPPED_LABELS: Final = ("alertname", "cluster")
 REFUSED_LABELS: Final = ("alertname", "cluster", "namespace")
@@ -298,14 +304,18 @@ class State:
         """A version of a Kubernetes Event: [its alert], or [] when it makes none."""
         if not self.rules.wants(ev):
             return []
+        judged = ev.tenancy
         own = {
             "alertname": AlertName.EVENT.value,
             "cluster": value(ev.cluster),
-            "namespace": value(ev.namespace),
+            "namespace": value(judged.namespace),
             "kind": value(ev.involved.kind),
-            "name": value(ev.involved.name),
+            # another namespace's object (any Node, from a tenant's namespace): not its name
+            "name": value(ev.involved.name) if judged.involved.trusted else "",
             "reason": value(ev.reason),
         }
+        if judged.mark:
+            own[UNTRUSTED] = value(judged.mark)
         key = _key(own, EVENT_LABELS)
         where = (own["cluster"], own["namespace"])
         ext = self._extensions(ev.extensions)
@@ -638,7 +648,9 @@ class State:
     def _labels(
         self, own: Mapping[str, str], ext: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        return {**self.rules.labels, **(ext or {}), **own}
+        # the untrusted mark is a label only when there is one
+        mine = {k: v for k, v in own.items() if v or k != UNTRUSTED}
+        return {**self.rules.labels, **(ext or {}), **mine}
 
     def _extensions(self, values: Mapping[str, str]) -> dict[str, str]:
         """The labels ``extension_labels`` names, from an Event's extensions (or an alert's

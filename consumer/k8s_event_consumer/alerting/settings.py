@@ -38,7 +38,9 @@ CONFIG_FILE_ENV = "ALERTING_CONFIG_FILE"
 
 # Alertmanager's label names (classic mode): what every matcher and template can name
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-OWN_LABELS = frozenset({"alertname", "cluster", "namespace", "kind", "name", "reason", "scope"})
+OWN_LABELS = frozenset(
+    {"alertname", "cluster", "namespace", "kind", "name", "reason", "scope", "untrusted"}
+)
 
 DEFAULT_REASONS = [
     "BackOff",

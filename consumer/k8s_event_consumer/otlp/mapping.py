@@ -13,6 +13,13 @@ sequence, and the bridge's enrichment. A status event of the bridge (a gap, an o
 dropped message ...) is a record of its own: ``event_name`` its CloudEvent type
 (``io.k8s.bridge.<what>``), ``k8s_event_bridge.status`` its kind.
 
+An Event's references are judged by the one rule (``k8s_event_common.tenancy``): the namespace
+is always the Event's own (``metadata.namespace``), and an involved object this namespace may
+not name (a Pod of another namespace, any Node from a tenant's namespace) leaves only its kind
+and apiVersion on the resource, no name, uid, field path, node name or CloudEvent subject; the
+record says why in ``k8s_event_bridge.untrusted`` (``object:other_namespace``, and
+``related:<why>`` for ``related``).
+
 Every value is the message's word, and anyone who may publish into an Event subject writes
 it: nothing here fails on an odd one (a field of the wrong type is left out, a string that is
 no valid UTF-8 has the offending code points replaced, a time outside what OTLP holds is 0),
@@ -135,14 +142,16 @@ def _dict(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def cloudevent_attrs(d: Delivery) -> list[Attr]:
+def cloudevent_attrs(d: Delivery, named: bool = True) -> list[Attr]:
+    """The CloudEvent's attributes; ``named`` False: its subject is left out (it names the
+    involved object, and the one rule does not trust it)."""
     ce = d.decoded.cloudevent
     return [
         ("cloudevents.event_id", ce.get_id()),
         ("cloudevents.event_source", ce.get_source()),
         ("cloudevents.event_type", ce.get_type()),
         ("cloudevents.event_spec_version", ce.get_specversion()),
-        ("cloudevents.event_subject", ce.get_subject() or ""),
+        ("cloudevents.event_subject", (ce.get_subject() or "") if named else ""),
         ("k8s_event_bridge.stream_sequence", d.stream_sequence),
     ]
 
@@ -154,26 +163,36 @@ def event(ev: KubeEvent, d: Delivery, extra: Resource = ()) -> Mapped:
     source = _dict(data, "source")
     obj = ev.involved
     kind = obj.kind.lower()
-    namespace = obj.namespace  # the receiver's: "" (left out) for a cluster-scoped object
-    node = _str(source, "host") or (obj.name if kind == "node" else "")
+    judged = ev.tenancy
+    # the Event's own namespace, always; "" (left out, as the receiver has it) for a trusted
+    # cluster-scoped object
+    namespace = judged.involved.object_namespace
     resource: list[Attr] = [
         ("k8s.cluster.name", ev.cluster),
         ("k8s.namespace.name", namespace),
-        ("k8s.node.name", node),
-        ("k8s.object.kind", obj.kind),
-        ("k8s.object.name", obj.name),
-        ("k8s.object.uid", obj.uid),
-        ("k8s.object.fieldpath", obj.field_path),
-        ("k8s.object.api_version", obj.api_version),
-        ("k8s.object.resource_version", _str(_dict(data, "involvedObject"), "resourceVersion")),
     ]
-    if kind in SEMCONV_KINDS:
-        resource += [(f"k8s.{kind}.name", obj.name), (f"k8s.{kind}.uid", obj.uid)]
-    elif kind == "node":
-        resource.append(("k8s.node.uid", obj.uid))
-    container = _CONTAINER.search(obj.field_path)
-    if container:
-        resource.append(("k8s.container.name", container.group(1)))
+    if judged.involved.trusted:
+        ref = _dict(data, "involvedObject") or _dict(data, "regarding")
+        resource += [
+            ("k8s.node.name", _str(source, "host") or (obj.name if kind == "node" else "")),
+            ("k8s.object.kind", obj.kind),
+            ("k8s.object.name", obj.name),
+            ("k8s.object.uid", obj.uid),
+            ("k8s.object.fieldpath", obj.field_path),
+            ("k8s.object.api_version", obj.api_version),
+            ("k8s.object.resource_version", _str(ref, "resourceVersion")),
+        ]
+        if kind in SEMCONV_KINDS:
+            resource += [(f"k8s.{kind}.name", obj.name), (f"k8s.{kind}.uid", obj.uid)]
+        elif kind == "node":
+            resource.append(("k8s.node.uid", obj.uid))
+        container = _CONTAINER.search(obj.field_path)
+        if container:
+            resource.append(("k8s.container.name", container.group(1)))
+    else:
+        # another namespace's object, or any Node: none of its names, uids, field path or
+        # node name; the kind and the mark say what it claimed
+        resource += [("k8s.object.kind", obj.kind), ("k8s.object.api_version", obj.api_version)]
     attrs: list[Attr] = [
         # the receiver's
         ("k8s.event.reason", ev.reason),
@@ -189,8 +208,10 @@ def event(ev: KubeEvent, d: Delivery, extra: Resource = ()) -> Mapped:
         ("k8s.event.reporting_component", ev.reporting_component),
         ("k8s.event.reporting_instance", ev.reporting_instance),
         ("k8s.event.first_timestamp", ev.first_seen.isoformat() if ev.first_seen else ""),
-        *cloudevent_attrs(d),
+        *cloudevent_attrs(d, judged.involved.trusted),
     ]
+    if judged.marks:
+        attrs.append(("k8s_event_bridge.untrusted", list(judged.marks)))
     attrs += [(f"k8s_event_bridge.enrichment.{k}", v) for k, v in sorted(ev.extensions.items())]
     if ev.enriched:
         attrs.append(("k8s_event_bridge.enriched", ev.enriched))

@@ -6,7 +6,8 @@ one. For every Warning Event on a Pod of its cluster whose reason a rule takes, 
 checks the claim before anything else:
 
 - the message names the Pod's uid; every name in it is a Kubernetes name; the Event is in the
-  Pod's namespace, one the worker may act in (``remediation.namespaces``: never kube-system,
+  Pod's namespace (the one rule, ``k8s_event_common.tenancy``: ``reference_untrusted``
+  otherwise), one the worker may act in (``remediation.namespaces``: never kube-system,
   kube-public, kube-node-lease nor its own);
 - the Event, read back by namespace and name, is the one the message describes: its uid, its
   reason, Warning, about that Pod (kind, namespace, name, uid); its count, not the message's,
@@ -83,6 +84,8 @@ UNTRUSTED = (
     "no_involved_uid",  # the message names no Pod uid
     "bad_name",  # a namespace or name that is not a Kubernetes name
     "namespace_denied",  # a namespace the worker may not act in
+    # a Pod the Event's namespace may not name (k8s_event_common.tenancy: another namespace's)
+    "reference_untrusted",
     "event_not_found",  # the API server has no such Event (and it is not past its TTL)
     "event_mismatch",  # the Event it has is not the one the message describes
     "count_not_confirmed",  # the Event's count is below the rule's
@@ -120,7 +123,8 @@ COUNTERS = (
     Counter.by(
         "untrusted_total",
         "messages the API server did not confirm, never acted on, by why: "
-        "no_involved_uid, bad_name, namespace_denied, event_not_found, event_mismatch, "
+        "no_involved_uid, bad_name, namespace_denied, reference_untrusted, event_not_found, "
+        "event_mismatch, "
         "count_not_confirmed, pod_not_crash_looping, pod_not_oom_killed, owner_unproven, "
         "pod_not_as_template",
         "why",
@@ -267,6 +271,15 @@ class Worker:
         inv = ev.involved
         if not inv.uid:
             raise Untrusted("no_involved_uid", "the message names no involvedObject uid")
+        # the one rule (k8s_event_common.tenancy), and the worker acts only on a Pod that names
+        # the Event's namespace itself (not one implied)
+        judged = ev.tenancy.involved
+        if not judged.trusted or inv.namespace != judged.namespace:
+            raise Untrusted(
+                "reference_untrusted",
+                f"the Event is in namespace {ev.namespace[:63]!r}, its Pod in "
+                f"{inv.namespace[:63]!r}: {judged.why}",
+            )
         problem = (
             namespace_problem(ev.namespace)
             or name_problem(ev.name)
@@ -275,11 +288,6 @@ class Worker:
         )
         if problem:
             raise Untrusted("bad_name", problem)
-        if ev.namespace != inv.namespace:
-            raise Untrusted(
-                "event_mismatch",
-                f"the Event is in namespace {ev.namespace}, its Pod in {inv.namespace}",
-            )
         if not self.may_act_in(inv.namespace):
             raise Untrusted("namespace_denied", f"the worker may not act in {inv.namespace}")
         try:
