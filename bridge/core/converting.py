@@ -144,7 +144,7 @@ def _untrusted(
     when both are trusted. The common case (the involved object in the Event's namespace, no
     ``related``) is decided before the rule is called."""
     if related is None and inv_namespace == namespace and namespace:
-        if kind not in tenancy.CLUSTER_KINDS:
+        if not tenancy.cluster_kind(kind):
             return None
     rel = related if related is None or related.__class__ is dict else {}
     inv = {"kind": kind, "namespace": inv_namespace, "name": name}

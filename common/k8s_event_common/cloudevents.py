@@ -59,7 +59,7 @@ ENRICHED_VALUES: Final = ("complete", "partial")
 BRIDGE_ATTRIBUTES: Final = frozenset(
     {
         "k8scluster", "k8snamespace", "k8skind", "k8sname", "k8sreason", "k8scount",
-        ENRICHED, ENRICH_MISSING,
+        "k8suntrusted", ENRICHED, ENRICH_MISSING,
     }
 )  # fmt: skip
 MAX_EXTENSIONS: Final = 32  # enrichment extensions read from one message, at most

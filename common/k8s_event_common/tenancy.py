@@ -167,22 +167,39 @@ def _str(value: Any) -> str:
     return value if value.__class__ is str else ""
 
 
+# the kinds by their folded spelling: a reader that folds a kind's case (the OTLP mapping's
+# k8s.<kind>.* attributes, a backend) takes ``node`` or ``NODE `` for a Node, so the rule does too
+_CLUSTER_FOLDED: Final = frozenset(k.lower() for k in CLUSTER_KINDS)
+_NAMESPACED_FOLDED: Final = frozenset(k.lower() for k in NAMESPACED_KINDS)
+
+
+def fold(kind: Any) -> str:
+    """A kind as the rule compares it: its case folded, blanks around it dropped."""
+    return _str(kind).strip().lower()
+
+
+def cluster_kind(kind: Any) -> bool:
+    """Whether ``kind``, folded, is a cluster-scoped kind of Kubernetes (a Node, a Namespace)."""
+    return fold(kind) in _CLUSTER_FOLDED
+
+
 def reference(event_namespace: Any, kind: Any, namespace: Any, name: Any = "") -> Verdict:
     """The verdict on one reference (``kind``, ``namespace``, ``name``: as the Event has them,
-    any type) of an Event in ``event_namespace`` (the module docstring's rule)."""
+    any type) of an Event in ``event_namespace`` (the module docstring's rule). A kind is
+    compared by ``fold``: ``node`` and ``NODE`` are a Node's, however the Event spells it."""
     own = _str(event_namespace)
-    k, ns = _str(kind), _str(namespace)
-    if k == "Namespace" and own and _str(name) == own and ns in ("", own):
+    k, ns = fold(kind), _str(namespace)
+    if k == "namespace" and own and _str(name) == own and ns in ("", own):
         return Verdict(own, True, OWN_NAMESPACE)
     if ns and ns != own:
         return Verdict(own, False, OTHER_NAMESPACE)
-    if not ns and k in NAMESPACED_KINDS:
+    if not ns and k in _NAMESPACED_FOLDED:
         # read in the Event's own namespace, where its name can name nothing else
         return Verdict(own, True, NAMESPACE_IMPLIED)
-    cluster_kind = k in CLUSTER_KINDS
-    if own in CLUSTER_NAMESPACES and (cluster_kind or not ns):
+    is_cluster = k in _CLUSTER_FOLDED
+    if own in CLUSTER_NAMESPACES and (is_cluster or not ns):
         return Verdict(own, True, CLUSTER_NAMESPACE, cluster_scoped=True)
-    if cluster_kind:  # a Node named from a tenant's namespace (with or without a namespace)
+    if is_cluster:  # a Node named from a tenant's namespace (with or without a namespace)
         return Verdict(own, False, CLUSTER_SCOPED)
     if ns:
         return Verdict(own, True, SAME_NAMESPACE)

@@ -190,6 +190,46 @@ CASES: dict[str, Case] = {
         IGNORED,
         resource={"k8s.namespace.uid": "ns-a"},
     ),
+    # a kind spelled in another case (the OTLP mapping folds it): still a Node, a Namespace
+    "node_spelled_lower_in_the_tenants_namespace": Case(
+        core(TENANT, {**node_ref(VICTIM_NODE, TENANT), "kind": "node"}),
+        tenancy.CLUSTER_SCOPED,
+        "object:" + tenancy.CLUSTER_SCOPED,
+        "",
+        TENANT,
+        (),
+        IGNORED,
+        (VICTIM_NODE, "victim-node-app"),
+    ),
+    "node_spelled_upper_with_a_blank": Case(
+        core(TENANT, {**node_ref(VICTIM_NODE, TENANT), "kind": "NODE "}),
+        tenancy.CLUSTER_SCOPED,
+        "object:" + tenancy.CLUSTER_SCOPED,
+        "",
+        TENANT,
+        (),
+        IGNORED,
+        (VICTIM_NODE, "victim-node-app"),
+    ),
+    "another_namespace_object_spelled_lower": Case(
+        core(
+            TENANT,
+            {
+                "kind": "namespace",
+                "apiVersion": "v1",
+                "namespace": TENANT,
+                "name": VICTIM,
+                "uid": VICTIM_UID,
+            },
+        ),
+        tenancy.CLUSTER_SCOPED,
+        "object:" + tenancy.CLUSTER_SCOPED,
+        "",
+        TENANT,
+        (),
+        IGNORED,
+        (VICTIM, VICTIM_UID, "victim-team"),
+    ),
     "another_namespace_object": Case(
         core(TENANT, {"kind": "Namespace", "apiVersion": "v1", "name": VICTIM, "uid": VICTIM_UID}),
         tenancy.CLUSTER_SCOPED,
@@ -436,6 +476,10 @@ async def outputs(case: Case) -> Outputs:
     d = Delivery(decoded, 3, 1, STORED, msg.headers, msg.payload)
     m = mapping.mapped(d)
     record = {kv.key: mapping_value(kv.value) for kv in m.record.attributes}
+    keys = [k for k, _ in m.resource]
+    assert len(keys) == len(set(keys)), f"a resource key twice: {keys}"
+    # the bridge's mark is its own extension, never taken for an enrichment's
+    assert not [k for k in record if k.startswith("k8s_event_bridge.enrichment.k8s")], record
 
     ev = decoded.event
     assert ev is not None

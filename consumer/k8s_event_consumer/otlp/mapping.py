@@ -292,8 +292,15 @@ def mapped(d: Delivery, extra: Resource = ()) -> Mapped:
 
 
 def _resource(attrs: Sequence[Attr], extra: Resource) -> Resource:
+    """Each key once (a resource with a key twice is taken as it comes by a collector, and a
+    backend keeps either): the last value that is not empty, in the place of the first; then
+    ``extra``, whose keys win."""
     own = {k for k, _ in extra}
-    return tuple(a for a in attrs if a[0] not in own and a[1] not in (None, "")) + tuple(extra)
+    kept: dict[str, Any] = {}
+    for k, v in attrs:
+        if k not in own and v not in (None, ""):
+            kept[k] = v
+    return tuple(kept.items()) + tuple(extra)
 
 
 def request(items: Sequence[Mapped], version: str = "") -> ExportLogsServiceRequest:
