@@ -7,17 +7,18 @@ least privilege per program" says why each subject is there). From it come:
 - ``accounts.json``, the same accounts, exports and imports for operator mode (JWTs: what
   ``e2e/natsauth`` signs, and what docs/deploy.md's ``nsc`` commands make).
 
-The accounts (docs/deploy.md, "One account per program"): the bridge's user lives in
-``KUBE_EVENTS``, the account with JetStream that owns the stream, the buckets, the durables and
-the dead-letter stream. Each subscriber's user lives in an account of its own without JetStream,
-where every subject it may publish is a service imported from ``KUBE_EVENTS`` (exported to that
-account alone). nats-server checks a publish's subject against the permissions but not its
-reply subject; through a service import, though, the reply is mapped to a private subject of the
-exporting account and the answer comes back to the importing account. So no reply subject a
-subscriber names can make JetStream answer into the stream, a bucket or another subscriber's
-durable: the answer lands in the subscriber's own account, which stores nothing. A pull request
-(``$JS.API.CONSUMER.MSG.NEXT...``) is answered by many messages: its export's responses are a
-stream; every other one answers once.
+The accounts (docs/deploy.md, "One account per program"): ``KUBE_EVENTS`` has JetStream and
+owns the stream, the buckets, the durables and the dead-letter stream; no program's user lives
+there (the operator's own does). Each program's user lives in an account of its own without
+JetStream (``KUBE_EVENTS_BRIDGE``, ``KUBE_EVENTS_ALERTING``, ...), where every subject it may
+publish is a service imported from ``KUBE_EVENTS`` (exported to that account alone).
+nats-server checks a publish's subject against the permissions but not its reply subject;
+through a service import, though, the reply is mapped to a private subject of the exporting
+account and the answer comes back to the importing account. So no reply subject a program names
+can make JetStream answer into the stream, a bucket or another program's durable: the answer
+lands in the program's own account, which stores nothing, or goes on through one of its own
+imports, where it could publish anyway. A pull request (``$JS.API.CONSUMER.MSG.NEXT...``) is
+answered by many messages: its export's responses are a stream; every other one answers once.
 
 ``python -m tools.natsperms`` writes both files; ``--check`` names each that is stale and exits
 1 (``make lint``; tests/integration/test_nats_permissions.py runs the check too).
@@ -37,12 +38,12 @@ CONF = REPO / "deploy" / "nats" / "nats-server.conf"
 ACCOUNTS = REPO / "deploy" / "nats" / "accounts.json"
 COMMAND = "python -m tools.natsperms"
 
-ACCOUNT = "KUBE_EVENTS"  # the bridge's account: JetStream, the stream and every bucket
+ACCOUNT = "KUBE_EVENTS"  # the owner: JetStream, the stream, every bucket and durable; no program
 BRIDGE = "k8s-event-bridge"
 PROGRAMS = (BRIDGE, "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
 # a pull request's answer is the messages it asked for: many answers to one request
 STREAM_RESPONSES = "$JS.API.CONSUMER.MSG.NEXT."
-# Imported by every subscriber's account though no subscriber's user may publish it: in an
+# Imported by every program's account though no program's user may publish it: in an
 # account without JetStream on a server with JetStream, nats-server answers every $JS.API
 # request itself ("JetStream not enabled for account", racing the imported answer) unless the
 # account imports $JS.API.INFO (server/jetstream.go, enableJetStreamInfoServiceImportOnly).
@@ -52,12 +53,14 @@ HEADER = f"""\
 # Made by `{COMMAND}` from deploy/nats/permissions.json: edit that file, not this one.
 #
 # The NATS side of k8s-event-bridge with least privilege (docs/deploy.md, "NATS: least
-# privilege per program"): the account {ACCOUNT} with JetStream and the bridge's user, and
-# one account per subscriber with its one user, allowed exactly the subjects that program
-# uses, each of them a service imported from {ACCOUNT} (exported to that account alone): an
-# answer JetStream sends to a subscriber comes back into the subscriber's account, whatever
-# reply subject it named, and never lands in the stream or a bucket. Include it in the
-# server's configuration, which enables JetStream itself (a `jetstream {{...}}` block):
+# privilege per program"): the account {ACCOUNT} with JetStream, which owns the stream, the
+# buckets and the durables (add the operator's own user to its empty list of users), and one
+# account per program with its one user, allowed exactly the subjects that program uses, each
+# of them a service imported from {ACCOUNT} (exported to that account alone): an answer
+# JetStream sends to a program comes back into the program's account, whatever reply subject
+# it named, and lands in the stream or a bucket only where the program may write itself.
+# Include it in the server's configuration, which enables JetStream itself (a `jetstream {{...}}`
+# block):
 #
 #   include ./k8s-event-bridge.conf      # a path relative to the including file
 #
@@ -76,10 +79,8 @@ def password_variable(program: str) -> str:
 
 
 def account_of(program: str) -> str:
-    """The account of the program's user: ``KUBE_EVENTS`` for the bridge, else
-    ``KUBE_EVENTS_<NAME>`` (``k8s-event-alerting``: ``KUBE_EVENTS_ALERTING``)."""
-    if program == BRIDGE:
-        return ACCOUNT
+    """The account of the program's user: ``KUBE_EVENTS_<NAME>`` (``k8s-event-alerting``:
+    ``KUBE_EVENTS_ALERTING``, the bridge's ``KUBE_EVENTS_BRIDGE``)."""
     return ACCOUNT + "_" + program.removeprefix("k8s-event-").upper().replace("-", "_")
 
 
@@ -88,21 +89,20 @@ def load(path: Path = PERMISSIONS) -> dict[str, dict[str, Any]]:
     if sorted(doc) != sorted(PROGRAMS):
         raise ValueError(f"{path}: the programs are {sorted(PROGRAMS)}, not {sorted(doc)}")
     for program, perms in doc.items():
-        if program != BRIDGE and perms.get("publish", {}).get("deny"):
-            raise ValueError(f"{path}: {program}: a subscriber's publish permissions allow only")
+        if perms.get("publish", {}).get("deny"):
+            raise ValueError(f"{path}: {program}: a program's publish permissions allow only")
     return doc
 
 
 def accounts(permissions: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The accounts, in the shape of ``accounts.json``: for each, its users (program names),
-    whether it has JetStream, and its exports or imports. A subscriber's account imports each
-    subject its user may publish, and ``SHADOW``, as a service of ``KUBE_EVENTS``;
-    ``KUBE_EVENTS`` exports each such subject to exactly the accounts that import it."""
+    whether it has JetStream, and its exports or imports. A program's account imports each
+    subject its user may publish, and ``SHADOW``, as a service of ``KUBE_EVENTS`` (which has no
+    program's user); ``KUBE_EVENTS`` exports each such subject to exactly the accounts that
+    import it."""
     exports: dict[str, list[str]] = {}
-    out: dict[str, Any] = {
-        ACCOUNT: {"jetstream": True, "users": [BRIDGE], "exports": [], "imports": []}
-    }
-    for program in PROGRAMS[1:]:
+    out: dict[str, Any] = {ACCOUNT: {"jetstream": True, "users": [], "exports": [], "imports": []}}
+    for program in PROGRAMS:
         name = account_of(program)
         subjects = [SHADOW, *permissions[program].get("publish", {}).get("allow", [])]
         out[name] = {
@@ -149,7 +149,8 @@ def conf(permissions: dict[str, dict[str, Any]]) -> str:
         if account["jetstream"]:
             lines.append('  "jetstream": "enabled",')
         lines.append('  "users": [')
-        lines.append(_indent(users, 4))
+        if users:
+            lines.append(_indent(users, 4))
         if account["exports"]:
             lines.append("  ],")
             exports = account["exports"]  # service, response_type, accounts
@@ -168,7 +169,7 @@ def conf(permissions: dict[str, dict[str, Any]]) -> str:
 
 ACCOUNTS_NOTE = (
     f"Made by `{COMMAND}` from permissions.json: the accounts of nats-server.conf, for operator"
-    " mode (docs/deploy.md, 'NATS in operator mode'). Each subscriber's account imports every"
+    " mode (docs/deploy.md, 'NATS in operator mode'). Each program's account imports every"
     f" subject its user may publish as a service of {ACCOUNT}, which exports it to that account"
     " alone; a pull request's answers are a stream, every other answer a singleton."
 )

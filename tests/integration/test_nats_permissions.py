@@ -96,8 +96,8 @@ def server(tmp_path: Path, passwords: dict[str, str]) -> Any:
         '    "users": [\n', '    "users": [\n' + operator, 1
     )
     assert operator in fragment
-    # and a spy in each subscriber's account: it sees what lands there (answers included)
-    for program in SUBSCRIBERS:
+    # and a spy in each program's account: it sees what lands there (answers included)
+    for program in natsperms.PROGRAMS:
         head = f'  "{natsperms.account_of(program)}": {{\n    "users": [\n'
         spy = f'      {{"user": "{SPY}{program}", "password": "{SPY}"}},\n'
         assert head in fragment, head
@@ -287,20 +287,23 @@ def test_the_config_fragment_gives_each_user_the_permissions_of_permissions_json
     for program, (account, user) in users.items():
         assert user["permissions"] == wanted[program], program
         assert user["password"] == "$" + natsperms.password_variable(program)
-        # one account per program: the bridge's owns JetStream, no other has it
+        # one account per program, none with JetStream; the owner has no program's user
+        assert account == natsperms.account_of(program) != natsperms.ACCOUNT
         assert [u["user"] for u in accounts[account]["users"]] == [program]
-        assert (accounts[account].get("jetstream") == "enabled") == (program == BRIDGE)
+        assert "jetstream" not in accounts[account]
+    assert accounts[natsperms.ACCOUNT]["jetstream"] == "enabled"
+    assert accounts[natsperms.ACCOUNT]["users"] == []
 
 
-def test_each_subscribers_account_imports_what_its_user_may_publish_and_nothing_else() -> None:
-    """Every subject a subscriber's user may publish is a service of KUBE_EVENTS, exported to
-    that subscriber's account alone (or to each that imports it); a pull request's answers are
-    a stream. $JS.API.INFO is imported too, and only so that the server does not answer the
+def test_each_programs_account_imports_what_its_user_may_publish_and_nothing_else() -> None:
+    """Every subject a program's user may publish is a service of KUBE_EVENTS, exported to that
+    program's account alone (or to each that imports it); a pull request's answers are a
+    stream. $JS.API.INFO is imported too, and only so that the server does not answer the
     account's JetStream requests itself."""
     wanted = json.loads(natsperms.PERMISSIONS.read_text())
     accounts = _fragment_as_json(natsperms.CONF.read_text())["accounts"]
     exports = {e["service"]: e for e in accounts[natsperms.ACCOUNT]["exports"]}
-    for program in SUBSCRIBERS:
+    for program in natsperms.PROGRAMS:
         account = natsperms.account_of(program)
         imported = [i["service"]["subject"] for i in accounts[account]["imports"]]
         assert all(
@@ -312,7 +315,7 @@ def test_each_subscribers_account_imports_what_its_user_may_publish_and_nothing_
     for subject, export in exports.items():
         importers = [
             natsperms.account_of(p)
-            for p in SUBSCRIBERS
+            for p in natsperms.PROGRAMS
             if subject == natsperms.SHADOW or subject in wanted[p]["publish"]["allow"]
         ]
         assert export["accounts"] == importers, subject
