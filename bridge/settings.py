@@ -363,7 +363,7 @@ RESERVED_ATTRIBUTES = frozenset(
     {
         "specversion", "id", "source", "type", "subject", "time", "datacontenttype",
         "dataschema", "data", "data_base64", "k8scluster", "k8snamespace", "k8skind",
-        "k8sname", "k8sreason", "k8scount", "k8senriched", "k8senrichmissing",
+        "k8sname", "k8sreason", "k8scount", "k8senriched", "k8senrichmissing", "k8suntrusted",
     }
 )  # fmt: skip
 # the template's own placeholders
