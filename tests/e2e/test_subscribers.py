@@ -582,8 +582,9 @@ async def test_forged_messages_change_nothing_and_a_genuine_crash_loop_is_handle
     healthy, controlled Pod in kube-system, without and with its uid, (b) a healthy Pod in
     the other tenant's namespace with its real uid (an Event that does not exist, and that
     Pod's real Scheduled Event relabelled BackOff), (c) the crash-looping Pod under another
-    Pod's uid, and an Event in the shop naming the tenant's Pod. None of those Pods is
-    touched and each message is counted untrusted with its why; the genuinely crash-looping
+    Pod's uid, and an Event in the shop naming the tenant's Pod (refused by the tenancy rule,
+    ``reference_untrusted``). None of those Pods is touched and each message is counted
+    untrusted with its why; the genuinely crash-looping
     Pod, with its real Event, is deleted once, and a forged copy of that real Event does not
     make it twice."""
     cluster = living_cluster
@@ -664,7 +665,10 @@ async def test_forged_messages_change_nothing_and_a_genuine_crash_loop_is_handle
                 whys["no_involved_uid"] >= 1
                 and whys["namespace_denied"] >= 1
                 and whys["event_not_found"] >= 1
-                and whys["event_mismatch"] >= 3
+                and whys["event_mismatch"] >= 2
+                # the shop's Event about the tenant's Pod: another namespace's object, refused
+                # by the one rule before the Event is read back (docs/design.md, the tenant's word)
+                and whys["reference_untrusted"] >= 1
             )
 
         await eventually(judged, timeout=60, interval=1)
@@ -673,7 +677,13 @@ async def test_forged_messages_change_nothing_and_a_genuine_crash_loop_is_handle
         )
         untrusted_counted = {
             why: await metric(worker, f'k8s_event_remediation_untrusted_total{{why="{why}"}}')
-            for why in ("no_involved_uid", "namespace_denied", "event_not_found", "event_mismatch")
+            for why in (
+                "no_involved_uid",
+                "namespace_denied",
+                "event_not_found",
+                "event_mismatch",
+                "reference_untrusted",
+            )
         }
     finally:
         worker.kill()
@@ -691,7 +701,7 @@ async def test_forged_messages_change_nothing_and_a_genuine_crash_loop_is_handle
     assert [a["uid"] for a in acted].count(crash_ref[2]) == 1
     assert all(r["involvedObject"]["namespace"] == shop for r in record_events(cluster, shop))
     assert record_events(cluster, tenant) == []
-    assert untrusted_counted["event_mismatch"] >= 3 and min(untrusted_counted.values()) >= 1
+    assert untrusted_counted["event_mismatch"] >= 2 and min(untrusted_counted.values()) >= 1
     for u in worker.log_events("untrusted"):
         assert u["id"] != first["id"] or u["why"] == "event_mismatch"
     cluster.kubectl("delete", "deployment", system_app, "-n", "kube-system", "--wait=false")
