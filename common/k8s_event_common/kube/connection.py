@@ -9,8 +9,10 @@ is read here and handed over as bytes; kubernetes_asyncio never reads a body, so
 logs one (its debug log writes every preloaded body: a Pod's env values), and neither does
 this module: of an error's body only the Status object's ``message`` and ``reason`` are kept.
 
-A request's path is built by the caller, from checked segments (``paths.object_path``) or from
-constants with ``path_params`` (quoted by ``call_api``).
+A request's path is built by the caller from checked segments (``paths.object_path``): the
+bridge and the remediation worker build every path so (``tests/unit/test_kube_paths_by_hand.py``
+holds the bridge to it). ``path_params`` (quoted by ``call_api``) is kept for a caller's
+constants; neither program passes any.
 """
 
 from __future__ import annotations
