@@ -39,6 +39,7 @@ statement; ``tests/unit/test_tenancy.py`` runs one table of cases against every 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -174,8 +175,18 @@ _NAMESPACED_FOLDED: Final = frozenset(k.lower() for k in NAMESPACED_KINDS)
 
 
 def fold(kind: Any) -> str:
-    """A kind as the rule compares it: its case folded, blanks around it dropped."""
-    return _str(kind).strip().lower()
+    """A kind as the rule compares it, as a reader could take it: compatibility characters
+    folded (NFKC: NODE in full-width letters, the Kelvin sign), blanks, control and invisible
+    format characters anywhere dropped (a tab inside, a zero-width space, a NUL), the case
+    folded. A look-alike letter of another script (a Greek omicron) stays another letter."""
+    k = _str(kind)
+    if not (k.isascii() and k.isalnum()):
+        k = "".join(
+            c
+            for c in unicodedata.normalize("NFKC", k)
+            if not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf")
+        )
+    return k.lower()
 
 
 def cluster_kind(kind: Any) -> bool:

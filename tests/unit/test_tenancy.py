@@ -211,6 +211,26 @@ CASES: dict[str, Case] = {
         IGNORED,
         (VICTIM_NODE, "victim-node-app"),
     ),
+    "node_spelled_full_width": Case(
+        core(TENANT, {**node_ref(VICTIM_NODE, TENANT), "kind": "\uff2e\uff2f\uff24\uff25"}),
+        tenancy.CLUSTER_SCOPED,
+        "object:" + tenancy.CLUSTER_SCOPED,
+        "",
+        TENANT,
+        (),
+        IGNORED,
+        (VICTIM_NODE, "victim-node-app"),
+    ),
+    "node_spelled_with_invisible_and_control_characters": Case(
+        core(TENANT, {**node_ref(VICTIM_NODE, TENANT), "kind": "No\tde\u200b\x00"}),
+        tenancy.CLUSTER_SCOPED,
+        "object:" + tenancy.CLUSTER_SCOPED,
+        "",
+        TENANT,
+        (),
+        IGNORED,
+        (VICTIM_NODE, "victim-node-app"),
+    ),
     "another_namespace_object_spelled_lower": Case(
         core(
             TENANT,
