@@ -139,7 +139,10 @@ class KVSeen:
     def value(self, id_: str) -> bytes:
         """What this program writes for ``id_``: ``MARK``, the bucket's name and the id's key,
         space-separated; no JSON, no empty body, no other key's or bucket's value."""
-        return b" ".join((MARK, self.bucket.encode(), self.key(id_).encode()))
+        return self._value(self.key(id_))
+
+    def _value(self, key: str) -> bytes:
+        return b" ".join((MARK, self.bucket.encode(), key.encode()))
 
     async def contains(self, id_: str) -> bool:
         key = self.key(id_)
@@ -147,7 +150,7 @@ class KVSeen:
             entry = await self._kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return False
-        if entry.value == self.value(id_):
+        if entry.value == self._value(key):
             return True
         self.forged += 1
         got = entry.value or b""
@@ -163,4 +166,5 @@ class KVSeen:
         return False
 
     async def add(self, id_: str) -> None:
-        await self._kv.put(self.key(id_), self.value(id_))
+        key = self.key(id_)
+        await self._kv.put(key, self._value(key))
