@@ -14,8 +14,8 @@ SDK's ``CloudEvent``. Anything else raises ``BadMessage`` naming what is wrong:
 - no ``id``, ``source``, ``type`` or ``specversion``, or a specversion other than 1.0; an
   ``id`` over ``MAX_ID`` characters, or one UTF-8 can not carry (a lone surrogate);
 - a ``time`` that is not RFC 3339, or attributes the SDK refuses;
-- a type that is neither ``io.k8s.event.*`` (a Kubernetes Event) nor ``io.k8s.bridge.*``
-  (the bridge's status events).
+- a type that is neither ``io.k8s.event.*`` (a Kubernetes Event), ``io.k8s.bridge.*`` (the
+  bridge's status events) nor ``io.k8s.digest`` (a digest: ``k8s_event_common.digests``).
 
 Every attribute other than the CloudEvents core ones is an extension, kept as written in both
 modes (``Envelope.extensions``): the bridge's own (``k8scluster``, ``k8scount``...) and, with
@@ -43,6 +43,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 EVENT_TYPE_PREFIX: Final = "io.k8s.event."
 STATUS_TYPE_PREFIX: Final = "io.k8s.bridge."
+DIGEST_TYPE: Final = "io.k8s.digest"  # a digest of a series (k8s_event_common.digests)
 STRUCTURED: Final = "application/cloudevents"
 REQUIRED: Final = ("id", "source", "type", "specversion")
 # the CloudEvents 1.0 context attributes (and the structured mode's data members)
@@ -234,9 +235,10 @@ def decode(headers: dict[str, str] | None, body: bytes) -> Envelope:
         raise BadMessage(
             f"{cut(type_)} {cut(attrs['id'])}: not a valid CloudEvent: {cut(str(exc))}"
         ) from exc
-    if not type_.startswith((EVENT_TYPE_PREFIX, STATUS_TYPE_PREFIX)):
+    if not type_.startswith((EVENT_TYPE_PREFIX, STATUS_TYPE_PREFIX)) and type_ != DIGEST_TYPE:
         raise BadMessage(
-            f"type {quoted(type_)} is neither {EVENT_TYPE_PREFIX}* nor {STATUS_TYPE_PREFIX}*"
+            f"type {quoted(type_)} is neither {EVENT_TYPE_PREFIX}*, {STATUS_TYPE_PREFIX}* "
+            f"nor {DIGEST_TYPE}"
         )
     return Envelope(attrs, data, ce)
 

@@ -254,7 +254,17 @@ class NatsStream(NatsConnection):
     is). A subscriber's is the one of every bridge whose Events it reads (its `match` builds
     on it)."""
 
-    @field_validator("subject_prefix")
+    digest_stream: Name = "K8S_DIGESTS"
+    """The JetStream stream of the digests (one CloudEvent per series of Events per window,
+    made by `k8s-event-digests` from `stream`): where that program writes them, where a
+    subscriber with `reads: digests` and `k8s-event-bridge tail --digests` read them."""
+    digest_prefix: Subject = "k8s.digests"
+    """The digests' subject prefix: a digest goes to
+    `<prefix>.<cluster>.<namespace>.<kind>.<reason>`, each value one token as in an Event's
+    subject. Not under `subject_prefix`: the two streams' subjects never meet. At most 256
+    characters."""
+
+    @field_validator("subject_prefix", "digest_prefix")
     @classmethod
     def _prefix(cls, v: str) -> str:
         if len(v) > MAX_SUBJECT_PREFIX:
@@ -270,6 +280,18 @@ class NatsStream(NatsConnection):
         if tokens[0] != (True, "cluster") or len(tokens) < 2:
             raise ValueError("must start with {cluster}. and go on")
         return v
+
+    @model_validator(mode="after")
+    def _apart(self) -> NatsStream:
+        a, b = self.subject_prefix, self.digest_prefix
+        if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+            raise ValueError(
+                f"digest_prefix {b!r} and subject_prefix {a!r} overlap: the digests' subjects "
+                "and the Events' must never meet (two streams can not share a subject)"
+            )
+        if self.stream == self.digest_stream:
+            raise ValueError(f"digest_stream {self.digest_stream!r} is the Events' stream")
+        return self
 
 
 class LogSettings(Section):

@@ -139,6 +139,30 @@ def event_stream(
     )
 
 
+def digest_stream(
+    name: str,
+    subject_prefix: str,
+    *,
+    max_age: float,
+    max_bytes: int = -1,
+    num_replicas: int = 1,
+    duplicate_window: float = 120.0,
+) -> StreamConfig:
+    """The digests' stream (``k8s_event_common.digests``): every subject under
+    ``<subject_prefix>.``, kept ``max_age`` seconds; nothing deleted one by one, but it may be
+    purged: the digests are a projection of the versions stream, and an operator who purges
+    them has ``k8s-event-digests`` write them again from the versions still kept."""
+    return _kept(
+        name,
+        [f"{subject_prefix}.>"],
+        max_age=max_age,
+        max_bytes=max_bytes,
+        num_replicas=num_replicas,
+        duplicate_window=duplicate_window,
+        deny_purge=False,
+    )
+
+
 def dead_letter_stream(
     name: str,
     subjects: list[str],
@@ -420,6 +444,21 @@ async def check_event_stream(
     if have is None:
         raise StreamMissing(stream, f"stream {stream} not found")
     want = event_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
+    unchecked = [*SIZING, *([] if subject_prefix else ["subjects"])]
+    refuse(have, want, unchecked, logger=logger)
+
+
+async def check_digest_stream(
+    nc: NATS, stream: str, subject_prefix: str | None = None, *, logger: str = LOGGER
+) -> None:
+    """The digests' stream checked for what a reader relies on, as ``check_event_stream`` checks
+    the versions stream: every key of ``digest_stream`` but its sizes (``SIZING``), and its
+    subjects when ``subject_prefix`` is given. ``StreamMissing`` when it is not there: the
+    digests' program makes it (``k8s-event-digests``, or its ``provision``)."""
+    have = await read_config(nc, stream)
+    if have is None:
+        raise StreamMissing(stream, f"stream {stream} not found")
+    want = digest_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
     unchecked = [*SIZING, *([] if subject_prefix else ["subjects"])]
     refuse(have, want, unchecked, logger=logger)
 

@@ -81,6 +81,11 @@ class NatsSettings(common.NatsStream):
     """With `match`: also read the bridge's status events (`<prefix>.<cluster>._bridge.*`, of
     the matched cluster or of every one), which the alerting subscriber's control plane, gap
     and dropped alerts come from. false: the matched Events only."""
+    reads: Literal["events", "digests"] = "events"
+    """What the durable reads: `events`, every version of every Event the bridge published
+    (the stream `stream`, with `subjects` or `match`); `digests`, one digest per series per
+    window (the stream `digest_stream`, all of `<digest_prefix>.>`, made by
+    `k8s-event-digests`). A subscriber reading both runs twice, with a durable each."""
     durable: Name = "k8s-event-consumer"
     """The durable consumer's name: where the subscriber resumes after a restart."""
     start: Literal["all", "new"] = "all"
@@ -120,6 +125,14 @@ class NatsSettings(common.NatsStream):
 
     @model_validator(mode="after")
     def _slice(self) -> NatsSettings:
+        if self.reads == "digests":
+            for key in ("match", "subjects"):
+                if key in self.model_fields_set:
+                    raise ValueError(
+                        f"{key} and reads: digests exclude each other: a digests' durable "
+                        f"reads all of {self.digest_prefix}.>"
+                    )
+            return self
         if not self.match:
             return self
         if "subjects" in self.model_fields_set:
@@ -143,7 +156,10 @@ class NatsSettings(common.NatsStream):
     @property
     def filters(self) -> list[str]:
         """The durable consumer's subject filters: `subjects`, or with `match` its one filter
-        (and the status events' when `status_events`, unless that one takes them already)."""
+        (and the status events' when `status_events`, unless that one takes them already);
+        with `reads: digests`, every digest."""
+        if self.reads == "digests":
+            return [f"{self.digest_prefix}.>"]
         if not self.match:
             return list(self.subjects)
         events = subject_names.subject_filter(
@@ -155,6 +171,16 @@ class NatsSettings(common.NatsStream):
         if _covers(events, status):
             return [events]
         return [events, status]
+
+    @property
+    def read_stream(self) -> str:
+        """The stream the durable reads: `stream`, or with `reads: digests` `digest_stream`."""
+        return self.digest_stream if self.reads == "digests" else self.stream
+
+    @property
+    def read_prefix(self) -> str:
+        """The read stream's subject prefix."""
+        return self.digest_prefix if self.reads == "digests" else self.subject_prefix
 
     def consumer_options(self, **overrides: Any) -> ConsumerOptions:
         return ConsumerOptions(

@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 
 from k8s_event_common import streams as shapes
 from k8s_event_common.clock import SYSTEM, Clock
+from k8s_event_common.digests import Digest
 from k8s_event_common.logformat import Logger
 from k8s_event_consumer import durables, events, fetching
 from k8s_event_consumer.events import BadMessage, Decoded, KubeEvent, Status
@@ -139,10 +140,13 @@ class Handlers:
     on_dropped: Callback | None = None
     on_leader_changed: Callback | None = None
     on_status: Callback | None = None
+    on_digest: Callback | None = None  # a digest (the digests stream's: io.k8s.digest)
 
-    def pick(self, d: Decoded) -> tuple[Callback | None, KubeEvent | Status]:
+    def pick(self, d: Decoded) -> tuple[Callback | None, KubeEvent | Status | Digest]:
         if d.event is not None:
             return self.on_event, d.event
+        if d.digest is not None:
+            return self.on_digest, d.digest
         assert d.status is not None
         # d.kind is from the fixed table (or "other", which has no handler of its own)
         own: Callback | None = getattr(self, f"on_{d.kind}", None)
@@ -234,12 +238,16 @@ class Consumer:
         seen: Seen | None = None,
         subject_prefix: str | None = None,
         clock: Clock = SYSTEM,
+        digests: bool = False,
     ) -> Consumer:
-        """Check the stream's shape (``k8s_event_common.streams.check_event_stream``:
-        ``ShapeMismatch`` names each difference), then bind to the durable
-        (``durables.bind``: ``ConsumerConflict``). ``replay``: drop an existing durable and
-        start again from ``start``."""
-        await shapes.check_event_stream(nc, stream, subject_prefix)
+        """Check the stream's shape (``k8s_event_common.streams.check_event_stream``, or with
+        ``digests`` ``check_digest_stream``: ``ShapeMismatch`` names each difference), then bind
+        to the durable (``durables.bind``: ``ConsumerConflict``). ``replay``: drop an existing
+        durable and start again from ``start``."""
+        if digests:
+            await shapes.check_digest_stream(nc, stream, subject_prefix)
+        else:
+            await shapes.check_event_stream(nc, stream, subject_prefix)
         bound = await durables.bind(
             nc,
             stream=stream,

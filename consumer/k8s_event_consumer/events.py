@@ -12,7 +12,9 @@ binary: ``ce-*`` headers, percent-encoded, and the Event as the body) and return
 - a status event of the bridge itself (types ``io.k8s.bridge.<what>``): ``Gap``,
   ``ApiserverUnreachable``, ``ApiserverReachable``, ``ApiserverDegraded``,
   ``ApiserverRecovered``, ``Dropped``, ``LeaderChanged``, ``Started``, ``Stopped``, or
-  ``Status`` for a kind this version does not know (newer bridges may add some).
+  ``Status`` for a kind this version does not know (newer bridges may add some);
+- a digest of a series for a window (type ``io.k8s.digest``, the digests stream's:
+  ``k8s_event_common.digests.Digest``), made by ``k8s-event-digests``.
 
 A message that is none of these raises ``BadMessage`` naming what is wrong. The envelope (the
 two modes, the attributes every CloudEvent has) is read by ``k8s_event_common.cloudevents``, the
@@ -27,8 +29,9 @@ from typing import Any, TypeVar
 
 from cloudevents.core.v1.event import CloudEvent
 
-from k8s_event_common import cloudevents, tenancy
+from k8s_event_common import cloudevents, digests, tenancy
 from k8s_event_common.cloudevents import (
+    DIGEST_TYPE,
     EVENT_TYPE_PREFIX,
     STATUS_TYPE_PREFIX,
     BadMessage,
@@ -238,12 +241,13 @@ class Stopped(Status):
 
 @dataclass(frozen=True)
 class Decoded:
-    """One message: the CloudEvent and exactly one of ``event`` or ``status``."""
+    """One message: the CloudEvent and exactly one of ``event``, ``status`` or ``digest``."""
 
     subject: str
     cloudevent: CloudEvent
     event: KubeEvent | None = None
     status: Status | None = None
+    digest: digests.Digest | None = None
 
     @property
     def id(self) -> str:
@@ -251,15 +255,19 @@ class Decoded:
 
     @property
     def kind(self) -> str:
-        """``event``, a status event's name of ``STATUS_KINDS``, or ``other``."""
+        """``event``, ``digest``, a status event's name of ``STATUS_KINDS``, or ``other``."""
+        if self.digest is not None:
+            return "digest"
         return kind(self.event if self.event is not None else self.status)
 
 
-def kind(m: KubeEvent | Status | None) -> str:
-    """A message's kind from the fixed set: ``event``, one of ``STATUS_KINDS``, or ``other``
-    (a kind this version does not know, whatever name it gives itself)."""
+def kind(m: KubeEvent | Status | digests.Digest | None) -> str:
+    """A message's kind from the fixed set: ``event``, ``digest``, one of ``STATUS_KINDS``, or
+    ``other`` (a kind this version does not know, whatever name it gives itself)."""
     if isinstance(m, KubeEvent):
         return "event"
+    if isinstance(m, digests.Digest):
+        return "digest"
     return m.what if m is not None and m.what in STATUS_KINDS else "other"
 
 
@@ -280,6 +288,8 @@ def _decode(subject: str, headers: dict[str, str] | None, body: bytes) -> Decode
     attrs, data, ce = envelope.attributes, envelope.data, envelope.cloudevent
     if envelope.type.startswith(EVENT_TYPE_PREFIX):
         return Decoded(subject, ce, event=_kube_event(attrs, data))
+    if envelope.type == DIGEST_TYPE:
+        return Decoded(subject, ce, digest=digests.from_envelope(envelope))
     return Decoded(subject, ce, status=_status(attrs, data))
 
 

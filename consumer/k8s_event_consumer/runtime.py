@@ -217,7 +217,7 @@ class Runtime:
         n = self.settings.nats
         self.log.info(
             "starting",
-            stream=n.stream,
+            stream=n.read_stream,
             durable=n.durable,
             subjects=n.filters,
             provision=self.provision,
@@ -241,7 +241,7 @@ class Runtime:
         await self.program.prepare(self.nc, consumer)
         consumer.stats.export(self.metrics)
         self.ready = True
-        self.log.info("consuming", stream=n.stream, durable=n.durable, subjects=n.filters)
+        self.log.info("consuming", stream=n.read_stream, durable=n.durable, subjects=n.filters)
         consuming = asyncio.create_task(self.program.consume(consumer), name="consuming")
         tasks.append(consuming)
         tasks.extend(asyncio.create_task(c) for c in self.program.background())
@@ -271,18 +271,23 @@ class Runtime:
         while not self.stopping.is_set():
             try:
                 # the stream first: what it is matters more than a missing bucket
-                await streams.check_event_stream(nc, n.stream, n.subject_prefix)
+                digests = n.reads == "digests"
+                if digests:
+                    await streams.check_digest_stream(nc, n.read_stream, n.read_prefix)
+                else:
+                    await streams.check_event_stream(nc, n.stream, n.subject_prefix)
                 seen = await self.program.provide(nc)
                 return await Consumer.open(
                     nc,
-                    stream=n.stream,
+                    stream=n.read_stream,
+                    digests=digests,
                     durable=n.durable,
                     subjects=n.filters,
                     # held messages are never given up on
                     options=n.consumer_options(max_deliver=-1),
                     start=Start.named(n.start),
                     seen=seen,
-                    subject_prefix=n.subject_prefix,
+                    subject_prefix=n.read_prefix,
                     clock=self.clock,
                 )
             except ConsumerConflict as exc:
@@ -292,7 +297,7 @@ class Runtime:
                 self.log.error("stream_refused", stream=exc.stream, error=str(exc))
                 raise
             except (nats.js.errors.NotFoundError, nats.errors.Error, TimeoutError) as exc:
-                self.log.warning("stream_unavailable", stream=n.stream, error=str(exc))
+                self.log.warning("stream_unavailable", stream=n.read_stream, error=str(exc))
                 with contextlib.suppress(TimeoutError):
                     await self.clock.wait_for(self.stopping.wait(), OPEN_RETRY)
         return None

@@ -43,6 +43,9 @@ class FakeConsumer:
 def settings() -> Any:
     nats = SimpleNamespace(
         stream="K8S_EVENTS",
+        read_stream="K8S_EVENTS",
+        reads="events",
+        read_prefix="k8s.events",
         durable="d",
         filters=["k8s.events.>"],
         start="all",
