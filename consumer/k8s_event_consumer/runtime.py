@@ -40,7 +40,7 @@ from k8s_event_common.logformat import Logger
 from k8s_event_common.streams import ShapeMismatch
 from k8s_event_consumer import logs
 from k8s_event_consumer.connecting import connect_until
-from k8s_event_consumer.consuming import Consumer
+from k8s_event_consumer.consuming import Consumer, Stats
 from k8s_event_consumer.durables import ConsumerConflict
 from k8s_event_consumer.metrics import Counter, Metrics
 from k8s_event_consumer.options import Start
@@ -78,6 +78,9 @@ class Subscriber:
     """One program on the runtime. ``consume`` is the handler; the rest have defaults."""
 
     name: ClassVar[str]  # ``alerting``: logs ``k8s_event_consumer.alerting``, metrics below
+    # False: the program reads the stream its own way (``k8s-event-digests``: a projection
+    # that must see every message in order); ``prepare`` and ``consume`` get an ``Unbound``
+    durable: ClassVar[bool] = True
     counters: ClassVar[Sequence[Counter]] = ()  # its own, besides the runtime's
     stop_timeout: ClassVar[float] = 10.0  # seconds the message or batch in hand may take
 
@@ -113,6 +116,18 @@ class Subscriber:
 
     async def close(self) -> None:
         """The program's clients closed (after the drain, also after a failed start)."""
+
+
+class Unbound:
+    """In place of the ``Consumer`` of a program without a durable: ``stop`` asks ``consume``
+    to end (``stopping`` is set), ``stats`` stays empty."""
+
+    def __init__(self) -> None:
+        self.stats = Stats()
+        self.stopping = asyncio.Event()
+
+    async def stop(self) -> None:
+        self.stopping.set()
 
 
 def version() -> str:
@@ -277,6 +292,8 @@ class Runtime:
                 else:
                     await streams.check_event_stream(nc, n.stream, n.subject_prefix)
                 seen = await self.program.provide(nc)
+                if not self.program.durable:
+                    return Unbound()  # type: ignore[return-value]  # stop() and stats alike
                 return await Consumer.open(
                     nc,
                     stream=n.read_stream,
