@@ -58,11 +58,16 @@ class Series:
     type: str = "Normal"
     reporting_component: str = ""
     untrusted: bool = False
+    # the versions of series past the program's cap (``digests.max_series``), folded into one
+    # digest per window; its occurrences count each version once (counts are not followed)
+    overflow: bool = False
 
     @property
     def key(self) -> tuple[str, ...]:
         """What makes two versions one series: the object (its uid, else kind and name, in the
         Event's namespace) and the reason."""
+        if self.overflow:
+            return (self.cluster, "\uffff", "overflow")  # sorts after every namespace
         obj = ("uid", self.uid) if self.uid else ("name", self.kind, self.name)
         return (self.cluster, self.namespace, *obj, self.reason)
 
@@ -170,6 +175,7 @@ def document(d: Digest) -> dict[str, Any]:
                 "type": s.type,
                 "reportingComponent": s.reporting_component,
                 "untrusted": s.untrusted,
+                "overflow": s.overflow,
             },
             "window": {"start": _time(d.start), "end": _time(d.end)},
             "occurrences": d.occurrences,
@@ -265,6 +271,7 @@ def from_envelope(envelope: Envelope) -> Digest:
         type=_text(s, "type") or "Normal",
         reporting_component=_text(s, "reportingComponent"),
         untrusted=_bool(s, "untrusted"),
+        overflow=_bool(s, "overflow"),
     )
     start, end = _when(w, "start"), _when(w, "end")
     assert start is not None and end is not None

@@ -40,6 +40,7 @@ SUBSCRIBERS = {
     "k8s_event_consumer.alerting": "ALERTING_",
     "k8s_event_consumer.remediation": "REMEDIATION_",
     "k8s_event_consumer.otlp": "OTLP_",
+    "k8s_event_consumer.digests": "DIGESTS_",
 }
 
 
