@@ -36,7 +36,7 @@ ARG VERSION=0.1.0
 # Where the source lives: set it when you publish the image (--build-arg SOURCE=...).
 ARG SOURCE=https://git.example.com/k8s-event-bridge
 LABEL org.opencontainers.image.title="k8s-event-bridge" \
-      org.opencontainers.image.description="Kubernetes Events to NATS JetStream as CloudEvents (k8s-event-bridge), and its subscribers k8s-event-alerting, k8s-event-remediation and k8s-event-otlp" \
+      org.opencontainers.image.description="Kubernetes Events to NATS JetStream as CloudEvents (k8s-event-bridge), and its subscribers k8s-event-alerting, k8s-event-remediation, k8s-event-otlp and k8s-event-digests" \
       org.opencontainers.image.source="$SOURCE" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="$VERSION"
@@ -66,6 +66,7 @@ RUN --mount=type=bind,from=build,source=/build,target=/build \
  && REMEDIATION_KUBERNETES__CLUSTER=check k8s-event-remediation check-config > /dev/null \
  && k8s-event-alerting check-config > /dev/null \
  && k8s-event-otlp check-config > /dev/null \
+ && k8s-event-digests check-config > /dev/null \
  && rm -rf /usr/local/bin/pip /usr/local/bin/pip3 /usr/local/bin/pip3.* /usr/local/bin/wheel \
       /usr/local/lib/python3.*/site-packages/* /usr/local/lib/python3.*/ensurepip \
       /usr/lib/python3.*/ensurepip /usr/share/python-wheels \
