@@ -86,7 +86,7 @@ def attrs(kvs: Any) -> dict[str, Any]:
         if which == "array_value":
             out[kv.key] = [x.string_value for x in v.array_value.values]
         else:
-            out[kv.key] = getattr(v, which)
+            out[kv.key] = getattr(v, str(which))
     return out
 
 
