@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
@@ -299,3 +301,58 @@ def test_reading_digests_reads_the_digests_stream_with_the_shipped_dead_letters(
     assert s.nats.read_stream == "K8S_DIGESTS"
     assert s.nats.filters == ["k8s.digests.>"]
     assert (s.dead_letter.stream, s.dead_letter.subject) == ("K8S_EVENTS_DEAD", "k8s.dead.otlp")
+
+
+# --- the example manifest (deploy/consumers/otlp-digests.yaml) ---------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manifest(name: str) -> dict[str, dict[str, Any]]:
+    return {
+        d["kind"]: d for d in yaml.safe_load_all((ROOT / "deploy/consumers" / name).read_text())
+    }
+
+
+def manifest_settings(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for var in [v for v in os.environ if v.startswith("OTLP_")]:
+        monkeypatch.delenv(var)
+    f = tmp_path / name
+    f.write_text(manifest(name)["ConfigMap"]["data"]["otlp.yaml"])
+    return settings.load(str(f))
+
+
+def test_the_digests_manifest_reads_digests_with_a_durable_of_its_own_beside_otlp_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dig = manifest_settings("otlp-digests.yaml", tmp_path, monkeypatch)
+    ev = manifest_settings("otlp.yaml", tmp_path, monkeypatch)
+    assert (dig.nats.reads, dig.nats.read_stream) == ("digests", "K8S_DIGESTS")
+    assert dig.nats.filters == ["k8s.digests.>"]
+    assert dig.nats.durable == "k8s-event-otlp-digests" != ev.nats.durable
+    # beside it: the one NATS user and Secret, and the dead-letter stream in one shape
+    assert dig.nats.user == ev.nats.user
+    assert dig.dead_letter == ev.dead_letter
+    assert dig.nats.inbox_prefix == ev.nats.inbox_prefix
+
+
+def test_the_digests_manifest_takes_nothing_of_otlp_yamls_objects() -> None:
+    dig, ev = manifest("otlp-digests.yaml"), manifest("otlp.yaml")
+    assert sorted(dig) == sorted(ev)
+    for kind in dig:
+        assert dig[kind]["metadata"]["name"] != ev[kind]["metadata"]["name"]
+    ev_labels = ev["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for selector in (
+        dig["Deployment"]["spec"]["selector"]["matchLabels"],
+        dig["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
+    ):
+        assert not selector.items() <= ev_labels.items()  # never selects otlp.yaml's Pods
+    pod = dig["Deployment"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "config"]
+    assert c["args"] == ["run", "--config", f"{mount['mountPath']}/otlp.yaml"]
+    assert pod["automountServiceAccountToken"] is False
+    assert dig["ServiceAccount"]["automountServiceAccountToken"] is False
+    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e
+               and "secretKeyRef" in e["valueFrom"]}  # fmt: skip
+    assert secrets == {"k8s-event-otlp"}  # otlp.yaml's
