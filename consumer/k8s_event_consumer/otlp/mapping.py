@@ -24,6 +24,13 @@ Every value is the message's word, and anyone who may publish into an Event subj
 it: nothing here fails on an odd one (a field of the wrong type is left out, a string that is
 no valid UTF-8 has the offending code points replaced, a time outside what OTLP holds is 0),
 and no attribute's name comes from a message but a status event's known fields.
+
+A digest (``io.k8s.digest``, read with ``nats.reads: digests``: one series in one window,
+``k8s_event_common.digests``) is one record too (``digest``): the series' object on the resource
+as an Event's is, the reason and ``k8s.event.count`` = its occurrences in the window on the
+record, the rest under ``k8s_event_bridge.digest.*``, its time the window's end. Its series is
+judged by the same rule: one its writer marked ``untrusted``, or that the rule would not trust
+from its namespace (a Node named from a tenant's namespace), names no object.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +46,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
 
+from k8s_event_common import digests, tenancy
 from k8s_event_consumer.consuming import Delivery
 from k8s_event_consumer.events import KubeEvent, Status, parse_time
 
@@ -282,11 +290,100 @@ def describe(s: Status) -> str:
     return f"{text}: {detail}" if detail else text
 
 
+DIGEST = "k8s_event_bridge.digest."  # the digest's own attributes
+
+
+def _iso(t: datetime | None) -> str:
+    """RFC 3339 in UTC with ``Z``, as a digest spells its times; "" for none."""
+    if t is None:
+        return ""
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def digest(dg: digests.Digest, d: Delivery, extra: Resource = ()) -> Mapped:
+    """A digest → its record (module docstring): one record per series per window.
+
+    ``time_unix_nano`` is the window's end, not the series' last seen: the digest is the word
+    on ``[start, end)`` of the stream's own time and is complete only at its end (the
+    CloudEvent's ``time`` says the same); the end is always there and the same for every copy
+    of the digest, where ``last_seen`` is the recorder's clock, absent for some, and can lag
+    the window by half an hour (the new broadcaster refreshes a series that seldom), or lie
+    outside it. ``last_seen`` is kept as an attribute."""
+    s, ident = dg.series, dg.id
+    verdict = tenancy.reference(
+        s.namespace, s.kind, "" if tenancy.cluster_kind(s.kind) else s.namespace, s.name
+    )
+    trusted = verdict.trusted and not s.untrusted
+    if not trusted:  # nothing of it names the object, the body neither
+        s = replace(s, name="", uid="", untrusted=True)
+        dg = replace(dg, series=s)
+    namespace = verdict.object_namespace if trusted else s.namespace
+    kind = s.kind.lower()
+    resource: list[Attr] = [
+        ("k8s.cluster.name", s.cluster),
+        ("k8s.namespace.name", namespace),
+        ("k8s.object.kind", s.kind),
+    ]
+    if trusted:
+        resource += [("k8s.object.name", s.name), ("k8s.object.uid", s.uid)]
+        if kind in SEMCONV_KINDS:
+            resource += [(f"k8s.{kind}.name", s.name), (f"k8s.{kind}.uid", s.uid)]
+        elif kind == "node":
+            resource += [("k8s.node.name", s.name), ("k8s.node.uid", s.uid)]
+    attrs: list[Attr] = [
+        # the receiver's names, for what they mean on a series
+        ("k8s.event.reason", s.reason),
+        ("k8s.namespace.name", namespace),
+        ("k8s.event.count", dg.occurrences),  # in this window: what the counts advanced
+        ("k8s.event.type", s.type),
+        ("k8s.event.reporting_component", s.reporting_component),
+        *cloudevent_attrs(d, trusted),  # cloudevents.event_id: the digest's id
+        # ours
+        (DIGEST + "window_start", _iso(dg.start)),
+        (DIGEST + "window_end", _iso(dg.end)),
+        (DIGEST + "window_seconds", dg.window),
+        (DIGEST + "versions", dg.versions),
+        (DIGEST + "count_from", dg.count_from),
+        (DIGEST + "count_to", dg.count_to),
+        (DIGEST + "first_seen", _iso(dg.first_seen)),
+        (DIGEST + "last_seen", _iso(dg.last_seen)),
+        (DIGEST + "sampled", dg.sampled),
+        (DIGEST + "combined", dg.combined),
+        (DIGEST + "first_message", dg.first_message),
+        (DIGEST + "last_message", dg.last_message),
+        (DIGEST + "stream", dg.stream),
+        (DIGEST + "first_sequence", dg.first_seq),
+        (DIGEST + "last_sequence", dg.last_seq),
+        (DIGEST + "events", list(dg.uids) or None),
+        (DIGEST + "events_omitted", dg.uids_omitted or None),
+    ]
+    if not trusted:
+        # why, when the rule says; else the writer's word, which does not carry its reason
+        why = verdict.why if not verdict.trusted else "untrusted"
+        attrs.append(("k8s_event_bridge.untrusted", [f"{tenancy.OBJECT}:{why}"]))
+    record = LogRecord(
+        time_unix_nano=nanos(dg.end),
+        observed_time_unix_nano=nanos(d.timestamp),
+        severity_number=(
+            SeverityNumber.SEVERITY_NUMBER_WARN
+            if s.type == "Warning"
+            else SeverityNumber.SEVERITY_NUMBER_INFO
+        ),
+        severity_text=text(s.type),
+        body=AnyValue(string_value=text(digests.line(dg))),
+        event_name=digests.TYPE,
+    )
+    record.attributes.extend(_kvs(attrs))
+    return Mapped(_resource(resource, extra), record, ident)
+
+
 def mapped(d: Delivery, extra: Resource = ()) -> Mapped:
     """A delivery → its record; ``extra``: resource attributes every record gets (the
     configuration's ``resource_attributes``, e.g. ``k8s.cluster.uid``)."""
     if d.decoded.event is not None:
         return event(d.decoded.event, d, extra)
+    if d.decoded.digest is not None:
+        return digest(d.decoded.digest, d, extra)
     assert d.decoded.status is not None
     return status(d.decoded.status, d, extra)
 

@@ -185,13 +185,17 @@ def load(path: str | None = None) -> Settings:
             f"nats.ack_wait ({settings.nats.ack_wait:g}s): the first messages of a batch wait "
             "that long before they are marked in progress, and would go to another replica"
         )
-    prefix = settings.nats.subject_prefix + "."
     subject = settings.dead_letter.subject
-    if subject.startswith(prefix) or any(_takes(f, subject) for f in settings.nats.filters):
-        raise ConfigError(
-            f"dead_letter.subject {subject!r} is one of the Event stream's (under "
-            f"{settings.nats.subject_prefix!r}): JetStream would refuse the dead-letter stream"
-        )
+    n = settings.nats
+    # neither the Event stream's nor the digests' (a program reading either may share the
+    # dead-letter stream with the other: docs/consumers.md, "Shipping digests")
+    for what, prefix in (("Event stream", n.subject_prefix), ("digests stream", n.digest_prefix)):
+        filters = n.filters if prefix == n.read_prefix else []
+        if subject.startswith(prefix + ".") or any(_takes(f, subject) for f in filters):
+            raise ConfigError(
+                f"dead_letter.subject {subject!r} is one of the {what}'s (under {prefix!r}): "
+                "JetStream would refuse the dead-letter stream"
+            )
     return settings
 
 
