@@ -40,6 +40,31 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--since", help="from a time on: a duration ago (30s, 10m, 2h, 1d) or an RFC 3339 time"
     )
+    start.add_argument(
+        "--from-seq",
+        type=_sequence,
+        metavar="N",
+        help="from the stream's sequence number N on (a digest's seq N-M: its versions)",
+    )
+    tail.add_argument(
+        "--to-seq",
+        type=_sequence,
+        metavar="M",
+        help="stop after the stream's sequence number M, or at the stream's end if it ends "
+        "before (reads every subject, the filters decide; from the start unless --from-seq)",
+    )
+    tail.add_argument(
+        "--digests",
+        action="store_true",
+        help="the digests (nats.digest_stream: one per series of Events per window), not the "
+        "Events",
+    )
+    tail.add_argument(
+        "--at-least",
+        type=_sequence,
+        metavar="N",
+        help="with --digests: only digests of at least N occurrences",
+    )
     tail.add_argument("--count", type=int, help="stop after printing this many")
     for flag, what in (
         ("--namespace", "namespace"),
@@ -93,6 +118,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sequence(text: str) -> int:
+    """A positive whole number (argparse names the option when it is not one)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not 1 or more")
+    return n
+
+
 DEMO_MOVED = (
     "k8s-event-bridge: the demo is not part of the bridge: run `make demo` in the repository, "
     "or `k8s-event-bridge-demo` with the k8s-event-bridge-sim package (sim/) installed"
@@ -134,7 +170,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             since = tailing.parse_since(args.since) if args.since else None
-            where = tailing.parse_where(args.where, tailing.where_names(cfg))
+            if args.digests:
+                where = tailing.parse_where(
+                    args.where, tailing.digest_where_names(), tailing.DIGEST_UNKNOWN
+                )
+            else:
+                where = tailing.parse_where(args.where, tailing.where_names(cfg))
+            tailing.check_range(args.from_seq, args.to_seq, args.subject)
+            if args.to_seq is not None and since is not None:
+                raise ValueError("--to-seq goes with --from-seq or --all, not --since")
+            if args.at_least is not None and not args.digests:
+                raise ValueError("--at-least counts a digest's occurrences: add --digests")
         except ValueError as exc:
             print(f"k8s-event-bridge: {exc}", file=sys.stderr)
             return EXIT_CONFIG
@@ -150,12 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tailing.tail(
                     cfg,
                     args.subject,
-                    all_=args.all,
+                    # a bounded read without a start reads from the stream's start
+                    all_=args.all or (args.to_seq is not None and args.from_seq is None),
                     count=args.count,
                     filters=filters,
                     since=since,
                     as_json=args.json,
                     color=args.color,
+                    from_seq=args.from_seq,
+                    to_seq=args.to_seq,
+                    digests_=args.digests,
+                    at_least=args.at_least or 0,
                 )
             )
         except KeyboardInterrupt:
