@@ -86,7 +86,7 @@ async def with_digests(stocked: User, users: Callable[[str], Any]) -> User:
     """What ``k8s-event-digests provision`` makes with the operator's credentials: the digests'
     stream, and the digests program's consumers of the versions stream (pull, no acks), beside
     the stream of 20 Events and the checkpoint bucket. Returns the operator."""
-    operator = await users(OPERATOR)
+    operator: User = await users(OPERATOR)
     await operator.js.add_stream(shapes.digest_stream(DIGEST_STREAM, PREFIX, max_age=3600.0))
     for name in READERS:
         config = ConsumerConfig(
