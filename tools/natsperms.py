@@ -20,6 +20,14 @@ lands in the program's own account, which stores nothing, or goes on through one
 imports, where it could publish anyway. A pull request (``$JS.API.CONSUMER.MSG.NEXT...``) is
 answered by many messages: its export's responses are a stream; every other one answers once.
 
+Digests (issue 41): only ``k8s-event-digests`` may publish ``k8s.digests.>`` (the K8S_DIGESTS
+stream, in ``KUBE_EVENTS`` like the rest). It reads the versions stream through consumers its
+``provision`` made (``k8s-event-digests``, ``-0``, ``-1``: one per replica, as the alerting
+subscriber's durables) and moves one to the sequence it starts from with
+``$JS.API.CONSUMER.RESET``: it may not create a consumer, since a consumer's config names its
+``deliver_subject``, and JetStream would push the versions stream from ``KUBE_EVENTS`` into any
+other stream there (the dead-letter stream, a bucket), whatever the permissions say.
+
 ``python -m tools.natsperms`` writes both files; ``--check`` names each that is stale and exits
 1 (``make lint``; tests/integration/test_nats_permissions.py runs the check too).
 """
@@ -40,7 +48,13 @@ COMMAND = "python -m tools.natsperms"
 
 ACCOUNT = "KUBE_EVENTS"  # the owner: JetStream, the stream, every bucket and durable; no program
 BRIDGE = "k8s-event-bridge"
-PROGRAMS = (BRIDGE, "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
+PROGRAMS = (
+    BRIDGE,
+    "k8s-event-alerting",
+    "k8s-event-remediation",
+    "k8s-event-otlp",
+    "k8s-event-digests",
+)
 # a pull request's answer is the messages it asked for: many answers to one request
 STREAM_RESPONSES = "$JS.API.CONSUMER.MSG.NEXT."
 # Imported by every program's account though no program's user may publish it: in an
@@ -66,7 +80,8 @@ HEADER = f"""\
 #
 # Each password comes from an environment variable of nats-server (the server refuses to
 # start while one is unset); the programs take theirs as BRIDGE_NATS__PASSWORD,
-# ALERTING_NATS__PASSWORD, REMEDIATION_NATS__PASSWORD and OTLP_NATS__PASSWORD (with
+# ALERTING_NATS__PASSWORD, REMEDIATION_NATS__PASSWORD, OTLP_NATS__PASSWORD and
+# DIGESTS_NATS__PASSWORD (with
 # `nats.user` set to the user name). Every program sets its own `nats.inbox_prefix` (the
 # defaults are what the permissions name); a changed stream, bucket, durable, subject prefix,
 # dead-letter stream or subject, or inbox prefix needs its subjects changed in permissions.json.

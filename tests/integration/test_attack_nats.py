@@ -101,7 +101,8 @@ def _answers(subject: str, durable: str) -> bool:
     )
 
 
-STORES = (STREAM, f"KV_{perms.CHECKPOINT_BUCKET}", f"KV_{SEEN_BUCKET}", perms.DEAD_STREAM)
+DIGESTS = "K8S_DIGESTS"  # k8s-event-digests' stream (issue 41)
+STORES = (STREAM, f"KV_{perms.CHECKPOINT_BUCKET}", f"KV_{SEEN_BUCKET}", perms.DEAD_STREAM, DIGESTS)
 
 
 async def _stored(operator: User) -> dict[str, int]:
@@ -114,14 +115,16 @@ async def test_one_request_of_a_program_makes_jetstream_store_nothing_where_its_
 ) -> None:
     """Each request a program's user may send, with a reply subject that points into the stream
     (another team's Event subject), the checkpoint bucket, the worker's Seen bucket (the key of a
-    CloudEvent id) or the dead-letter stream. On one account for all (before issue 40) JetStream
-    answered into them: a STREAM.INFO answer became a handled-id entry of the worker, and one
-    pull request on an Event subject made it store and deliver 848 to 1,003 messages. Each
-    program now lives in an account of its own and reaches JetStream through service imports:
-    every answer comes back into its account (its spy sees each one arrive on the reply
-    subject), and nothing is stored outside what the program may write itself."""
+    CloudEvent id), the dead-letter stream or the digests' stream. On one account for all
+    (before issue 40) JetStream answered into them: a STREAM.INFO answer became a handled-id
+    entry of the worker, and one pull request on an Event subject made it store and deliver 848
+    to 1,003 messages. Each program now lives in an account of its own and reaches JetStream
+    through service imports: every answer comes back into its account (its spy sees each one
+    arrive on the reply subject), and nothing is stored outside what the program may write
+    itself."""
     operator = await users(OPERATOR)
     await operator.js.add_stream(perms.dead_letter_shape())
+    await operator.js.add_stream(shapes.digest_stream(DIGESTS, "k8s.digests", max_age=3600.0))
     if program != perms.BRIDGE:
         await provision_durable(users, program, ["k8s.events.>"])
     before = await _stored(operator)
@@ -141,6 +144,7 @@ async def test_one_request_of_a_program_makes_jetstream_store_nothing_where_its_
         f"$KV.{perms.CHECKPOINT_BUCKET}.forged",
         f"$KV.{SEEN_BUCKET}.{KVSeen.key('forged-id')}",
         perms.DEAD_SUBJECT,
+        "k8s.digests.test.team-b.Pod.Forged",
     ]
     try:
         for target in targets:
@@ -168,11 +172,13 @@ async def test_one_request_of_a_program_makes_jetstream_store_nothing_where_its_
         # nothing outside what the program may write itself: an answer whose reply subject is
         # one of its own imports goes through it (into the stream or the checkpoint bucket for
         # the bridge, the worker's own bucket, the OTLP subscriber's dead-letter stream, where
-        # seen.py checks what a handled-id entry says); nothing anywhere else
+        # seen.py checks what a handled-id entry says, the digests' stream for the digests
+        # program); nothing anywhere else
         mine = {
             perms.BRIDGE: {STREAM, f"KV_{perms.CHECKPOINT_BUCKET}"},
             REMEDIATION: {f"KV_{SEEN_BUCKET}"},
             perms.OTLP: {perms.DEAD_STREAM},
+            perms.DIGESTS: {DIGESTS},
         }.get(program, set())
         assert {s: n for s, n in after.items() if s not in mine} == {
             s: before[s] + own_writes[s] for s in STORES if s not in mine

@@ -55,7 +55,7 @@ from tools import natsperms
 
 pytestmark = pytest.mark.integration
 
-BRIDGE, ALERTING, REMEDIATION, OTLP = natsperms.PROGRAMS
+BRIDGE, ALERTING, REMEDIATION, OTLP, DIGESTS = natsperms.PROGRAMS
 SUBSCRIBERS = (ALERTING, REMEDIATION, OTLP)
 STREAM = "K8S_EVENTS"
 DEAD_STREAM = "K8S_EVENTS_DEAD"  # the OTLP subscriber's dead letters, on DEAD_SUBJECT

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 
 from k8s_event_sim.natsserver import NatsServer
@@ -479,3 +480,63 @@ def test_natsauth_refuses_bad_arguments_with_exit_2(tmp_path, args):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("natsauth: ") and "usage:" in done.stderr
     assert done.stdout == ""
+
+
+async def test_in_operator_mode_each_user_connects_and_only_the_digests_one_writes_digests(
+    operator: Operator,
+) -> None:
+    """Every program's user JWT, permissions.json's list in it, fits the CONNECT line (the
+    longest lists are the alerting subscriber's and the digests program's, issue 41); in the
+    accounts of accounts.json the digests user's digest is stored in K8S_DIGESTS, the
+    alerting user's and the bridge's are refused, nothing stored."""
+    from k8s_event_common import streams as shapes
+
+    url = operator.server.url
+    admin = await nats.connect(
+        url,
+        user_credentials=str(operator.user("admin", account=natsperms.ACCOUNT)),
+        allow_reconnect=False,
+    )
+    connected: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    try:
+        await admin.jetstream().add_stream(
+            shapes.digest_stream("K8S_DIGESTS", "k8s.digests", max_age=3600.0)
+        )
+        for program in natsperms.PROGRAMS:
+            creds = operator.user(
+                program,
+                program=program,
+                permissions_file=PERMISSIONS,
+                account=natsperms.account_of(program),
+            )
+            errors[program] = []
+
+            async def on_error(exc: Exception, program: str = program) -> None:
+                errors[program].append(str(exc).lower())
+
+            connected[program] = await nats.connect(
+                url,
+                user_credentials=str(creds),
+                inbox_prefix="_INBOX_" + program.replace("-", "_"),
+                error_cb=on_error,
+                allow_reconnect=False,
+            )
+        subject = "k8s.digests.test.shop.Pod.BackOff"
+        ack = await connected["k8s-event-digests"].jetstream().publish(subject, b"{}", timeout=5)
+        assert (ack.stream, ack.seq) == ("K8S_DIGESTS", 1)
+        for program in ("k8s-event-alerting", "k8s-event-bridge"):
+            with pytest.raises(nats.errors.TimeoutError):
+                await connected[program].jetstream().publish(subject, b"{}", timeout=1)
+
+            async def refused(program: str = program) -> bool:
+                await connected[program].flush()
+                return any(f'publish to "{subject.lower()}"' in e for e in errors[program])
+
+            await eventually(refused, timeout=5)
+        info = await connected["k8s-event-alerting"].jetstream().stream_info("K8S_DIGESTS")
+        assert info.state.messages == 1
+    finally:
+        for nc in connected.values():
+            await nc.close()
+        await admin.close()
