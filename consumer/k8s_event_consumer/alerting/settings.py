@@ -11,6 +11,7 @@ tools.configref``); what the subscribers share (NATS, HTTP, log, the loading) is
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -280,6 +281,16 @@ class DigestsSettings(Section):
     way, and resolves by itself after a window with no digest. Longer: no flapping when digests
     come late; shorter: a storm that stopped resolves sooner."""
 
+    @field_validator("reasons", mode="before")
+    @classmethod
+    def _counts(cls, v: Any) -> Any:
+        # a number, not what pydantic would make one of (true, "5", 5.0)
+        if isinstance(v, dict):
+            for reason, n in v.items():
+                if isinstance(n, bool) or not isinstance(n, int):
+                    raise ValueError(f"{reason}: {n!r} is not a positive number of occurrences")
+        return v
+
     @field_validator("reasons")
     @classmethod
     def _reasons(cls, v: dict[str, int]) -> dict[str, int]:
@@ -289,7 +300,7 @@ class DigestsSettings(Section):
                     f"{reason!r} is not an Event reason (1 to 128 of A-Z a-z 0-9 _ . : -, "
                     "starting with a letter or digit)"
                 )
-            if isinstance(n, bool) or not 1 <= n <= MAX_NUMBER:
+            if not 1 <= n <= MAX_NUMBER:
                 raise ValueError(f"{reason}: {n!r} is not a positive number of occurrences")
         return v
 
