@@ -340,14 +340,15 @@ ALLOWED: dict[str, set[str]] = {
     "what": {
         "gap", "apiserver_unreachable", "apiserver_reachable", "apiserver_degraded",
         "apiserver_recovered", "dropped", "leader_changed", "started", "stopped", "other",
-        "event",
+        "event", "digest",
     },
-    "result": {"alerted", "ignored", "refused", "ok", "unavailable", "rejected", "failed"},
+    "result": {"alerted", "under", "ignored", "refused", "ok", "unavailable", "rejected", "failed"},
     "why": {w.value for w in Why},
     "alertmanager": {"http://127.0.0.1:1"},
     "alertname": {
         "KubernetesWarningEvent", "KubernetesControlPlaneUnreachable", "KubernetesEventsGap",
         "KubernetesEventsDropped", "KubernetesWarningEventsRefused",
+        "KubernetesWarningEventSeries",
     },
     "state": {"firing", "resolved"},
 }  # fmt: skip

@@ -17,6 +17,21 @@ Four alerts, by ``alertname``:
   may not name, by the one rule (``k8s_event_common.tenancy``: a Pod of another namespace, a
   Node from a tenant's namespace), has no ``name`` and an ``untrusted`` label saying why
   (``object:other_namespace``); the label is absent on every other alert.
+- ``KubernetesWarningEventSeries`` {cluster, namespace, kind, name, reason}: from a digest (the
+  digests stream's, with ``nats.reads: digests``: one series, one window) of a Warning series of
+  a chosen reason whose occurrences in its window reach the reason's threshold
+  (``Rules.threshold``); a digest under it fires nothing, so one restart pages nobody. The
+  label set and the tenant rule are the Event alert's (an untrusted series has no ``name``, and
+  ``untrusted`` is ``object``: a digest says that its object is foreign, not why). startsAt =
+  the start of the first of the consecutive windows that reached the threshold; endsAt = the
+  window's end + one window + ``digest_grace``: the next window's digest comes only after the
+  next window ends (and the digests program's delay), so the alert stays firing while
+  consecutive windows keep reaching the threshold and ends by itself after a window with no
+  digest. A later window's digest under the threshold resolves it at once (endsAt = that
+  window's start: the end of the last window that reached it). Annotations: the digest's
+  fields (occurrences, the window, versions, sampled, combined, the versions stream's sequence
+  range) and ``windows``, the consecutive windows at the threshold. Times are the digest's (the
+  versions stream's stored time), never now: a replay decides as the first reading did.
 - ``KubernetesControlPlaneUnreachable`` {cluster, scope}: from ``apiserver_unreachable``,
   firing with no end (the sender gives each send a short horizon, as Prometheus does) until
   ``apiserver_reachable`` resolves it (endsAt = when it was reachable again).
@@ -68,6 +83,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from k8s_event_common.clock import SYSTEM
+from k8s_event_common.digests import Digest, Series
 from k8s_event_consumer.alerting import holding
 from k8s_event_consumer.alerting.holding import Bounds, Held, Kind, Where, Why, cut, value
 from k8s_event_consumer.events import (
@@ -83,6 +99,7 @@ from k8s_event_consumer.events import (
 
 class AlertName(enum.StrEnum):
     EVENT = "KubernetesWarningEvent"
+    SERIES = "KubernetesWarningEventSeries"
     UNREACHABLE = "KubernetesControlPlaneUnreachable"
     GAP = "KubernetesEventsGap"
     DROPPED = "KubernetesEventsDropped"
@@ -99,6 +116,7 @@ REFUSED_LABELS: Final = ("alertname", "cluster", "namespace")
 # the labels each alert is keyed by (and all it carries besides the rules' static ones)
 OWN_LABELS: Final = {
     AlertName.EVENT: EVENT_LABELS,
+    AlertName.SERIES: EVENT_LABELS,
     AlertName.UNREACHABLE: STATUS_LABELS,
     AlertName.GAP: STATUS_LABELS,
     AlertName.DROPPED: DROPPED_LABELS,
@@ -107,6 +125,24 @@ OWN_LABELS: Final = {
 # the annotations each alert carries (an alert taken back keeps these only)
 ANNOTATIONS: Final = {
     AlertName.EVENT: ("summary", "message", "count", "first_seen", "last_seen"),
+    AlertName.SERIES: (
+        "summary",
+        "message",
+        "occurrences",
+        "threshold",
+        "windows",
+        "window_start",
+        "window_end",
+        "first_seen",
+        "last_seen",
+        "versions",
+        "sampled",
+        "combined",
+        "stream",
+        "first_sequence",
+        "last_sequence",
+        "digest",
+    ),
     AlertName.UNREACHABLE: ("summary", "description", "detail", "since", "resolved_detail"),
     AlertName.GAP: (
         "summary",
@@ -142,6 +178,10 @@ _NAMES: Final = frozenset(n.value for n in AlertName)
 # what an alert taken back from Alertmanager must hold, and its annotation of the latest time
 _ADOPT_NEEDS: Final = {
     AlertName.EVENT: (frozenset({"message", "count", "first_seen", "last_seen"}), "last_seen"),
+    AlertName.SERIES: (
+        frozenset({"occurrences", "windows", "window_start", "window_end"}),
+        "window_end",
+    ),
     AlertName.GAP: (
         frozenset({"from_resource_version", "to_resource_version", "certainty", "detected_at"}),
         "detected_at",
@@ -155,6 +195,7 @@ MAX_LABEL_VALUE: Final = 256  # an extension's value longer than this is no labe
 # beyond this many
 SEQUENCES_KEPT: Final = 10_000
 VERSIONS_KEPT: Final = 8  # Event uids an alert remembers its newest version of, the newest
+SERIES_MARK: Final = "object"  # a series alert's untrusted label (a digest says no more)
 
 Clock = Callable[[], datetime]
 Key = tuple[tuple[str, str], ...]
@@ -174,9 +215,11 @@ class Stored:
     time: datetime | None = None
 
 
-def claimed_time(m: KubeEvent | Status) -> datetime | None:
-    """The time a message says it was written: an Event's last seen; a status event's own
-    time (``at``, a gap's ``detectedAt``), else its CloudEvent's ``time``."""
+def claimed_time(m: KubeEvent | Status | Digest) -> datetime | None:
+    """The time a message says it was written: an Event's last seen; a digest's window end; a
+    status event's own time (``at``, a gap's ``detectedAt``), else its CloudEvent's ``time``."""
+    if isinstance(m, Digest):
+        return m.end
     if isinstance(m, KubeEvent):
         return m.last_seen
     if isinstance(m, Gap):
@@ -212,6 +255,12 @@ class Rules:
     # an Event's message (and a status event's detail) kept, in bytes of UTF-8 at most
     message_bytes: int = holding.MESSAGE_BYTES
     bounds: Bounds = field(default_factory=Bounds)  # the alerts held at most
+    # a digest alerts when its occurrences reach its reason's threshold, else this one
+    min_occurrences: int = 3
+    thresholds: Mapping[str, int] = field(default_factory=dict)  # reason -> occurrences
+    # how late after its window's end a digest may come (a series alert's end: window end +
+    # one window + this)
+    digest_grace: timedelta = timedelta(minutes=2)
 
     @property
     def annotation_bytes(self) -> int:
@@ -220,6 +269,13 @@ class Rules:
 
     def wants(self, ev: KubeEvent) -> bool:
         return ev.warning and (not self.reasons or ev.reason in self.reasons)
+
+    def wants_series(self, s: Series) -> bool:
+        return s.type == "Warning" and (not self.reasons or s.reason in self.reasons)
+
+    def threshold(self, reason: str) -> int:
+        """The occurrences in one window at which a series of ``reason`` alerts."""
+        return self.thresholds.get(reason, self.min_occurrences)
 
 
 @dataclass(frozen=True)
@@ -371,6 +427,101 @@ class State:
         why = self._hold(_retired(old.labels), _Record(gone, record.latest), Kind.EVENT, where)
         refusal = self._refused(why, where, gone, last) if why is not None else []
         return [gone, alert, *refusal]
+
+    def digest(self, d: Digest, stored: Stored | None = None) -> list[Alert]:
+        """A digest of one series for one window: [its series alert] when its occurrences
+        reach the threshold (or the alert it resolves, or the alert as it is when this window
+        or a later one is in already); [] when it makes none."""
+        s = d.series
+        if not self.rules.wants_series(s):
+            return []
+        own = {
+            "alertname": AlertName.SERIES.value,
+            "cluster": value(s.cluster),
+            "namespace": value(s.namespace),
+            "kind": value(s.kind),
+            # a series of another namespace's object names none (the digest's name is "")
+            "name": "" if s.untrusted else value(s.name),
+            "reason": value(s.reason),
+        }
+        if s.untrusted:
+            own[UNTRUSTED] = SERIES_MARK
+        key = _key(own, EVENT_LABELS)
+        where = (own["cluster"], own["namespace"])
+        # the window as the stream dates it: one dated ahead of the digests stream's own time
+        # is taken as ending when it was stored
+        length = d.end - d.start
+        end = self._when(d.end, stored)
+        start = end - length
+        threshold = self.rules.threshold(s.reason)
+        over = d.occurrences >= threshold
+        record = self._records.get(key)
+        if record is None:
+            if not over:
+                return []  # under the threshold: nothing fires
+        elif end < record.latest:
+            return [record.alert]  # an older window than one applied: changes nothing
+        elif end == record.latest:
+            shown = record.alert.annotations
+            if not (over and shown.get("window_end") == rfc3339(end)):
+                return [record.alert]  # this window is in already
+            if d.occurrences <= int(shown["occurrences"]):
+                return [record.alert]
+            # another series of the same labels (an object of the same name, a new uid) in
+            # this window, more often: it is shown (the most, whatever the order)
+        elif not over:
+            if not _fires_at(record.alert, start):
+                return []  # resolved already: nothing to say
+            # a later window under the threshold: resolved at its start (the end of the last
+            # window that reached it)
+            gone = replace(record.alert, ends_at=max(record.alert.starts_at, start))
+            why = self._hold(key, _Record(gone, end), Kind.EVENT, where)
+            if why is not None:  # a smaller record is never refused: held as before
+                return [record.alert]
+            return [gone]
+        windows, starts = 1, start
+        if record is not None and _fires_at(record.alert, start) and start <= record.latest:
+            # the window after the one shown (or the same one): the same alert, still firing
+            shown = record.alert.annotations
+            same = end == record.latest
+            windows = int(shown["windows"]) + (0 if same else 1)
+            starts = record.alert.starts_at
+        what = (
+            f"{own['kind']} {own['namespace']}/{own['name']}"
+            if own["name"]
+            else f"{own['kind']} in {own['namespace']} (untrusted)"
+        )
+        alert = Alert(
+            labels=self._labels(own),
+            annotations={
+                "summary": f"{own['reason']}: {what} {d.occurrences} times in "
+                f"{_span(length)} (cluster {own['cluster']}"
+                + (f", {windows} windows in a row)" if windows > 1 else ")"),
+                "message": self._text(d.last_message),
+                "occurrences": str(d.occurrences),
+                "threshold": str(threshold),
+                "windows": str(windows),
+                "window_start": rfc3339(start),
+                "window_end": rfc3339(end),
+                "first_seen": rfc3339(d.first_seen) if d.first_seen else "",
+                "last_seen": rfc3339(d.last_seen) if d.last_seen else "",
+                "versions": str(d.versions),
+                "sampled": str(d.sampled).lower(),
+                "combined": str(d.combined).lower(),
+                "stream": value(d.stream),
+                "first_sequence": str(d.first_seq),
+                "last_sequence": str(d.last_seq),
+                "digest": d.id,
+            },
+            starts_at=starts,
+            ends_at=end + length + self.rules.digest_grace,
+            generator_url=self.rules.generator_url,
+        )
+        why = self._hold(key, _Record(alert, end), Kind.EVENT, where)
+        if why is not None:
+            before = [record.alert] if record is not None else []
+            return before + self._refused(why, where, alert, end)
+        return [alert]
 
     def unreachable(self, s: ApiserverUnreachable, stored: Stored | None = None) -> list[Alert]:
         """The API server is unreachable for a scope: the alert fires until it is reachable."""
@@ -550,7 +701,7 @@ class State:
                 record = self._adopted(a, own)
             except (KeyError, ValueError):
                 continue  # not in the shape this version writes
-            if name is AlertName.EVENT:
+            if name in (AlertName.EVENT, AlertName.SERIES):
                 where: Where | None = (own["cluster"], own["namespace"])
                 why = self._hold(key, record, Kind.EVENT, where)
             else:
@@ -736,6 +887,17 @@ def _counting(
         assert record.alert.ends_at is not None
         ends = max(ends, record.alert.ends_at)
     return count, starts, ends
+
+
+def _span(t: timedelta) -> str:
+    """A window's length as a person reads it: 5m, 30s, 1h, 2m30s."""
+    left = int(t.total_seconds())
+    parts = []
+    for unit, n in (("h", 3600), ("m", 60), ("s", 1)):
+        if left >= n:
+            parts.append(f"{left // n}{unit}")
+            left %= n
+    return "".join(parts) or "0s"
 
 
 def _rv_min(a: str, b: str) -> str:

@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 
 from k8s_event_common.clock import SYSTEM, Clock
 from k8s_event_common.connecting import CredentialError, client_tls_context
+from k8s_event_common.digests import Digest
 from k8s_event_consumer import logs, runtime
 from k8s_event_consumer.alerting import alertmanager
 from k8s_event_consumer.alerting.alerts import (
@@ -52,7 +53,7 @@ log = logs.get("alerting")
 METRICS_PREFIX = "k8s_event_alerting_"
 # A metric label names a message's kind from the fixed set (events.STATUS_KINDS, else "other"):
 # a label value taken from the message unchecked would make a new series per value.
-KINDS = ("event", *STATUS_KINDS, "other")
+KINDS = ("event", "digest", *STATUS_KINDS, "other")
 COUNTERS = (
     Counter.by(
         "events_total",
@@ -60,6 +61,14 @@ COUNTERS = (
         "every one, holds its most alerts)",
         "result",
         ("alerted", "ignored", "refused"),
+    ),
+    Counter.by(
+        "digests_total",
+        "digests read (nats.reads: digests), by result: alerted (the threshold reached), "
+        "under (below it: resolves a firing alert, fires nothing), ignored (not a Warning of "
+        "a kept reason), refused (a bound reached)",
+        "result",
+        ("alerted", "under", "ignored", "refused"),
     ),
     Counter.by(
         "alerts_refused_total",
@@ -168,9 +177,10 @@ class Alerting:
             on_apiserver_reachable=self.on_apiserver_reachable,
             on_dropped=self.on_dropped,
             on_status=self.on_status,
+            on_digest=self.on_digest,
         )
 
-    def checked(self, m: KubeEvent | Status, d: Delivery) -> Stored:
+    def checked(self, m: KubeEvent | Status | Digest, d: Delivery) -> Stored:
         """Where the message was stored; one dated ahead of that is counted and logged once
         (``future_dated``): the state takes it as written at the stream's time."""
         at = stored(d)
@@ -202,6 +212,28 @@ class Alerting:
         self.metrics.inc("events_total", result=result)
         if alerts:
             log.debug("event_alert", id=value(ev.id), reason=value(ev.reason), count=ev.count)
+            await self.deliver(alerts, d)
+
+    async def on_digest(self, dg: Digest, d: Delivery) -> None:
+        self._refused = False
+        alerts = self.state.digest(dg, self.checked(dg, d))
+        if self._refused:
+            result = "refused"
+        elif not self.state.rules.wants_series(dg.series):
+            result = "ignored"
+        elif dg.occurrences >= self.state.rules.threshold(dg.series.reason):
+            result = "alerted"
+        else:
+            result = "under"
+        self.metrics.inc("digests_total", result=result)
+        if alerts:
+            log.debug(
+                "digest_alert",
+                id=value(dg.id),
+                reason=value(dg.series.reason),
+                occurrences=dg.occurrences,
+                result=result,
+            )
             await self.deliver(alerts, d)
 
     async def on_gap(self, s: Gap, d: Delivery) -> None:
@@ -302,9 +334,11 @@ class Alerting:
     def apply(self, d: Delivery) -> None:
         """A message into the state without sending (the replay at start): in the stream's
         order, as the consumer applies it."""
-        ev, st = d.decoded.event, d.decoded.status
+        ev, st, dg = d.decoded.event, d.decoded.status, d.decoded.digest
         if ev is not None:
             self.state.event(ev, self.checked(ev, d))
+        elif dg is not None:
+            self.state.digest(dg, self.checked(dg, d))
         elif isinstance(st, Gap):
             self.state.gap(st, self.checked(st, d))
         elif isinstance(st, ApiserverUnreachable):
@@ -373,6 +407,9 @@ def rules(cfg: Settings) -> Rules:
         extension_labels=tuple(a.extension_labels),
         generator_url=cfg.generator_url,
         message_bytes=a.message_bytes,
+        min_occurrences=cfg.digests.min_occurrences,
+        thresholds=dict(cfg.digests.reasons),
+        digest_grace=timedelta(seconds=cfg.digests.grace),
         bounds=Bounds(
             alerts=a.max_alerts,
             bytes=a.max_bytes,
@@ -441,8 +478,9 @@ class Program(runtime.Subscriber):
         cfg: Settings = self.settings
         if cfg.recover_window > 0:
             window = timedelta(seconds=cfg.recover_window)
-            # by message gets, no consumer: its user may create none (docs/deploy.md)
-            await self.alerting.recover(nc, cfg.nats.stream, cfg.nats.filters, window)
+            # by message gets, no consumer: its user may create none (docs/deploy.md); the
+            # stream the durable reads (with reads: digests the digests', all of its subjects)
+            await self.alerting.recover(nc, cfg.nats.read_stream, cfg.nats.filters, window)
         await self.alerting.adopt()
 
     async def consume(self, consumer: Consumer) -> None:

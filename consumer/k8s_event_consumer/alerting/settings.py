@@ -11,11 +11,13 @@ tools.configref``); what the subscribers share (NATS, HTTP, log, the loading) is
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from k8s_event_common.cloudevents import EXTENSION_NAME
+from k8s_event_common.digests import MAX_NUMBER
 from k8s_event_consumer import configuring
 from k8s_event_consumer.alerting.holding import MESSAGE_BYTES, MIB
 from k8s_event_consumer.configuring import (
@@ -164,7 +166,7 @@ class AlertsSettings(Section):
     `[]`: none."""
     generator_url: str | None = None
     """The alerts' generatorURL, by which the subscriber also knows its own alerts in
-    Alertmanager at start. null: `nats://<stream>/<durable>`."""
+    Alertmanager at start. null: `nats://<the stream it reads>/<durable>`."""
     message_bytes: int = Field(MESSAGE_BYTES, ge=64, le=64 * 1024)
     """An Event's message is kept in its alert's `message` annotation up to this many bytes of
     UTF-8 (as events.k8s.io caps a note), cut on a character boundary and ending
@@ -253,6 +255,56 @@ class AlertsSettings(Section):
         return v
 
 
+# a reason as the recorders write one (UpperCamelCase by convention; the API server takes at most
+# 128 characters): a name that can be no reason is a typo here, and would never alert
+_REASON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+class DigestsSettings(Section):
+    """Alerts from digests, with `nats.reads: digests` (docs/consumers.md: alerting on digests):
+    a Warning series of one of `alerts.reasons` fires `KubernetesWarningEventSeries` when its
+    occurrences in one window reach its threshold; under it, nothing fires."""
+
+    min_occurrences: int = Field(3, ge=1, le=MAX_NUMBER)
+    """The threshold of every reason `reasons` does not name: a series alerts when it happened
+    at least this many times in one window (its digest's `occurrences`). 1: every digest of a
+    kept reason alerts, as every Event does."""
+    reasons: dict[str, int] = Field({}, examples=[{"BackOff": 5, "OOMKilling": 1}])
+    """Thresholds of their own, by reason (exact, case-sensitive): reason → the occurrences in
+    one window at which its series alerts (a positive number). A reason here must be one of
+    `alerts.reasons` (unless that is `[]`): no other alerts at all. `{}`: `min_occurrences`
+    for every reason."""
+    grace: PositiveDuration = 120.0
+    """How late after its window's end a digest may come (the digests program closes a window a
+    little after it ends, and this subscriber may lag): a series alert ends at its window's end
+    plus one window plus this, so that it stays firing while the next window's digest is on its
+    way, and resolves by itself after a window with no digest. Longer: no flapping when digests
+    come late; shorter: a storm that stopped resolves sooner."""
+
+    @field_validator("reasons", mode="before")
+    @classmethod
+    def _counts(cls, v: Any) -> Any:
+        # a number, not what pydantic would make one of (true, "5", 5.0)
+        if isinstance(v, dict):
+            for reason, n in v.items():
+                if isinstance(n, bool) or not isinstance(n, int):
+                    raise ValueError(f"{reason}: {n!r} is not a positive number of occurrences")
+        return v
+
+    @field_validator("reasons")
+    @classmethod
+    def _reasons(cls, v: dict[str, int]) -> dict[str, int]:
+        for reason, n in v.items():
+            if not _REASON.fullmatch(reason):
+                raise ValueError(
+                    f"{reason!r} is not an Event reason (1 to 128 of A-Z a-z 0-9 _ . : -, "
+                    "starting with a letter or digit)"
+                )
+            if not 1 <= n <= MAX_NUMBER:
+                raise ValueError(f"{reason}: {n!r} is not a positive number of occurrences")
+        return v
+
+
 class Settings(configuring.SubscriberSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
@@ -262,14 +314,27 @@ class Settings(configuring.SubscriberSettings):
     the control plane and gap alerts come from them (with `match`, `status_events` does)."""
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
     alerts: AlertsSettings = AlertsSettings()
+    digests: DigestsSettings = DigestsSettings()
     http: HttpSettings = HttpSettings()
     """The HTTP server: /healthz (alive), /readyz (200 once the durable consumer is bound and the
     state recovered), /metrics (prefix `k8s_event_alerting_`; docs/consumers.md)."""
     log: LogSettings = LogSettings()
 
+    @model_validator(mode="after")
+    def _digest_reasons(self) -> Settings:
+        kept = self.alerts.reasons
+        unkept = sorted(set(self.digests.reasons) - set(kept)) if kept else []
+        if unkept:
+            raise ValueError(
+                f"digests.reasons: {', '.join(unkept)} not in alerts.reasons: such a series "
+                "never alerts (add the reason to alerts.reasons, or set alerts.reasons: [])"
+            )
+        return self
+
     @property
     def generator_url(self) -> str:
-        return self.alerts.generator_url or f"nats://{self.nats.stream}/{self.nats.durable}"
+        n = self.nats
+        return self.alerts.generator_url or f"nats://{n.read_stream}/{n.durable}"
 
     @property
     def recover_window(self) -> float:
