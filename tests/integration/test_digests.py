@@ -22,6 +22,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from bridge.core.converting import Converter
 from k8s_event_common import cloudevents, digests, streams
 from k8s_event_consumer import events
+from k8s_event_consumer.digests import reading
 from k8s_event_consumer.digests.fold import Projection
 from tests.integration.harness import ConsumerProcess, subscriber_config
 from tests.streams import k8s_events
@@ -30,6 +31,7 @@ from tests.support import eventually
 pytestmark = pytest.mark.integration
 STREAM, DIGESTS, PREFIX = "K8S_EVENTS", "K8S_DIGESTS", "k8s.digests"
 MODULE = "k8s_event_consumer.digests"
+NAMES = ("k8s-event-digests-0", "k8s-event-digests-1")
 CONVERT = Converter("c1", "k8s.events", "structured")
 
 
@@ -78,6 +80,8 @@ async def nc(nats_server: Any) -> AsyncIterator[Any]:
     c = await nats.connect(nats_server.url)
     await c.jetstream().add_stream(k8s_events(stream=STREAM))
     await streams.provision(c, streams.digest_stream(DIGESTS, PREFIX, max_age=30 * 86400.0))
+    for name in NAMES:  # what k8s-event-digests provision makes, one consumer per replica
+        await reading.provision(c, STREAM, name)
     yield c
     with contextlib.suppress(Exception):
         await c.close()
@@ -87,7 +91,7 @@ def digester(tmp_path: Path, nats_server: Any, n: int = 0, **digest: Any) -> Con
     cfg = subscriber_config(
         tmp_path,
         MODULE,
-        {"servers": [nats_server.url]},
+        {"servers": [nats_server.url], "durable": NAMES[n]},
         tmp_path / "none",
         name=f"digests-{n}.yaml",
         digests={"window": "2s", "grace": "300ms", **digest},

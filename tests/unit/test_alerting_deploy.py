@@ -149,6 +149,9 @@ def test_the_nats_user_may_use_each_replicas_durable_and_its_read_back(durable: 
 def test_the_nats_user_may_use_no_other_consumer() -> None:
     """Least privilege still: every consumer subject names one of these durables."""
     names = {"k8s-event-alerting", *replica_names()}
+    # deploy/consumers/alerting-digests.yaml: the same user, its durables on the digests
+    names |= {"k8s-event-alerting-digests", "k8s-event-alerting-digests-0",
+              "k8s-event-alerting-digests-1"}  # fmt: skip
     for subject in alerting_permissions():
         if subject.startswith(("$JS.API.CONSUMER.", "$JS.ACK.")):
             consumer = subject.removesuffix(".>").split(".")[-1]

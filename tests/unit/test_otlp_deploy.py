@@ -138,6 +138,11 @@ def test_the_nats_user_may_do_exactly_what_the_manifests_config_uses(
             f"$JS.ACK.{stream}.{durable}.>",
             f"$JS.API.STREAM.INFO.{cfg.dead_letter.stream}",
             cfg.dead_letter.subject,
+            # deploy/consumers/otlp-digests.yaml: the same user reads the digests' stream
+            f"$JS.API.STREAM.INFO.{cfg.nats.digest_stream}",
+            f"$JS.API.CONSUMER.INFO.{cfg.nats.digest_stream}.{durable}-digests",
+            f"$JS.API.CONSUMER.MSG.NEXT.{cfg.nats.digest_stream}.{durable}-digests",
+            f"$JS.ACK.{cfg.nats.digest_stream}.{durable}-digests.>",
         ]
     )
     assert user["subscribe"] == {"allow": [f"{cfg.nats.inbox_prefix}.>"]}

@@ -1,16 +1,18 @@
 """The Events' stream read whole and in sequence order, from a place, for as long as it runs:
-through a consumer of the program's own (``<prefix>-<8 hex>``: no acks, in memory, deleted at
-the end, gone after a minute of nobody reading when a crash left it). A sequence that does not
-follow the last one read (a pull answer lost with the connection) makes a new consumer from
-the one after the last read; messages JetStream no longer has (its limits dropped them) are
-passed over, counted."""
+through the consumer ``nats.durable`` names (``k8s-event-digests``, ``-0``, ``-1``: one per
+replica), which ``k8s-event-digests provision`` makes (pull, no acks, every subject). The
+program never creates a consumer (a consumer's delivery subject would let its maker copy the
+Events into any stream of the account: docs/deploy.md); it moves its own to the sequence it
+wants (``$JS.API.CONSUMER.RESET``, nats-server 2.14 and later) and finds the sequence of a time
+with one message get. A sequence that does not follow the last one read (a pull answer lost
+with the connection) moves the consumer back to the one after the last read; messages
+JetStream no longer has (its limits dropped them) are passed over, counted."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import secrets
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,11 +25,49 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from k8s_event_common.cloudevents import parse_time
+from k8s_event_common.streams import Difference, ShapeMismatch
 from k8s_event_consumer import fetching
 from k8s_event_consumer.options import MAX_BATCH_BYTES
 
 BATCH = 256
-INACTIVE = 60.0  # seconds: JetStream removes a consumer nobody read this long
+
+
+def consumer_config(name: str) -> ConsumerConfig:
+    """The shape of the program's consumer: pull, no acks, every subject, from the start."""
+    return ConsumerConfig(
+        durable_name=name,
+        name=name,
+        ack_policy=AckPolicy.NONE,
+        deliver_policy=DeliverPolicy.ALL,
+        description="k8s-event-digests: the Events read in order (moved by CONSUMER.RESET)",
+    )
+
+
+async def provision(nc: NATS, stream: str, name: str) -> str:
+    """Make the consumer ``name`` (an operator's credentials): "created" or "unchanged"."""
+    js = nc.jetstream()
+    try:
+        await check(nc, stream, name)
+        return "unchanged"
+    except nats.js.errors.NotFoundError:
+        await js.add_consumer(stream, consumer_config(name))
+        return "created"
+
+
+async def check(nc: NATS, stream: str, name: str) -> None:
+    """The consumer is there (``NotFoundError`` when not: provision it) in the shape the
+    program reads with (``ShapeMismatch`` naming each difference)."""
+    info = await nc.jetstream().consumer_info(stream, name)
+    c = info.config
+    diffs = []
+    if c.ack_policy != AckPolicy.NONE:
+        diffs.append(Difference("ack_policy", str(c.ack_policy), "none"))
+    if c.deliver_subject:
+        diffs.append(Difference("deliver_subject", c.deliver_subject, None))
+    if c.filter_subject or c.filter_subjects:
+        diffs.append(Difference("filter_subject", c.filter_subject or c.filter_subjects, None))
+    if diffs:
+        raise ShapeMismatch(f"{stream} consumer {name}", diffs)
 
 
 @dataclass(frozen=True)
@@ -52,37 +92,46 @@ async def state(nc: NATS, stream: str, timeout: float = 5.0) -> StreamState:
     )
 
 
+async def sequence_at(nc: NATS, stream: str, t: datetime, timeout: float = 5.0) -> int | None:
+    """The first sequence stored at or after ``t``; None when there is none yet."""
+    req = json.dumps({"start_time": t.isoformat()}).encode()
+    msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", req, timeout=timeout)
+    resp: dict[str, Any] = json.loads(msg.data)
+    if "error" in resp:
+        if resp["error"].get("code") == 404:
+            return None
+        nats.js.errors.APIError.from_error(resp["error"])
+    return int(resp["message"]["seq"])
+
+
 class Reader:
     """``batches(after)``: lists of messages in sequence order, each the next one; an empty
     list when ``idle`` passed with nothing new (the caller may close a window then)."""
 
-    def __init__(self, nc: NATS, stream: str, prefix: str, *, idle: float = 1.0) -> None:
+    def __init__(self, nc: NATS, stream: str, name: str, *, idle: float = 1.0) -> None:
         self.nc = nc
         self.stream = stream
-        self.prefix = prefix
+        self.name = name
         self.idle = idle
-        self.name = ""
         self.fetcher: fetching.Fetcher | None = None
         self.restarts = 0  # consumers made again after a gap
         self.missing = 0  # sequences JetStream no longer had when read
 
     async def _open(self, start: int | datetime) -> None:
+        """Move the consumer to ``start`` (a sequence, or the first stored at a time)."""
         await self._drop()
-        self.name = f"{self.prefix}-{secrets.token_hex(4)}"
-        cfg = ConsumerConfig(
-            name=self.name,
-            ack_policy=AckPolicy.NONE,
-            mem_storage=True,
-            num_replicas=1,
-            inactive_threshold=INACTIVE,
-        )
         if isinstance(start, datetime):
-            cfg.deliver_policy = DeliverPolicy.BY_START_TIME
-            cfg.opt_start_time = start.isoformat()  # type: ignore[assignment]  # as sent
-        else:
-            cfg.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
-            cfg.opt_start_seq = max(1, start)
-        await self.nc.jetstream().add_consumer(self.stream, cfg)
+            seq = await sequence_at(self.nc, self.stream, start)
+            if seq is None:  # nothing stored since: from the end on
+                seq = (await state(self.nc, self.stream)).last_seq + 1
+            start = seq
+        req = json.dumps({"seq": max(1, start)}).encode()
+        msg = await self.nc.request(
+            f"$JS.API.CONSUMER.RESET.{self.stream}.{self.name}", req, timeout=5.0
+        )
+        resp: dict[str, Any] = json.loads(msg.data)
+        if "error" in resp:
+            nats.js.errors.APIError.from_error(resp["error"])
         self.fetcher = fetching.Fetcher(self.nc, self.stream, self.name)
 
     async def _drop(self) -> None:
@@ -90,10 +139,6 @@ class Reader:
             with contextlib.suppress(Exception):
                 await self.fetcher.unsubscribe()
             self.fetcher = None
-        if self.name:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
-                await self.nc.jetstream().delete_consumer(self.stream, self.name)
-            self.name = ""
 
     async def batches(
         self, after: int, since: datetime | None = None

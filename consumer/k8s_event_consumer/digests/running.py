@@ -125,6 +125,11 @@ class Program(runtime.Subscriber):
             "digests' stream",
             unchecked=["num_replicas"],
         )
+        if self.ctx.provision:
+            done = await reading.provision(nc, n.stream, n.durable)
+            self.log.info("consumer_provisioned", stream=n.stream, consumer=n.durable, result=done)
+        else:
+            await reading.check(nc, n.stream, n.durable)  # NotFoundError: waited for
         return NoSeen()
 
     async def prepare(self, nc: NATS, consumer: Any) -> None:
