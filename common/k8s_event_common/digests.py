@@ -143,8 +143,12 @@ def _time(t: datetime | None) -> str | None:
     if t is None:
         return None
     t = t.astimezone(UTC)
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if t.microsecond else "%Y-%m-%dT%H:%M:%SZ"
-    return t.strftime(fmt)
+    frac = f".{t.microsecond:06d}" if t.microsecond else ""
+    # the year in four digits always (strftime's %Y writes year 999 as "999": no RFC 3339)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+        f"{frac}Z"
+    )
 
 
 def document(d: Digest) -> dict[str, Any]:

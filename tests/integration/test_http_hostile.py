@@ -72,6 +72,7 @@ PROGRAMS = (
     Program("k8s-event-alerting", "k8s_event_consumer.alerting", "events_total"),
     Program("k8s-event-remediation", "k8s_event_consumer.remediation", "events_total"),
     Program("k8s-event-otlp", "k8s_event_consumer.otlp", "records_total"),
+    Program("k8s-event-digests", "k8s_event_consumer.digests", "versions_total"),
 )
 
 

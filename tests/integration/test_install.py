@@ -266,6 +266,7 @@ def test_the_bridge_prints_its_package_version(installed: Installed, tmp_path: P
         ("k8s-event-alerting", {}),
         ("k8s-event-remediation", {"REMEDIATION_KUBERNETES__CLUSTER": "check"}),
         ("k8s-event-otlp", {}),
+        ("k8s-event-digests", {}),
     ],
 )
 def test_each_program_checks_its_default_config(

@@ -164,6 +164,7 @@ def _checks(project: str, extras: set[str]) -> list[Check]:
         return [Check(("k8s-event-bridge-demo", "--help"))]
     if project == "k8s-event-bridge-consumer":
         out = [Check(("python", "-c", "import k8s_event_consumer"))]  # the kit: no extra
+        out.append(Check(("k8s-event-digests", "check-config"), config=True))  # no extra either
         if "alerting" in extras:
             out.append(Check(("k8s-event-alerting", "check-config"), config=True))
         if "remediation" in extras:
@@ -374,6 +375,7 @@ def test_every_pip_install_in_the_docs_is_run() -> None:
         "k8s-event-alerting",
         "k8s-event-remediation",
         "k8s-event-otlp",
+        "k8s-event-digests",
     }
 
 
@@ -422,6 +424,7 @@ def test_the_docs_are_read_as_installs() -> None:
         "k8s-event-alerting check-config",
         "REMEDIATION_KUBERNETES__CLUSTER=check k8s-event-remediation check-config",
         "k8s-event-otlp check-config",
+        "k8s-event-digests check-config",
     }
 
 

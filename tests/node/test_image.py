@@ -52,6 +52,7 @@ PROGRAMS = {
     "k8s-event-alerting": {},
     "k8s-event-remediation": {"REMEDIATION_KUBERNETES__CLUSTER": "check"},
     "k8s-event-otlp": {},
+    "k8s-event-digests": {},
 }
 
 

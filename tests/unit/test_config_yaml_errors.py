@@ -34,7 +34,13 @@ WHERE = {
     "tab-indent": "line 3",
     "bad-escape": "line 3",
 }
-PROGRAMS = ("k8s-event-bridge", "k8s-event-alerting", "k8s-event-remediation", "k8s-event-otlp")
+PROGRAMS = (
+    "k8s-event-bridge",
+    "k8s-event-alerting",
+    "k8s-event-remediation",
+    "k8s-event-otlp",
+    "k8s-event-digests",
+)
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))

@@ -510,6 +510,7 @@ def test_the_build_smoke_checks_each_program_s_config(final: Stage) -> None:
         "k8s-event-remediation",
         "k8s-event-alerting",
         "k8s-event-otlp",
+        "k8s-event-digests",
     ):
         assert [program, "check-config"] in run, f"{program} check-config is not run"
 

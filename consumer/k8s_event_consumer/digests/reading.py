@@ -45,12 +45,11 @@ def consumer_config(name: str) -> ConsumerConfig:
 
 async def provision(nc: NATS, stream: str, name: str) -> str:
     """Make the consumer ``name`` (an operator's credentials): "created" or "unchanged"."""
-    js = nc.jetstream()
     try:
         await check(nc, stream, name)
         return "unchanged"
     except nats.js.errors.NotFoundError:
-        await js.add_consumer(stream, consumer_config(name))
+        await nc.jetstream(timeout=5.0).add_consumer(stream, consumer_config(name))
         return "created"
 
 

@@ -125,11 +125,23 @@ class Program(runtime.Subscriber):
             "digests' stream",
             unchecked=["num_replicas"],
         )
-        if self.ctx.provision:
-            done = await reading.provision(nc, n.stream, n.durable)
-            self.log.info("consumer_provisioned", stream=n.stream, consumer=n.durable, result=done)
-        else:
-            await reading.check(nc, n.stream, n.durable)  # NotFoundError: waited for
+        try:
+            await reading.check(nc, n.stream, n.durable)
+        except nats.js.errors.NotFoundError:
+            # made where the credentials may (an operator's, or a server without
+            # permissions); the shipped ones may not: then waited for, saying what to do
+            try:
+                await reading.provision(nc, n.stream, n.durable)
+            except (nats.errors.Error, TimeoutError) as exc:
+                self.log.warning(
+                    "consumer_missing",
+                    stream=n.stream,
+                    consumer=n.durable,
+                    error=str(exc) or repr(exc),
+                    note="k8s-event-digests provision makes it (docs/deploy.md)",
+                )
+                raise nats.js.errors.NotFoundError from exc
+            self.log.info("consumer_created", stream=n.stream, consumer=n.durable)
         return NoSeen()
 
     async def prepare(self, nc: NATS, consumer: Any) -> None:
