@@ -15,11 +15,13 @@ else ``count``, else 1). Per Event uid the projection keeps the highest count it
 
 - a version of a known uid adds how far its count went past that (nothing for a duplicate, a
   relist of the same version, or an older version read after a newer one);
-- a new uid of a known series (a recorder's new Event: "combined from similar events", one
-  evicted from its cache or expired, the new broadcaster's next series) adds its whole count;
-- a new uid of an unknown series adds its whole count when its first occurrence is at most one
-  window before it was stored (it began now), else nothing: it was there before the projection
-  knew it (the bridge's first list, a series forgotten), and counts from where it stood.
+- a new uid adds its whole count when it began while the series was followed: its first
+  occurrence at most one window before the series' first version read (or ``idle`` before
+  the version, whichever is later; for a new series, the version itself): a recorder's new
+  Event ("combined from similar events", one evicted from its cache or expired, the new
+  broadcaster's next series), or a new Event read after an outage;
+- else nothing: it was there before the projection knew it (the bridge's first list, with one
+  or more Events of the series, a series forgotten), and counts from where it stood.
 
 So for every uid, what its digests add up to is its highest count less where it stood when
 first seen (``conservation`` in the tests).
@@ -83,6 +85,7 @@ class _Series:
     series: Series
     counts: dict[str, int] = field(default_factory=dict)  # uid -> the highest count seen
     touched: dict[str, int] = field(default_factory=dict)  # uid -> stream time last seen
+    since: int = 0  # stream time (µs) of its first version read (since it was last forgotten)
     last: int = 0  # stream time (µs) of its last version
     window: _Window | None = None
 
@@ -189,13 +192,13 @@ class Projection:
             if len(self.series) >= self.max_series and not self._forget_one():
                 self._overflow(seq, t, e, series)
                 return
-            s = self.series[key] = _Series(series)
+            s = self.series[key] = _Series(series, since=t)
         count = max(int(e.count), 0)
         before = s.counts.get(e.uid)
         if before is not None:
             advance = max(0, count - before)
             stood = before
-        elif known or self._fresh(t, e):
+        elif self._began(t, e, s, known):
             advance = count
             stood = 0
         else:
@@ -227,9 +230,17 @@ class Projection:
             else:
                 w.uids_omitted += 1  # counted per version past the bound: a bound, not a set
 
-    def _fresh(self, t: int, e: KubeEvent) -> bool:
+    def _began(self, t: int, e: KubeEvent, s: _Series, known: bool) -> bool:
+        """Whether a uid not seen before began while the series was followed: its first
+        occurrence at most a window before the series was first read (within ``idle``), or,
+        for a new series, at most a window before it was stored. Else it was there before
+        (two Events of one series at the bridge's first list) and counts from where it stood.
+        A uid with no time of its own: only in a series followed already."""
         first = e.first_seen
-        return first is not None and t - micros(first) <= self.window
+        if first is None:
+            return known
+        start = max(s.since, t - self.idle) if known else t
+        return micros(first) >= start - self.window
 
     def _overflow(self, seq: int, t: int, e: KubeEvent, series: Series) -> None:
         self.figures.overflowed += 1
