@@ -118,6 +118,8 @@ class Storm:
         the new broadcaster (with a series already), each of a Pod of its own."""
         for i in range(core):
             self._new(f"web-{i}", "core", before=True)
+        if core:  # a series of two Events at the first list: both count from where they stood
+            self._new("web-0", "core", before=True, combined=True)
         for i in range(new):
             self._new(f"sched-{i}", "events.k8s.io", before=True)
 
