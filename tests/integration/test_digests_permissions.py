@@ -250,15 +250,17 @@ async def durable_on_digests(operator: User, name: str) -> None:
     await operator.js.add_consumer(DIGEST_STREAM, config=config)
 
 
-@pytest.mark.parametrize("program", [ALERTING, f"{ALERTING}-0", f"{ALERTING}-1", OTLP])
+@pytest.mark.parametrize(
+    "durable", [f"{ALERTING}-digests", f"{ALERTING}-digests-0", f"{ALERTING}-digests-1",
+                f"{OTLP}-digests"]
+)  # fmt: skip
 async def test_a_subscriber_reads_digests_through_its_digests_durable_and_acks(
-    with_digests: User, users: Callable[[str], Any], program: str
+    with_digests: User, users: Callable[[str], Any], durable: str
 ) -> None:
-    """The alerting subscriber (each replica's durable) and the OTLP subscriber bind their
-    ``<durable>-digests`` and ack; the alerting one reads the digests' stream back by
-    sequence. Neither may read the other's."""
-    user = ALERTING if program.startswith(ALERTING) else OTLP
-    durable = f"{program}-digests"
+    """The alerting subscriber (each replica's durable, as deploy/consumers/alerting-digests.yaml
+    names them) and the OTLP subscriber bind their digests' durable and ack; the alerting one
+    reads the digests' stream back by sequence. Neither may read the other's."""
+    user = ALERTING if durable.startswith(ALERTING) else OTLP
     other = f"{OTLP}-digests" if user == ALERTING else f"{ALERTING}-digests"
     d = await users(DIGESTS)
     for i in range(3):
