@@ -154,7 +154,7 @@ async def stored_digests(nc: Any) -> list[tuple[digests.Digest, datetime]]:
     """Every digest stored, with the time the server stored it."""
     js = nc.jetstream()
     info = await js.stream_info(DIGESTS)
-    out = []
+    out: list[tuple[digests.Digest, datetime]] = []
     if info.state.messages == 0:
         return out
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
@@ -240,7 +240,7 @@ async def delay(url: str, tmp: Path, windows: int, quiet: int) -> dict[str, Any]
 
 
 async def rss(tmp: Path, sizes: list[int]) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for k, n in enumerate([0, *sizes]):
         server = NatsServer(store_dir=str(tmp / f"nats-{k}")).start()  # a fresh stream each
         url = server.url
@@ -254,7 +254,7 @@ async def rss(tmp: Path, sizes: list[int]) -> list[dict[str, Any]]:
             async def folded(want: int = 2 * n, d: ConsumerProcess = d) -> bool:
                 m = await d.metrics()
                 return m.get("versions_total", 0) >= want and (
-                    want or m.get("read_sequence", -1) >= 0
+                    want > 0 or m.get("read_sequence", -1) >= 0
                 )
 
             await eventually(folded, 120, 0.2, what=f"{n} series folded")
@@ -283,7 +283,7 @@ async def rss(tmp: Path, sizes: list[int]) -> list[dict[str, Any]]:
 async def on_server(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-digests-"))
     with NatsServer(store_dir=str(tmp / "nats")) as server:
-        out = {"delay": await delay(server.url, tmp, args.windows, args.quiet)}
+        out: dict[str, Any] = {"delay": await delay(server.url, tmp, args.windows, args.quiet)}
     out["rss"] = await rss(tmp, args.rss)
     return out
 
