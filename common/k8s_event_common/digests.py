@@ -133,8 +133,8 @@ def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
     t = text[:limit]
     try:
         t.encode()
-    except UnicodeEncodeError:
-        t = t.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # one U+FFFD per surrogate: the length stays within the bound
+        t = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in t)
     return t
 
 
@@ -146,8 +146,7 @@ def _time(t: datetime | None) -> str | None:
     frac = f".{t.microsecond:06d}" if t.microsecond else ""
     # the year in four digits always (strftime's %Y writes year 999 as "999": no RFC 3339)
     return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
-        f"{frac}Z"
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}{frac}Z"
     )
 
 
@@ -244,7 +243,10 @@ def _bool(d: dict[str, Any], key: str) -> bool:
 
 
 def _when(d: dict[str, Any], key: str, required: bool = True) -> datetime | None:
-    t = parse_time(d.get(key))
+    try:
+        t = parse_time(d.get(key))
+    except BadMessage as exc:
+        raise BadMessage(f"digest {key} {exc}") from None
     if t is None and required:
         raise BadMessage(f"digest {key} is missing")
     return t

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k8s_event_common import cloudevents, digests
-from k8s_event_common.cloudevents import BadMessage
 from k8s_event_common.digests import Digest
 from k8s_event_consumer.digests.fold import Projection
 from k8s_event_consumer.events import KubeEvent, decode
@@ -227,21 +226,23 @@ def stream(draw: st.DrawFn) -> tuple[list[Plan], list[Message]]:
 
 def conserved(ps: list[Plan], messages: list[Message]) -> dict[str, int]:
     """The oracle, per series (the Pod's name): for each uid, its highest count less where it
-    stood when first seen: 0 when it began within a window of its stored time or its series
-    was known by then, else its first count."""
-    seen_series: set[str] = set()
-    first: dict[str, int] = {}
+    stood when first seen: 0 when it began while its series was followed (its first
+    occurrence at most a window before its series' first version was stored, the stream's
+    time made monotone; for the series' first uid, before its own version), else its first
+    count. Nothing is forgotten here (idle is longer than any stream drawn)."""
+    since: dict[str, datetime] = {}
     stood: dict[str, int] = {}
-    by_uid = {p.uid: p for p in ps}
-    for _, _, ev in messages:
+    now: datetime | None = None
+    for _, stored, ev in messages:
+        now = stored if now is None else max(now, stored)
         if ev is None:
             continue
         pod = ev.involved.name
-        if ev.uid not in first:
-            p = by_uid[ev.uid]
-            first[ev.uid] = ev.count
-            stood[ev.uid] = 0 if p.fresh or pod in seen_series else ev.count
-        seen_series.add(pod)
+        since.setdefault(pod, now)
+        if ev.uid not in stood:
+            assert ev.first_seen is not None
+            began = ev.first_seen >= since[pod] - timedelta(seconds=WINDOW)
+            stood[ev.uid] = 0 if began else ev.count
     out: dict[str, int] = defaultdict(int)
     for p in ps:
         out[f"web-{p.series}"] += max(p.counts) - stood[p.uid]
@@ -372,14 +373,6 @@ def test_folding_from_a_later_start_gives_the_same_bytes_for_the_windows_after_i
         assert resumed(messages, start, window=window, idle=idle) == want, start
 
 
-SILENCE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="fold.py expires series and uids only when a window closes, at that window's end: "
-    "after more than a window of silence a series quiet for longer than idle is still held, "
-    "and a restart reading from idle + a window before does not hold it",
-)
-
-
 def silenced(messages: list[Message], seed: int) -> list[Message]:
     """``messages`` with stretches of 70 s to 15 min where nothing at all is stored."""
     rng = random.Random(seed)
@@ -391,7 +384,6 @@ def silenced(messages: list[Message], seed: int) -> list[Message]:
     return out
 
 
-@SILENCE_BUG
 @pytest.mark.parametrize("seed", [1, 2])
 def test_folding_from_a_later_start_with_silences_gives_the_same_bytes(seed: int) -> None:
     window, idle = 60.0, 300.0
@@ -403,7 +395,6 @@ def test_folding_from_a_later_start_with_silences_gives_the_same_bytes(seed: int
         assert resumed(messages, start, window=window, idle=idle) == want, start
 
 
-@SILENCE_BUG
 def test_folding_from_a_later_start_after_a_silence_gives_the_same_bytes() -> None:
     window, idle = 60.0, 300.0
     messages = numbered(
@@ -572,13 +563,6 @@ def test_a_lone_surrogate_in_a_message_still_encodes_and_reads_back() -> None:
     assert read_back(d).last_message.startswith("restart \ufffd")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=BadMessage,
-    reason="digests.bounded cuts at MAX_MESSAGE, then makes a lone surrogate three U+FFFD "
-    "(its three bytes): the message passes MAX_TEXT and every reader refuses the digest, the "
-    "program's own frontier too",
-)
 def test_a_lone_surrogate_at_the_bound_still_reads_back() -> None:
     text = "x" * (digests.MAX_MESSAGE - 1) + "\ud800 and more"
     lone = replace(version("web-1", 1), message=text)

@@ -56,6 +56,10 @@ def micros(t: datetime) -> int:
     return (t - EPOCH) // US
 
 
+def _text(value: str) -> str:
+    return digests.bounded(value, digests.MAX_TEXT)
+
+
 def at(us: int) -> datetime:
     return EPOCH + us * US
 
@@ -146,6 +150,7 @@ class Projection:
             out = self._close()
         if self.open is None:
             self.open = start
+            self._expire(start)  # quiet for idle by the time this window opens: forgotten
         if event is not None:
             self._fold(seq, t, event)
         return out
@@ -170,15 +175,16 @@ class Projection:
     def _key(self, e: KubeEvent) -> Series:
         inv = e.involved
         trusted = e.tenancy.involved.trusted
+        b = _text  # every string as a reader takes it: at most MAX_TEXT, always UTF-8
         return Series(
-            cluster=e.cluster,
-            namespace=e.namespace,
-            kind=inv.kind,
-            name=inv.name if trusted else "",
-            uid=inv.uid if trusted else "",
-            reason=e.reason,
-            type=e.type,
-            reporting_component=e.reporting_component,
+            cluster=b(e.cluster),
+            namespace=b(e.namespace),
+            kind=b(inv.kind),
+            name=b(inv.name) if trusted else "",
+            uid=b(inv.uid) if trusted else "",
+            reason=b(e.reason),
+            type=b(e.type),
+            reporting_component=b(e.reporting_component),
             untrusted=not trusted,
         )
 
@@ -224,9 +230,10 @@ class Projection:
             w.sampled = True
         if e.message.startswith(COMBINED):
             w.combined = True
-        if e.uid not in w.uids:
+        uid = _text(e.uid)
+        if uid not in w.uids:
             if len(w.uids) < digests.MAX_UIDS:
-                w.uids.append(e.uid)
+                w.uids.append(uid)
             else:
                 w.uids_omitted += 1  # counted per version past the bound: a bound, not a set
 
