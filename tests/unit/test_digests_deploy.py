@@ -203,7 +203,8 @@ def test_the_nats_user_may_do_exactly_what_the_manifests_config_uses(
             for verb in ("INFO", "RESET", "MSG.NEXT")
         ),
     }
-    user = natsperms.load()[n.user]
+    assert n.user == USER
+    user = natsperms.load()[USER]
     assert set(user["publish"]["allow"]) == expected
     assert user["subscribe"] == {"allow": [f"{n.inbox_prefix}.>"]}
     assert user.get("allow_responses", False) is False
@@ -264,7 +265,9 @@ def test_the_chart_makes_the_manifests_objects_with_the_same_consumers(
     consumers per replica whatever the release is called, a config that loads to the
     manifest's settings."""
     objects = chart(release, namespace, "--set", "digests.enabled=true")
-    fullname = "k8s-event-bridge" if release == "k8s-event-bridge" else f"{release}-k8s-event-bridge"
+    fullname = (
+        "k8s-event-bridge" if release == "k8s-event-bridge" else f"{release}-k8s-event-bridge"
+    )
     ours = named(objects, f"{fullname}-digests")
     assert sorted(ours) == sorted(manifests())
     sts = ours["StatefulSet"]
@@ -357,13 +360,16 @@ def test_a_subscriber_reading_digests_in_the_chart_gets_its_digests_durables(
     config = yaml.safe_load(alerting["ConfigMap"]["data"]["alerting.yaml"])
     assert "subjects" not in config["nats"]
     assert config["alerts"]["generator_url"] == "nats://K8S_DIGESTS/k8s-event-bridge-alerting"
-    otlp = yaml.safe_load(
-        named(objects, "k8s-event-bridge-otlp")["ConfigMap"]["data"]["otlp.yaml"]
-    )
+    otlp = yaml.safe_load(named(objects, "k8s-event-bridge-otlp")["ConfigMap"]["data"]["otlp.yaml"])
     assert "subjects" not in otlp["nats"]
     # both load in their programs' settings, reading the digests' stream
     for name, load, text, durable in (
-        ("alerting", alerting_settings.load, yaml.safe_dump(config), "k8s-event-alerting-digests-0"),
+        (
+            "alerting",
+            alerting_settings.load,
+            yaml.safe_dump(config),
+            "k8s-event-alerting-digests-0",
+        ),
         ("otlp", otlp_settings.load, yaml.safe_dump(otlp), "k8s-event-otlp-digests"),
     ):
         path = tmp_path / f"{name}.yaml"
