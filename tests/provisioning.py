@@ -18,6 +18,7 @@ ENV_PREFIX = {
     "k8s_event_consumer.remediation": "REMEDIATION_",
     "k8s_event_consumer.alerting": "ALERTING_",
     "k8s_event_consumer.otlp": "OTLP_",
+    "k8s_event_consumer.digests": "DIGESTS_",
 }
 
 

@@ -6,8 +6,9 @@ for the shipped settings (timeouts, batches, limits), not for a test's own.
 
 Only where it connects changes: NATS (its user kept: a server without auth ignores it), the
 HTTP port (on loopback), the API server and the cluster's name in the subjects (the remediation
-worker), Alertmanager, the OTLP endpoint; the alerting pair's durable is the first replica's,
-as its StatefulSet's environment names it. ``sections`` override per key last.
+worker), Alertmanager, the OTLP endpoint; the alerting pair's durable and the digests' pair's
+consumer are the first replica's, as their StatefulSets' environment names them. ``sections``
+override per key last.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def subscriber(
     if "alertmanager" in cfg:
         over["alertmanager"] = {"urls": [alertmanager or f"http://127.0.0.1:{free_port()}"]}
         over["nats"]["durable"] = "k8s-event-alerting-0"  # ALERTING_NATS__DURABLE, replica 0
+    if module == "k8s_event_consumer.digests":
+        over["nats"]["durable"] = "k8s-event-digests-0"  # DIGESTS_NATS__DURABLE, replica 0
     if "otlp" in cfg:
         over["otlp"] = {"endpoint": otlp_endpoint or f"http://127.0.0.1:{free_port()}"}
     cfg = deep_merge(deep_merge(cfg, over), sections)

@@ -463,6 +463,7 @@ SUBSCRIBERS_ON = {
     "alerting": {"enabled": True},
     "remediation": {"enabled": True, "namespaces": ["team-a"]},
     "otlp": {"enabled": True},
+    "digests": {"enabled": True},
 }
 
 
@@ -471,12 +472,13 @@ def _pod_labels(objects: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _consumer_pod_labels() -> list[dict[str, str]]:
-    """The Pods' labels of deploy/consumers/' alerting subscriber, remediation worker and OTLP
-    subscriber."""
+    """The Pods' labels of deploy/consumers/' alerting subscriber, remediation worker, OTLP
+    subscriber and digests' program, and of the examples reading digests (alerting-digests.yaml,
+    otlp-digests.yaml)."""
     out = []
     for path in (DEPLOY / "consumers").glob("*.yaml"):
         out += _pod_labels([d for d in yaml.safe_load_all(path.read_text()) if d])
-    assert len(out) == 3, out
+    assert len(out) == 6, out
     return out
 
 
@@ -495,7 +497,7 @@ def test_every_selector_selects_the_bridge_pods(
         objects = documents(chart_manifest(tmp_path, ALL_ON | SUBSCRIBERS_ON))
         subscribers = [o for o in objects if o["metadata"]["name"] != RELEASE]
         consumers += _pod_labels(subscribers)
-        assert len(consumers) == 6
+        assert len(consumers) == 10
     else:
         objects = kustomize_objects(api, tmp_path, ALL_COMPONENTS)
     deployment = one(objects, "Deployment")

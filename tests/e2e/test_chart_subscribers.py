@@ -1,6 +1,6 @@
 """The subscribers in the chart (``alerting.enabled``, ``remediation.enabled``,
-``otlp.enabled``; issue 21, items 2 and 6), held to deploy/consumers/ and checked by the real
-API server:
+``otlp.enabled``; issue 21, items 2 and 6) and the digests' program (``digests.enabled``; issue
+41), held to deploy/consumers/ and checked by the real API server:
 
 - the alerting subscriber: a StatefulSet of two replicas started together, each with its own
   durable (its Pod's name), a headless Service, a PodDisruptionBudget, no ServiceAccount token;
@@ -12,6 +12,9 @@ API server:
   ServiceAccount. Applied for real (not a dry run) on each Kubernetes version of the tier, the
   worker's identity may delete a crash-looping Pod in a listed namespace, and is refused a Pod
   in kube-system, a healthy Pod, and a change of a Deployment's template;
+- the digests' program: a StatefulSet of two, each replica on a consumer of its own (its
+  ordinal), a headless Service, a PodDisruptionBudget, its ServiceAccount with no token
+  (tests/unit/test_digests_deploy.py holds the rest);
 - the values schema names every key of each subscriber's config, as it does the bridge's;
 - with all on, the chart makes the objects deploy/consumers/ makes (``<fullname>-alerting``
   for ``k8s-event-alerting``), field by field after :func:`normalised`.
@@ -31,6 +34,7 @@ from pydantic import BaseModel
 
 from k8s_event_consumer import configuring
 from k8s_event_consumer.alerting import settings as alerting_settings
+from k8s_event_consumer.digests import settings as digests_settings
 from k8s_event_consumer.otlp import settings as otlp_settings
 from k8s_event_consumer.remediation import settings as remediation_settings
 from tests.e2e.test_chart import (
@@ -60,10 +64,12 @@ ON = {
     "alerting": {"enabled": True},
     "remediation": {"enabled": True, "namespaces": ACT_IN},
     "otlp": {"enabled": True},
+    "digests": {"enabled": True},
 }
 ALERTING = f"{RELEASE}-alerting"
 REMEDIATION = f"{RELEASE}-remediation"
 OTLP = f"{RELEASE}-otlp"
+DIGESTS = f"{RELEASE}-digests"
 WORKER = f"system:serviceaccount:{NAMESPACE}:{REMEDIATION}"
 
 SUBSCRIBER_OBJECTS = {
@@ -82,6 +88,11 @@ SUBSCRIBER_OBJECTS = {
     f"serviceaccount/{OTLP}",
     f"deployment.apps/{OTLP}",
     f"poddisruptionbudget.policy/{OTLP}",
+    f"serviceaccount/{DIGESTS}",
+    f"configmap/{DIGESTS}",
+    f"service/{DIGESTS}",
+    f"statefulset.apps/{DIGESTS}",
+    f"poddisruptionbudget.policy/{DIGESTS}",
 }
 
 
@@ -105,7 +116,7 @@ def test_helm_lint_strict_passes_with_every_subscriber(tmp_path: Path) -> None:
 
 def test_the_subscribers_are_off_by_default(tmp_path: Path) -> None:
     names = {o["metadata"]["name"] for o in rendered(tmp_path, {})}
-    assert not {n for n in names if n.startswith((ALERTING, REMEDIATION, OTLP))}
+    assert not {n for n in names if n.startswith((ALERTING, REMEDIATION, OTLP, DIGESTS))}
 
 
 @pytest.mark.parametrize(
@@ -174,6 +185,7 @@ def _model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
         ("alerting", alerting_settings.Settings),
         ("remediation", remediation_settings.Settings),
         ("otlp", otlp_settings.Settings),
+        ("digests", digests_settings.Settings),
     ],
 )
 def test_the_values_schema_names_every_key_of_each_subscriber_config(
@@ -300,6 +312,52 @@ def test_the_otlp_subscriber_runs_two_replicas_on_one_durable_with_no_token(
         assert not _selects(bridge_selector["matchLabels"], labels)
 
 
+# ----------------------------------------------------------------------------- digests
+
+
+def test_the_digests_program_runs_two_replicas_each_with_its_own_consumer(
+    tmp_path: Path,
+) -> None:
+    """Two replicas started together, each reading through the consumer its provision made
+    for its ordinal (the names deploy/nats/permissions.json allows, whatever the release is
+    called); the headless Service is the StatefulSet's serviceName; one replica away at a
+    time; no token; the bridge's selectors and its own never select each other's Pods."""
+    objects = rendered(tmp_path)
+    sts = one(objects, "StatefulSet", DIGESTS)["spec"]
+    assert sts["replicas"] == 2
+    assert sts["podManagementPolicy"] == "Parallel"
+    pod = sts["template"]
+    labels = pod["metadata"]["labels"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["serviceAccountName"] == DIGESTS
+    assert one(objects, "ServiceAccount", DIGESTS)["automountServiceAccountToken"] is False
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["DIGESTS_NATS__DURABLE"]["value"] == "k8s-event-digests-$(POD_INDEX)"
+    assert env["DIGESTS_NATS__NAME"]["value"] == "$(POD_NAME)"
+    names = list(env)
+    assert names.index("POD_INDEX") < names.index("DIGESTS_NATS__DURABLE")  # $(...) order
+    service = one(objects, "Service", DIGESTS)
+    assert sts["serviceName"] == DIGESTS
+    assert service["spec"]["clusterIP"] == "None"
+    pdb = one(objects, "PodDisruptionBudget", DIGESTS)["spec"]
+    assert pdb["maxUnavailable"] == 1
+    bridge_pod = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    for selector in (
+        sts["selector"]["matchLabels"],
+        service["spec"]["selector"],
+        pdb["selector"]["matchLabels"],
+    ):
+        assert _selects(selector, labels)
+        assert not _selects(selector, bridge_pod)
+    for kind in ("Deployment", "PodDisruptionBudget"):
+        bridge_selector = one(objects, kind)["spec"]["selector"]["matchLabels"]
+        assert not _selects(bridge_selector, labels)
+    config = yaml.safe_load(one(objects, "ConfigMap", DIGESTS)["data"]["digests.yaml"])
+    bridge = yaml.safe_load(one(objects, "ConfigMap")["data"]["bridge.yaml"])
+    assert config["nats"]["servers"] == bridge["nats"]["servers"]
+    assert "durable" not in config["nats"] and "subjects" not in config["nats"]
+
+
 # ----------------------------------------------------------------------------- remediation
 
 NAMESPACED = {("", "pods"), ("", "events"), ("", "replicationcontrollers"), *(("apps", r) for r in (
@@ -381,7 +439,7 @@ def test_the_chart_with_every_subscriber_is_accepted_by_the_api_server(
     api: ControlPlane, tmp_path: Path
 ) -> None:
     accepted = server_dry_run(api, "-f", "-", manifest=chart_manifest(tmp_path, ON))
-    names = (ALERTING, REMEDIATION, OTLP)
+    names = (ALERTING, REMEDIATION, OTLP, DIGESTS)
     subscribers = [o for o in accepted if o.rsplit("/", 1)[1].startswith(names)]
     assert sorted(subscribers) == sorted(
         [*SUBSCRIBER_OBJECTS - {f"rolebinding.rbac.authorization.k8s.io/{REMEDIATION}"}]
@@ -499,6 +557,7 @@ RENAMED = {
     ALERTING: "k8s-event-alerting",
     REMEDIATION: "k8s-event-remediation",
     OTLP: "k8s-event-otlp",
+    DIGESTS: "k8s-event-digests",
 }
 
 
@@ -532,6 +591,7 @@ def _effective(text: str, name: str, tmp_path: Path) -> dict[str, Any]:
         "alerting": alerting_settings.load,
         "remediation": remediation_settings.load,
         "otlp": otlp_settings.load,
+        "digests": digests_settings.load,
     }[name]
     return configuring.redacted(load(str(path)))
 
@@ -567,7 +627,7 @@ def normalised(obj: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
         template["metadata"].pop("annotations", None)
     if obj["kind"] == "ValidatingAdmissionPolicy":
         _collapse_expressions(obj["spec"])
-    for name in ("alerting", "remediation", "otlp"):
+    for name in ("alerting", "remediation", "otlp", "digests"):
         if obj["kind"] == "ConfigMap" and f"{name}.yaml" in obj.get("data", {}):
             obj["data"][f"{name}.yaml"] = _effective(obj["data"][f"{name}.yaml"], name, tmp_path)
     return obj
@@ -595,6 +655,7 @@ def test_the_chart_makes_the_subscribers_of_deploy_consumers(
         "alerting": {"enabled": True},
         "remediation": {"enabled": True, "namespaces": bound},
         "otlp": {"enabled": True},
+        "digests": {"enabled": True},
     }
     chart = [
         o for o in documents(chart_manifest(tmp_path, values)) if o["metadata"]["name"] in RENAMED

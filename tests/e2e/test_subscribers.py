@@ -494,9 +494,9 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
     control_plane: ControlPlane,
 ) -> None:
     """deploy/consumers/ (kustomize: the alerting pair, the remediation worker, its RBAC and
-    its admission policy, the OTLP subscriber), checked by the real API server (a server-side
-    dry run: schema, defaulting, validation, admission), after deploy/ as an operator applies
-    them."""
+    its admission policy, the OTLP subscriber, the digests' program), checked by the real API
+    server (a server-side dry run: schema, defaulting, validation, admission), after deploy/ as
+    an operator applies them."""
     cp = control_plane
     cp.kubectl("apply", "-k", str(REPO / "deploy"))
     out = cp.kubectl(
@@ -519,6 +519,11 @@ def test_the_subscribers_manifests_are_accepted_by_the_api_server(
             "configmap/k8s-event-otlp",
             "deployment.apps/k8s-event-otlp",
             "poddisruptionbudget.policy/k8s-event-otlp",
+            "serviceaccount/k8s-event-digests",
+            "configmap/k8s-event-digests",
+            "service/k8s-event-digests",
+            "statefulset.apps/k8s-event-digests",
+            "poddisruptionbudget.policy/k8s-event-digests",
         ]
     )
 

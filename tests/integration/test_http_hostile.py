@@ -26,7 +26,7 @@ import yaml
 from k8s_event_common import http
 from k8s_event_sim.apiserver import SimApiServer
 from k8s_event_sim.natsserver import NatsServer
-from tests import shipped
+from tests import provisioning, shipped
 from tests.hostile_http import (
     NOFILE,
     exchange,
@@ -122,6 +122,8 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             config = shipped.subscriber(
                 tmp, p.module, nats.url, kubeconfig=kubeconfig, otlp_endpoint=endpoint.url
             )
+            if p.module == "k8s_event_consumer.digests":  # its stream and consumer, made first
+                await provisioning.subscriber(p.module, config, [nats.url])
             procs[p.name] = ConsumerProcess(
                 config, tmp / f"{p.name}.log", module=p.module, preexec_fn=nofile_1024
             ).start()

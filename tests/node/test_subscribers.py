@@ -4,8 +4,10 @@ docs/consumers.md ("Running them") and docs/deploy.md (their NATS users, "Provis
 Alertmanager, the cluster's name) and nothing else, the durables provisioned with the operator's
 credentials, the passwords in the Secrets the manifests name.
 
-- the alerting pair (a StatefulSet of two, each on its own durable, no API token) and the
-  remediation worker (its RBAC, its ValidatingAdmissionPolicy, its projected token) get Ready;
+- the alerting pair (a StatefulSet of two, each on its own durable, no API token), the
+  remediation worker (its RBAC, its ValidatingAdmissionPolicy, its projected token) and the
+  digests' pair (a StatefulSet of two, each on the consumer its provision made, no API token)
+  get Ready;
 - the alerting pair sends the Warnings the cluster wrote (tests/node/installs.py
   ``cluster_events``) to a real Alertmanager on the host, both replicas;
 - the worker, with ``dry_run: false`` (the base's own switch, which it says to turn), acts on a
@@ -57,6 +59,7 @@ pytest_plugins = ["tests.node.installs"]
 
 ALERTING = "k8s-event-alerting"
 REMEDIATION = "k8s-event-remediation"
+DIGESTS = "k8s-event-digests"
 ANNOTATION = "remediation.k8s-event-bridge.io/suggested-memory-limit"
 
 
@@ -72,6 +75,9 @@ class Subscribers:
 
     def alerting_pods(self) -> list[dict[str, Any]]:
         return pods(self.node, NAMESPACE, f"app.kubernetes.io/name={ALERTING}")
+
+    def digests_pods(self) -> list[dict[str, Any]]:
+        return pods(self.node, NAMESPACE, f"app.kubernetes.io/name={DIGESTS}")
 
     def remediation_pod(self) -> dict[str, Any]:
         (pod,) = pods(self.node, NAMESPACE, f"app.kubernetes.io/name={REMEDIATION}")
@@ -95,7 +101,8 @@ def subscribers(
       ``cluster.name`` (the base names ``prod-eu-1``, deploy/'s config ``my-cluster``: "the
       bridge's cluster.name"); ``remediation.dry_run: false`` (the base: "dry_run is true until
       you set it false here"). Its namespaces stay ``[default]``, as does its RoleBinding, so
-      the workloads it acts on run in ``default``.
+      the workloads it acts on run in ``default``;
+    - digests.yaml: ``nats.servers``.
     """
     work = tmp_path_factory.mktemp("subscribers")
     nats = deployed.nats
@@ -111,10 +118,16 @@ def subscribers(
     remediation["kubernetes"]["cluster"] = deployed.cluster
     remediation["nats"]["subjects"] = [f"k8s.events.{deployed.cluster}.*.Pod.>"]
     remediation["remediation"]["dry_run"] = False
+    digests = config_of(CONSUMERS / "digests.yaml", "ConfigMap", DIGESTS, "digests.yaml")
+    digests["nats"]["servers"] = [nats.url]
     name, tag = image_parts(node.image)
     generated = [
         {"name": n, "namespace": NAMESPACE, "behavior": "replace", "files": [f]}
-        for n, f in ((ALERTING, "alerting.yaml"), (REMEDIATION, "remediation.yaml"))
+        for n, f in (
+            (ALERTING, "alerting.yaml"),
+            (REMEDIATION, "remediation.yaml"),
+            (DIGESTS, "digests.yaml"),
+        )
     ]
     path = overlay(
         work / "overlay",
@@ -128,11 +141,12 @@ def subscribers(
         {
             "alerting.yaml": yaml.safe_dump(alerting, sort_keys=False),
             "remediation.yaml": yaml.safe_dump(remediation, sort_keys=False),
+            "digests.yaml": yaml.safe_dump(digests, sort_keys=False),
         },
     )
     try:
         # provisioning as docs/deploy.md shows it: each durable from the subscriber's config
-        for f in ("alerting.yaml", "remediation.yaml"):
+        for f in ("alerting.yaml", "remediation.yaml", "digests.yaml"):
             (work / f).write_text((path / f).read_text())
         nats.provision_subscriber("k8s_event_consumer.remediation", work / "remediation.yaml")
         for i in (0, 1):
@@ -141,10 +155,17 @@ def subscribers(
                 work / "alerting.yaml",
                 env={"ALERTING_NATS__DURABLE": f"{ALERTING}-{i}"},
             )
+        for i in (0, 1):  # the digests' stream, and one consumer per replica
+            nats.provision_subscriber(
+                "k8s_event_consumer.digests",
+                work / "digests.yaml",
+                env={"DIGESTS_NATS__DURABLE": f"{DIGESTS}-{i}"},
+            )
         secret(node, NAMESPACE, ALERTING, nats_password=nats.passwords[ALERTING])
+        secret(node, NAMESPACE, DIGESTS, nats_password=nats.passwords[DIGESTS])
         secret(node, NAMESPACE, f"{REMEDIATION}-nats", password=nats.passwords[REMEDIATION])
         node.kubectl("apply", "-k", str(path))
-        for what in (f"statefulset/{ALERTING}", f"deploy/{REMEDIATION}"):
+        for what in (f"statefulset/{ALERTING}", f"deploy/{REMEDIATION}", f"statefulset/{DIGESTS}"):
             node.kubectl(
                 "-n", NAMESPACE, "rollout", "status", what, "--timeout=240s", timeout=260
             )  # fmt: skip
@@ -162,13 +183,15 @@ def test_the_subscribers_run_from_the_bridges_image_and_get_ready(
     alerting = s.alerting_pods()
     assert [p["metadata"]["name"] for p in alerting] == [f"{ALERTING}-0", f"{ALERTING}-1"]
     worker = s.remediation_pod()
-    for p in [*alerting, worker]:
+    digests = s.digests_pods()
+    assert [p["metadata"]["name"] for p in digests] == [f"{DIGESTS}-0", f"{DIGESTS}-1"]
+    for p in [*alerting, worker, *digests]:
         assert ready(p), p["metadata"]["name"]
         (c,) = p["spec"]["containers"]
         assert c["image"] == s.node.image
         assert http_get(p, "/readyz")[0] == 200
         assert not [v for v in p["spec"]["volumes"] if v["name"].startswith("kube-api-access-")]
-    for p in alerting:  # NATS and Alertmanager only: no API token at all
+    for p in [*alerting, *digests]:  # NATS (and Alertmanager) only: no API token at all
         assert not [v for v in p["spec"]["volumes"] if "projected" in v], p["metadata"]["name"]
     (token,) = [
         src["serviceAccountToken"]
@@ -178,7 +201,7 @@ def test_the_subscribers_run_from_the_bridges_image_and_get_ready(
         if "serviceAccountToken" in src
     ]
     assert token["expirationSeconds"] == 600
-    for durable in (f"{ALERTING}-0", f"{ALERTING}-1", REMEDIATION):
+    for durable in (f"{ALERTING}-0", f"{ALERTING}-1", REMEDIATION, f"{DIGESTS}-0", f"{DIGESTS}-1"):
         info = s.deployed.nats.consumer_info(durable)
         assert info.config.durable_name == durable
 

@@ -44,6 +44,7 @@ def _chart() -> list[dict[str, Any]]:
             str(gotools.ensure("helm")), "template", "k8s-event-bridge", str(CHART),
             "--namespace", "k8s-event-bridge",
             "--set", "alerting.enabled=true", "--set", "otlp.enabled=true",
+            "--set", "digests.enabled=true",
             "--set", "remediation.enabled=true", "--set-json", 'remediation.namespaces=["shop"]',
         ],
         capture_output=True, text=True, timeout=60, check=False,
@@ -136,13 +137,21 @@ def test_no_pod_of_the_service_account_gets_the_token_kubernetes_mounts(
             _chart, "Deployment", "k8s-event-bridge-otlp", id="chart-otlp",
             marks=pytest.mark.processes,
         ),
+        pytest.param(
+            _files("consumers/digests.yaml"), "StatefulSet", "k8s-event-digests",
+            id="consumers-digests",
+        ),
+        pytest.param(
+            _chart, "StatefulSet", "k8s-event-bridge-digests", id="chart-digests",
+            marks=pytest.mark.processes,
+        ),
     ],
 )  # fmt: skip
 def test_the_subscribers_without_the_api_get_no_token_at_all(
     load: Callable[[], list[dict[str, Any]]], kind: str, name: str
 ) -> None:
     """The alerting subscriber talks to NATS and Alertmanager only, the OTLP subscriber to
-    NATS and its endpoint only."""
+    NATS and its endpoint only, the digests' program to NATS only."""
     objects = load()
     (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     pod = workload["spec"]["template"]["spec"]

@@ -160,7 +160,8 @@ configured: no rule. */}}
 {{/* ------------------------------------------------------------------ secrets, as Secrets
 
 Each program (the bridge: .Values.nats; the subscribers: .Values.alerting.nats,
-.Values.remediation.nats, .Values.otlp.nats, .Values.alerting.alertmanager, .Values.otlp.otlp)
+.Values.remediation.nats, .Values.otlp.nats, .Values.digests.nats, .Values.alerting.alertmanager,
+.Values.otlp.otlp)
 takes its secrets only from Secrets: a password, token or the OTLP endpoint's headers as an
 environment variable from a secretKeyRef, a .creds file, an NKey seed, a bearer token file and
 TLS files as a Secret volume, read-only, mode 0440 (group readable: the kubelet gives the files
@@ -295,12 +296,12 @@ Arguments: (dict "files" <secretVolumes output> "ctx" $). */}}
 
 {{/* ------------------------------------------------------------------ the subscribers
 
-The alerting subscriber, the remediation worker and the OTLP subscriber (alerting.enabled,
-remediation.enabled, otlp.enabled), as deploy/consumers/ makes them: the same image, their own
-names, labels and ServiceAccount. Called with (dict "ctx" $ "sub" "alerting") (or
-"remediation", "otlp"). */}}
+The alerting subscriber, the remediation worker, the OTLP subscriber and the digests' program
+(alerting.enabled, remediation.enabled, otlp.enabled, digests.enabled), as deploy/consumers/
+makes them: the same image, their own names, labels and ServiceAccount. Called with (dict "ctx"
+$ "sub" "alerting") (or "remediation", "otlp", "digests"). */}}
 
-{{/* <fullname>-alerting, <fullname>-remediation, <fullname>-otlp */}}
+{{/* <fullname>-alerting, <fullname>-remediation, <fullname>-otlp, <fullname>-digests */}}
 {{- define "k8s-event-bridge.subscriber.fullname" -}}
 {{- printf "%s-%s" (include "k8s-event-bridge.fullname" .ctx) .sub | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -322,7 +323,8 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end }}
 
 {{/* A subscriber's config (its `config` values) with what the chart writes itself: the
-NATS servers, stream and subject prefix of the bridge's config when it names none, the paths
+NATS servers, stream, digests' stream and prefix, and subject prefix of the bridge's config
+when it names none (the digests' program gets no subjects: it reads the whole stream), the paths
 of the files mounted from Secrets; for the remediation worker its cluster (the bridge's
 config.cluster.name) and the namespaces it may act in (remediation.namespaces); for the
 alerting subscriber one generatorURL for its replicas. As YAML. */}}
@@ -335,8 +337,10 @@ alerting subscriber one generatorURL for its replicas. As YAML. */}}
 {{- if not (hasKey $nats "servers") }}
 {{- $_ := set $nats "servers" ($bridgeNats.servers | default (list "nats://127.0.0.1:4222")) }}
 {{- end }}
-{{- if and (not (hasKey $nats "stream")) (hasKey $bridgeNats "stream") }}
-{{- $_ := set $nats "stream" $bridgeNats.stream }}
+{{- range $key := list "stream" "digest_stream" "digest_prefix" }}
+{{- if and (not (hasKey $nats $key)) (hasKey $bridgeNats $key) }}
+{{- $_ := set $nats $key (get $bridgeNats $key) }}
+{{- end }}
 {{- end }}
 {{- $prefix := $bridgeNats.subject_prefix | default "k8s.events" }}
 {{- $cluster := dig "cluster" "name" nil $bridge }}
@@ -357,7 +361,9 @@ alerting subscriber one generatorURL for its replicas. As YAML. */}}
 {{- $_ := set $ns "allow" .ctx.Values.remediation.namespaces }}
 {{- $_ := set $rem "namespaces" $ns }}
 {{- $_ := set $config "remediation" $rem }}
-{{- else }}
+{{- else if and (ne .sub "digests") (ne ($nats.reads | default "events") "digests") }}
+{{- /* the digests' program reads the whole stream (its consumers have no filter), a
+subscriber with nats.reads: digests all of <digest_prefix>.> (it refuses subjects) */}}
 {{- if not (hasKey $nats "subjects") }}
 {{- $_ := set $nats "subjects" (list (printf "%s.>" $prefix)) }}
 {{- end }}
@@ -367,7 +373,9 @@ alerting subscriber one generatorURL for its replicas. As YAML. */}}
 own): either takes back, after a restart, the alerts Alertmanager shows from the other */}}
 {{- $alerts := $config.alerts | default dict }}
 {{- if not $alerts.generator_url }}
-{{- $_ := set $alerts "generator_url" (printf "nats://%s/%s" ($nats.stream | default "K8S_EVENTS") (include "k8s-event-bridge.subscriber.fullname" .)) }}
+{{- $read := $nats.stream | default "K8S_EVENTS" }}
+{{- if eq ($nats.reads | default "events") "digests" }}{{ $read = $nats.digest_stream | default "K8S_DIGESTS" }}{{ end }}
+{{- $_ := set $alerts "generator_url" (printf "nats://%s/%s" $read (include "k8s-event-bridge.subscriber.fullname" .)) }}
 {{- end }}
 {{- $_ := set $config "alerts" $alerts }}
 {{- end }}
