@@ -8,7 +8,7 @@ tools.configref``); what the subscribers share (NATS, HTTP, log, the loading) is
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from k8s_event_consumer import configuring
@@ -30,12 +30,24 @@ CONFIG_FILE_ENV = "DIGESTS_CONFIG_FILE"
 
 class NatsSettings(configuring.NatsSettings):
     durable: Name = "k8s-event-digests"
-    """The start of the names of the consumers it reads the Events' stream with
-    (`<durable>-<8 hex digits>`, one per run, no acks, deleted at the stop; a crash's is
-    removed by JetStream after a minute): it keeps no durable, its place is the digests
-    written."""
+    """The consumer it reads the Events' stream through (pull, no acks, every subject), made
+    by `k8s-event-digests provision`; one per replica (`k8s-event-digests-0`, `-1`: deploy/
+    and the chart write `k8s-event-digests-$(POD_INDEX)`). The program moves it to where it
+    reads from (`CONSUMER.RESET`) and creates none: its place is the last digest stored."""
     name: str = "k8s-event-digests"
     inbox_prefix: Subject = "_INBOX_k8s_event_digests"
+
+    @field_validator("durable")
+    @classmethod
+    def _durable(cls, v: str) -> str:
+        # a missing $(POD_INDEX) would put both replicas on one consumer, each then reading
+        # half of the versions (and moving it back over and over)
+        if v.endswith("-"):
+            raise ValueError(
+                f"{v!r} ends in '-': an empty $(POD_INDEX)? (the label "
+                "apps.kubernetes.io/pod-index needs Kubernetes 1.28+)"
+            )
+        return v
 
 
 class DigestSettings(Section):
