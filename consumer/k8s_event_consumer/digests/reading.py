@@ -3,8 +3,8 @@ through the consumer ``nats.durable`` names (``k8s-event-digests``, ``-0``, ``-1
 replica), which ``k8s-event-digests provision`` makes (pull, no acks, every subject). The
 program never creates a consumer (a consumer's delivery subject would let its maker copy the
 Events into any stream of the account: docs/deploy.md); it moves its own to the sequence it
-wants (``$JS.API.CONSUMER.RESET``, tested on nats-server 2.15.1) and finds the sequence of a time
-with one message get. A sequence that does not follow the last one read (a pull answer lost
+wants (``$JS.API.CONSUMER.RESET``, tested on nats-server 2.15.1) and finds the sequence of a
+time with one message get. A sequence that does not follow the last one read (a pull answer lost
 with the connection) moves the consumer back to the one after the last read; messages
 JetStream no longer has (its limits dropped them) are passed over, counted."""
 
