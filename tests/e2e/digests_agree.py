@@ -11,11 +11,11 @@ ready, so every one of those Events was created after the bridge started: each c
 **What the digests say**: the sum of the occurrences of the series' digests, read back from the
 digests' stream by an independent client.
 
-:func:`agreement` compares them once the stream and the digests have caught up with the API
-server, and holds the rest of what a digest promises: its sequence range points at versions of
-its series (``first_seq`` and ``last_seq`` are such versions, and the versions of the series in
-the range are ``versions`` many), every version of the series in exactly one digest, no digest
-id twice, the uids it names the series' own.
+:func:`agreed` compares them (:func:`agreement`) once the stream and the digests have caught
+up with the API server, and holds the rest of what a digest promises: its sequence range points
+at versions of its series (``first_seq`` and ``last_seq`` are such versions, and the versions of
+the series in the range are ``versions`` many), every version of the series in exactly one
+digest, no digest id twice, the uids it names the series' own.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from k8s_event_common.digests import Digest
 from k8s_event_consumer import events
 from k8s_event_consumer.events import KubeEvent
+from tests.support import eventually
 
 STREAM, DIGESTS = "K8S_EVENTS", "K8S_DIGESTS"
 EVENTS_PREFIX, DIGEST_PREFIX = "k8s.events", "k8s.digests"
@@ -206,6 +207,25 @@ async def agreement(
     disagree = [s.line() for s in series.values() if s.occurrences != s.api]
     assert not disagree, "digests and the API server disagree:\n" + "\n".join(disagree)
     return series
+
+
+async def agreed(
+    url: str,
+    cluster: str,
+    namespace: str,
+    api_events: Callable[[], list[dict[str, Any]]],
+    timeout: float = 120,
+) -> dict[SeriesKey, Series]:
+    """:func:`agreement` once the stream and the digests have caught up with the API server
+    (waited for: the digests of the last window appear once it closed)."""
+    found = await eventually(
+        lambda: agreement(url, cluster, namespace, api_events),
+        timeout,
+        1,
+        what="the stream and the digests caught up with the API server",
+    )
+    assert isinstance(found, dict)
+    return found
 
 
 def by_reason(series: dict[SeriesKey, Series]) -> dict[str, tuple[int, int]]:

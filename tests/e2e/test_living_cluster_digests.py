@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.cloudevent_expected import CLUSTER  # the Observer's bridge's cluster
-from tests.e2e.digests_agree import agreement, api_count, by_reason
+from tests.e2e.digests_agree import agreed, api_count, by_reason
 from tests.e2e.test_living_cluster import Observer, until
 from tests.integration.harness import ConsumerProcess, subscriber_config
 from tests.standins.cluster import CRASHLOOP_LABEL, LivingCluster, deployment
@@ -121,9 +121,8 @@ async def test_digests_agree_with_what_the_api_server_counts_on_a_living_cluster
             if running:
                 name = running[0]["metadata"]["name"]
                 living_cluster.kubectl("delete", "pod", "-n", ns, name, "--wait=false")
-            await eventually(
-                lambda seen=seen: len(truth.of("FailedScheduling", ns)) > seen, timeout=30
-            )
+            # the lambda is awaited in this iteration: it reads this iteration's seen
+            await eventually(lambda: len(truth.of("FailedScheduling", ns)) > seen, timeout=30)  # noqa: B023
         assert series(), [e.get("series") for e in truth.of("FailedScheduling", ns)]
 
         # the bridge down while the crash loop bumps on, etcd's history compacted: started
@@ -159,12 +158,7 @@ async def test_digests_agree_with_what_the_api_server_counts_on_a_living_cluster
         def held() -> list[dict[str, Any]]:
             return list(living_cluster.get_json("events", "-n", ns)["items"])
 
-        found = await eventually(
-            lambda: agreement(nats_server.url, CLUSTER, ns, held),
-            timeout=120,
-            interval=1,
-            what="the stream and the digests caught up with the API server",
-        )
+        found = await agreed(nats_server.url, CLUSTER, ns, held)
         figures = by_reason(found)
         print(f"\n{ns}: reason: (API server, digests) {figures}")
         for s in sorted(found.values(), key=lambda s: s.key[1]):
