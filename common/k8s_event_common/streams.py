@@ -440,12 +440,8 @@ async def check_event_stream(
     when ``subject_prefix`` is given. ``ShapeMismatch`` names each difference (a stream with
     rollups, sources, a mirror, purges allowed ...); ``StreamMissing`` when it is not there (a
     subscriber never creates it: the bridge does, or an operator)."""
-    have = await read_config(nc, stream)
-    if have is None:
-        raise StreamMissing(stream, f"stream {stream} not found")
     want = event_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
-    unchecked = [*SIZING, *([] if subject_prefix else ["subjects"])]
-    refuse(have, want, unchecked, logger=logger)
+    await _check_read(nc, want, bool(subject_prefix), logger)
 
 
 async def check_digest_stream(
@@ -455,11 +451,18 @@ async def check_digest_stream(
     the versions stream: every key of ``digest_stream`` but its sizes (``SIZING``), and its
     subjects when ``subject_prefix`` is given. ``StreamMissing`` when it is not there: the
     digests' program makes it (``k8s-event-digests``, or its ``provision``)."""
-    have = await read_config(nc, stream)
-    if have is None:
-        raise StreamMissing(stream, f"stream {stream} not found")
     want = digest_stream(stream, subject_prefix or "", max_age=0, duplicate_window=0)
-    unchecked = [*SIZING, *([] if subject_prefix else ["subjects"])]
+    await _check_read(nc, want, bool(subject_prefix), logger)
+
+
+async def _check_read(nc: NATS, want: StreamConfig, subjects: bool, logger: str) -> None:
+    """What a reader checks of a stream someone else makes: every key of ``want`` but its
+    sizes, and its subjects only when asked."""
+    assert want.name is not None
+    have = await read_config(nc, want.name)
+    if have is None:
+        raise StreamMissing(want.name, f"stream {want.name} not found")
+    unchecked = [*SIZING, *([] if subjects else ["subjects"])]
     refuse(have, want, unchecked, logger=logger)
 
 
