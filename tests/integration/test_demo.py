@@ -21,4 +21,5 @@ def test_demo_runs_the_real_pipeline_and_checks_the_stream():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "missing                         : 0" in proc.stdout
     assert "duplicates                      : 0" in proc.stdout
+    assert "OK: every version in one digest" in proc.stdout  # k8s-event-digests on the stream
     assert "BackOff" in proc.stdout or "Pulled" in proc.stdout  # events were shown
