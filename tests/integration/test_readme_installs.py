@@ -164,7 +164,6 @@ def _checks(project: str, extras: set[str]) -> list[Check]:
         return [Check(("k8s-event-bridge-demo", "--help"))]
     if project == "k8s-event-bridge-consumer":
         out = [Check(("python", "-c", "import k8s_event_consumer"))]  # the kit: no extra
-        out.append(Check(("k8s-event-digests", "check-config"), config=True))  # no extra either
         if "alerting" in extras:
             out.append(Check(("k8s-event-alerting", "check-config"), config=True))
         if "remediation" in extras:
@@ -172,6 +171,8 @@ def _checks(project: str, extras: set[str]) -> list[Check]:
             out.append(Check(("k8s-event-remediation", "check-config"), env, config=True))
         if "otlp" in extras:
             out.append(Check(("k8s-event-otlp", "check-config"), config=True))
+        if "digests" in extras:
+            out.append(Check(("k8s-event-digests", "check-config"), config=True))
         return out
     raise LookupError(f"{project}: no check known for it (add one here)")
 
