@@ -13,7 +13,9 @@ reader (the alerting and OTLP subscribers, ``k8s-event-bridge tail --digests``).
 A digest is a CloudEvent of type ``io.k8s.digest``, structured mode, its bytes a pure function
 of its content (``encode``): the same series and window give the same id and, from the same
 versions, the same bytes. Its id is ``digest/`` and 32 hex digits of a SHA-256 over the
-cluster, the series and the window's start, also its ``Nats-Msg-Id``. ``decode`` reads one
+cluster, the series and the window's start: a reader deduplicates by it (the program stores
+each once without a ``Nats-Msg-Id``: ``k8s_event_consumer.digests.writing``; ``headers`` is
+what another publisher, a test, may send). ``decode`` reads one
 back, refusing (``BadMessage``) what is not in this shape: a digest is its writer's word like
 any message, and the readers hold none of it beyond the bounds below.
 """

@@ -305,3 +305,27 @@ async def test_a_window_with_nothing_after_it_closes_by_the_servers_clock(
         assert json.loads(got[0])["type"] == "io.k8s.digest"
     finally:
         await d.stop()
+
+
+async def test_a_purge_under_a_running_replica_stops_it_and_its_restart_rebuilds_whole(
+    nc: Any, nats_server: Any, tmp_path: Path
+) -> None:
+    """The stream purged while the program runs: at its next window it finds the last digest
+    it knows gone, exits 1 (``Rewound``) rather than add the newest window after the purge,
+    and its restart writes every digest again, in order."""
+    d = digester(tmp_path, nats_server).start()
+    try:
+        await d.wait_ready()
+        await publish(nc, [bump(p, 1) for p in range(3)])
+        first = await settled(nc, 3)
+        await nc.jetstream().purge_stream(DIGESTS)
+        await publish(nc, [bump(p, 2) for p in range(3)])
+        assert await d.wait_exit(60) == 1
+        assert "purged" in d.logs()
+        d.start()
+        read = await versions(nc)
+        want = projected(read)
+        got = await settled(nc, len(want))
+        assert got == want and got[:3] == first
+    finally:
+        await d.stop()

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from k8s_event_common import cloudevents, digests
 from k8s_event_common.digests import Digest
 from k8s_event_consumer.digests.fold import Projection
+from k8s_event_consumer.digests.running import reading_point
 from k8s_event_consumer.events import KubeEvent, decode
 from tests import support
 
@@ -351,8 +352,9 @@ def test_folding_the_same_stream_twice_gives_the_same_bytes() -> None:
 
 def resumed(messages: list[Message], start: datetime, *, window: float, idle: float) -> list[bytes]:
     """What a restart writes for the windows from ``start`` on: the fold from the first message
-    stored at or after ``idle`` and a window before ``start`` (the program's reading point)."""
-    since = start - timedelta(seconds=idle + window)
+    stored at or after twice ``idle`` and a window before ``start`` (the program's reading
+    point, running.py)."""
+    since = reading_point(start, idle=idle, window=window)
     i = next(n for n, (_, t, _) in enumerate(messages) if t >= since)
     _, out = fold(messages[i:], window=window, idle=idle)
     return [digests.encode(d) for d in out if d.start >= start]
@@ -590,3 +592,76 @@ def test_memory_holds_the_active_series_and_forgets_them_after_idle() -> None:
     out.extend(p.close(at(200 + 600 + 60), 0))
     assert p.held() == (0, 0) and p.figures.expired == 10
     assert sum(d.occurrences for d in out) == 100_000
+
+
+# --- found in review: each failed before its fix ----------------------------------------------
+
+
+def test_a_new_uid_first_seen_long_after_its_series_began_resumes_to_the_same_bytes() -> None:
+    """A series followed since before the replay's start, whose next version comes more than a
+    window after it, with a new uid that began between: a replay from only ``idle`` and a window
+    before took the series' start later, and counted that uid differently (4 against 0)."""
+    window, idle = 300.0, 3600.0
+    messages = numbered([
+        (at(2950), version("x", 1, uid="A", first=at(2950))),
+        (at(3500), version("x", 2, uid="A", first=at(2950), last=at(3500))),
+        (at(6910), version("aaa", 1, uid="F", first=at(6910))),
+        (at(6950), version("x", 4, uid="C", first=at(3100), last=at(6950))),
+        (at(7300), None),
+    ])  # fmt: skip
+    _, full = fold(messages, window=window, idle=idle)
+    want = [digests.encode(d) for d in full if d.start >= at(6900)]
+    assert want and resumed(messages, at(6900), window=window, idle=idle) == want
+
+
+def test_overflow_digests_come_in_the_writers_order_with_several_clusters() -> None:
+    """The writer's frontier is the last digest in ``(start, series key)`` order: an overflow
+    digest of cluster ``a`` emitted after a series of cluster ``b`` would be passed over as
+    stored, and lost."""
+    messages = numbered([
+        (at(1), version("p1", cluster="a")),
+        (at(2), version("p2", cluster="b")),
+        (at(61), version("p1", 2, cluster="a", last=at(61))),
+        (at(62), version("p2", 2, cluster="b", last=at(62))),
+        (at(63), version("p3", cluster="a", first=at(63))),  # past the cap: overflow of a
+    ])  # fmt: skip
+    p, out = fold(messages, window=60, max_series=2)
+    assert p.figures.overflowed == 1
+    second = [d for d in out if d.start == at(60)]
+    assert [d.series.overflow for d in second] == [False, True, False]  # a's, a's overflow, b's
+    places = [(d.start, d.series.key) for d in out]
+    assert places == sorted(places)
+
+
+def test_a_count_past_an_int32_still_gives_a_digest_every_reader_takes() -> None:
+    """A forged count (2**60) made a digest over the format's bound: every reader refused it,
+    the program's own frontier too (it would not start again)."""
+    _, (d,) = fold(numbered([(at(1), version("web-1", 2**60))]))
+    assert read_back(d) == d
+    assert d.count_to == 2**31 - 1
+
+
+def test_an_overflow_digests_cluster_is_bounded_as_every_series_string() -> None:
+    messages = numbered([
+        (at(1), version("p1", cluster="c")),
+        # past the cap of 1: a cluster over MAX_TEXT with a lone surrogate (a forged message)
+        (at(2), replace(version("p2", cluster="x"), cluster="\ud800" + "c" * 2000)),
+    ])  # fmt: skip
+    p, out = fold(messages, max_series=1)
+    assert p.figures.overflowed == 1
+    for d in out:
+        assert read_back(d) == d
+
+
+def test_uids_of_one_series_are_bounded() -> None:
+    """One Event per occurrence (a new note each time): the uids a series follows stay at the
+    bound, the least recently seen forgotten and counted."""
+    from k8s_event_consumer.digests import fold as folding
+
+    n = folding.MAX_UIDS + 50
+    messages = numbered([(at(i * 0.01), version("web-1", uid=f"u{i}", first=at(i * 0.01)))
+                         for i in range(n)])  # fmt: skip
+    p, out = fold(messages, window=300)
+    assert p.held() == (1, folding.MAX_UIDS)
+    assert p.figures.uids_forgotten == 50
+    assert sum(d.occurrences for d in out) == n  # each counted once, none lost

@@ -37,6 +37,7 @@ metrics and logs them.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -47,6 +48,8 @@ from k8s_event_consumer.events import KubeEvent
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
 COMBINED = "(combined from similar events)"
+MAX_COUNT = 2**31 - 1  # an Event's count is an int32 in the API: a larger one is a forgery
+MAX_UIDS = 1000  # Event uids followed per series (the least recently seen forgotten past it)
 
 
 def micros(t: datetime) -> int:
@@ -105,6 +108,7 @@ class Figures:
     expired: int = 0  # series forgotten after ``idle`` of quiet
     overflowed: int = 0  # versions folded into an overflow digest
     late: int = 0  # messages stored with a time before the window they were read in
+    uids_forgotten: int = 0  # Event uids past MAX_UIDS in one series
 
 
 class Projection:
@@ -132,6 +136,7 @@ class Projection:
         self.series: dict[tuple[str, ...], _Series] = {}
         self.overflow: dict[str, _Series] = {}  # cluster -> the open window's overflow
         self.figures = Figures()
+        self.quiet: deque[tuple[int, tuple[str, ...]]] | None = None
 
     # --- reading --------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class Projection:
                 self._overflow(seq, t, e, series)
                 return
             s = self.series[key] = _Series(series, since=t)
-        count = max(int(e.count), 0)
+        count = min(max(int(e.count), 0), MAX_COUNT)
         before = s.counts.get(e.uid)
         if before is not None:
             advance = max(0, count - before)
@@ -222,6 +227,10 @@ class Projection:
         w.occurrences += advance
         w.versions += 1
         w.count_to = s.counts[e.uid]
+        if len(s.counts) > MAX_UIDS:  # one Event per occurrence (a new note each time)
+            _, old = min((seen, uid) for uid, seen in s.touched.items() if uid != e.uid)
+            del s.counts[old], s.touched[old]
+            self.figures.uids_forgotten += 1
         w.last_seq = seq
         w.last_message = digests.bounded(e.message)
         if e.last_seen is not None and (w.last_seen is None or e.last_seen > w.last_seen):
@@ -251,11 +260,11 @@ class Projection:
 
     def _overflow(self, seq: int, t: int, e: KubeEvent, series: Series) -> None:
         self.figures.overflowed += 1
-        o = self.overflow.get(e.cluster)
+        o = self.overflow.get(series.cluster)  # bounded as every series string
         if o is None:
-            o = self.overflow[e.cluster] = _Series(
+            o = self.overflow[series.cluster] = _Series(
                 Series(
-                    cluster=e.cluster,
+                    cluster=series.cluster,
                     namespace="",
                     kind="",
                     name="",
@@ -277,33 +286,43 @@ class Projection:
             w.last_seen = e.last_seen
 
     def _forget_one(self) -> bool:
-        """Forget the least recently seen series not in the open window; False: none is."""
-        quiet = [(s.last, k) for k, s in self.series.items() if s.window is None]
-        if not quiet:
-            return False
-        _, key = min(quiet)
-        del self.series[key]
-        self.figures.forgotten += 1
-        return True
+        """Forget the least recently seen series not in the open window; False: none is.
+        ``quiet`` holds them in that order, sorted once a window when first needed: one that
+        came back into the open window since (or was forgotten) is passed over, so this is the
+        least of the series quiet now, and a storm of new series at the cap costs no scan
+        each."""
+        if self.quiet is None:
+            self.quiet = deque(sorted((x.last, k) for k, x in self.series.items()
+                                      if x.window is None))  # fmt: skip
+        while self.quiet:
+            last, key = self.quiet.popleft()
+            s = self.series.get(key)
+            if s is not None and s.window is None and s.last == last:
+                del self.series[key]
+                self.figures.forgotten += 1
+                return True
+        return False
 
     # --- closing --------------------------------------------------------------------------
 
     def _close(self) -> list[Digest]:
         assert self.open is not None
         start, end = self.open, self.open + self.window
-        out: list[Digest] = []
-        for key in sorted(k for k, s in self.series.items() if s.window is not None):
-            s = self.series[key]
-            out.append(self._digest(s, start, end))
+        # one order, the writer's (its frontier is the last digest in it): by series key, the
+        # overflow digests among them (each after its cluster's series)
+        active = [s for s in self.series.values() if s.window is not None]
+        active.extend(self.overflow.values())
+        active.sort(key=lambda s: s.series.key)
+        out = [self._digest(s, start, end) for s in active]
+        for s in active:
             s.window = None
-        for cluster in sorted(self.overflow):
-            out.append(self._digest(self.overflow[cluster], start, end))
         self.overflow.clear()
         self.open = None
         self.closed_until = end
         self.figures.windows += 1
         self.figures.digests += len(out)
         self._expire(end)
+        self.quiet = None  # sorted again when the cap is next met
         return out
 
     def _digest(self, s: _Series, start: int, end: int) -> Digest:
@@ -313,7 +332,7 @@ class Projection:
             series=s.series,
             start=at(start),
             end=at(end),
-            occurrences=w.occurrences,
+            occurrences=min(w.occurrences, digests.MAX_NUMBER),
             versions=w.versions,
             first_seen=w.first_seen,
             last_seen=w.last_seen,

@@ -22,14 +22,16 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 
 from k8s_event_common.cloudevents import parse_time
+from k8s_event_common.logformat import Logger
 from k8s_event_common.streams import Difference, ShapeMismatch
 from k8s_event_consumer import fetching
 from k8s_event_consumer.options import MAX_BATCH_BYTES
 
 BATCH = 256
+log = Logger("k8s_event_consumer.digests")
 
 
 def consumer_config(name: str) -> ConsumerConfig:
@@ -65,6 +67,10 @@ async def check(nc: NATS, stream: str, name: str) -> None:
         diffs.append(Difference("deliver_subject", c.deliver_subject, None))
     if c.filter_subject or c.filter_subjects:
         diffs.append(Difference("filter_subject", c.filter_subject or c.filter_subjects, None))
+    if c.headers_only:
+        diffs.append(Difference("headers_only", True, False))
+    if c.replay_policy not in (None, ReplayPolicy.INSTANT):
+        diffs.append(Difference("replay_policy", str(c.replay_policy), "instant"))
     if diffs:
         raise ShapeMismatch(f"{stream} consumer {name}", diffs)
 
@@ -115,6 +121,8 @@ class Reader:
         self.fetcher: fetching.Fetcher | None = None
         self.restarts = 0  # consumers made again after a gap
         self.missing = 0  # sequences JetStream no longer had when read
+        self.failures = 0  # moves of the consumer the server did not answer
+        self.last_error = ""
 
     async def _open(self, start: int | datetime) -> None:
         """Move the consumer to ``start`` (a sequence, or the first stored at a time)."""
@@ -145,7 +153,7 @@ class Reader:
         """From the sequence after ``after`` (or, when ``after`` is 0 and ``since`` given, the
         first stored at or after ``since``), on and on."""
         last = after
-        await self._open(since if after == 0 and since is not None else after + 1)
+        await self._reopen(since if after == 0 and since is not None else after + 1)
         max_bytes = max(MAX_BATCH_BYTES, fetching.floor(self.nc.max_payload or (1 << 20)))
         try:
             while True:
@@ -155,10 +163,14 @@ class Reader:
                 except (nats.errors.TimeoutError, TimeoutError):
                     yield []
                     continue
-                except nats.js.errors.APIError:  # the consumer is gone (a server restart...)
+                except (nats.errors.Error, nats.js.errors.APIError):  # a server restart...
                     await asyncio.sleep(self.idle)  # never a tight loop
-                    await self._open(last + 1)
+                    await self._reopen(last + 1)
                     self.restarts += 1
+                    continue
+                if not msgs:  # the next message is over max_bytes: never a tight loop
+                    yield []
+                    await asyncio.sleep(self.idle)
                     continue
                 good: list[Msg] = []
                 for msg in msgs:
@@ -176,14 +188,34 @@ class Reader:
                 if good:
                     yield good
                 self.restarts += 1
-                await self._open(last + 1)
+                await self._reopen(last + 1)
         finally:
             await self._drop()
+
+    async def _reopen(self, start: int | datetime) -> None:
+        """``_open`` until the server answers (a leader election, a restart): never a tight
+        loop, never an exit for a moment without an answer. A consumer that is not there (or
+        another error JetStream gives) is asked again too: the program's readiness and logs
+        say so."""
+        while True:
+            try:
+                await self._open(start)
+                return
+            except (nats.errors.Error, nats.js.errors.APIError, TimeoutError) as exc:
+                self.failures += 1
+                self.last_error = str(exc) or repr(exc)
+                if self.failures == 1 or self.failures % 60 == 0:  # once a minute at most
+                    log.warning("consumer_move_failed", consumer=self.name,
+                                failures=self.failures, error=self.last_error)  # fmt: skip
+                await asyncio.sleep(self.idle)
 
     async def _gone(self, want: int, got: int) -> bool:
         """Whether the sequences from ``want`` up to ``got`` are no longer in the stream (its
         limits dropped them): passed over, counted. False: they are there, read them."""
-        st = await state(self.nc, self.stream)
+        try:
+            st = await state(self.nc, self.stream)
+        except (nats.errors.Error, TimeoutError):
+            return False  # read again from ``want``: safe either way
         if st.first_seq >= got:
             self.missing += got - want
             return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import nats.errors
@@ -63,6 +63,14 @@ COUNTERS = (
         "sequences of the Events' stream gone (its limits) before they were read",
     ),
 )
+
+
+def reading_point(start: datetime, *, idle: float, window: float) -> datetime:
+    """Where a restart reads from to write the window at ``start`` as a run that never stopped
+    would: the state of a window depends on the versions of at most twice ``idle`` and a window
+    before it (a series is forgotten after ``idle`` of quiet, and whether a new uid began while
+    its series was followed looks back ``idle`` more; design.md)."""
+    return start - timedelta(seconds=2 * idle + window)
 
 
 class Program(runtime.Subscriber):
@@ -157,7 +165,7 @@ class Program(runtime.Subscriber):
         self.reader = reading.Reader(nc, n.stream, n.durable)
         self.since = None
         if at.digest is not None:
-            self.since = at.digest.start - timedelta(seconds=d.idle + d.window)
+            self.since = reading_point(at.digest.start, idle=d.idle, window=d.window)
         self.log.info(
             "resuming",
             digests_stored_until=at.digest.id if at.digest else None,
@@ -177,7 +185,11 @@ class Program(runtime.Subscriber):
                     return
                 out: list[Digest] = []
                 if not msgs:
-                    st = await reading.state(self.nc, n.stream)
+                    try:
+                        st = await reading.state(self.nc, n.stream)
+                    except (nats.errors.Error, TimeoutError) as exc:  # asked again next time
+                        self.log.warning("stream_info_failed", error=str(exc) or repr(exc))
+                        continue
                     if st.last_seq <= p.through and st.ts is not None:
                         out = p.close(st.ts, d.grace)
                 for msg in msgs:
@@ -194,11 +206,13 @@ class Program(runtime.Subscriber):
                     assert meta.timestamp is not None
                     out.extend(p.add(meta.sequence.stream, meta.timestamp, event))
                 for digest in out:
-                    await self._write(digest, consumer)
+                    if not await self._write(digest, consumer):
+                        return  # stopped while the stream did not answer: the next run writes it
                 last = self._count(last)
 
-    async def _write(self, d: Digest, consumer: Any) -> None:
-        """Until it is stored: a digest is never given up (the next run would write it)."""
+    async def _write(self, d: Digest, consumer: Any) -> bool:
+        """Until it is stored (True): a digest is never given up. False: stopped while the
+        stream did not answer (the next run writes it: its frontier is before it)."""
         assert self.writer is not None
         while True:
             try:
@@ -207,11 +221,11 @@ class Program(runtime.Subscriber):
                 self.metrics.inc("write_retries_total")
                 self.log.warning("digest_write_failed", id=d.id, error=str(exc) or repr(exc))
                 if consumer.stopping.is_set():
-                    raise asyncio.CancelledError from exc
+                    return False
                 await asyncio.sleep(RETRY)
                 continue
             self.metrics.inc("digests_total", result="written" if stored else "passed")
-            return
+            return True
 
     def _count(self, last: dict[str, int]) -> dict[str, int]:
         assert self.projection is not None and self.reader is not None

@@ -33,7 +33,8 @@ class NatsSettings(configuring.NatsSettings):
     """The consumer it reads the Events' stream through (pull, no acks, every subject), made
     by `k8s-event-digests provision`; one per replica (`k8s-event-digests-0`, `-1`: deploy/
     and the chart write `k8s-event-digests-$(POD_INDEX)`). The program moves it to where it
-    reads from (`CONSUMER.RESET`) and creates none: its place is the last digest stored."""
+    reads from (`CONSUMER.RESET`); the shipped user may create none (where the credentials
+    allow, it makes its own when missing). Its place is the last digest stored."""
     name: str = "k8s-event-digests"
     inbox_prefix: Subject = "_INBOX_k8s_event_digests"
 
@@ -90,8 +91,8 @@ class Settings(configuring.SubscriberSettings):
     (docs/design.md#digests-one-per-series-per-window)."""
     digests: DigestSettings = DigestSettings()
     http: HttpSettings = HttpSettings()
-    """The HTTP server: /healthz (alive), /readyz (200 once it has caught up with the
-    digests written), /metrics (prefix `k8s_event_digests_`; docs/consumers.md)."""
+    """The HTTP server: /healthz (alive), /readyz (200 once it read where the
+    digests stored end), /metrics (prefix `k8s_event_digests_`; docs/consumers.md)."""
     log: LogSettings = LogSettings()
 
 
@@ -101,6 +102,11 @@ def load(path: str | None = None) -> Settings:
     w = settings.digests.window
     if w != int(w):
         raise ConfigError(f"digests.window: {w:g}s is not a whole number of seconds")
+    if settings.digests.idle < w:
+        raise ConfigError(
+            f"digests.idle ({settings.digests.idle:g}s) is under digests.window ({w:g}s): "
+            "an Event would be forgotten within a window and its bumps not counted"
+        )
     if settings.nats.reads != "events":
         raise ConfigError("nats.reads: the digests are made from the Events (events)")
     return settings

@@ -43,6 +43,12 @@ class Frontier:
         return self.at is not None and place(d) <= self.at
 
 
+class Rewound(Exception):
+    """The last digest stored is before one this writer saw stored: the stream was purged
+    (a rebuild) while it ran. It stops (the program exits 1 and starts again): every writer
+    then replays from the new frontier, so the rebuild is whole and in order."""
+
+
 class Refused(Exception):
     """The stream holds a last message that is no digest of this program (a writer other than
     ``k8s-event-digests``, or another format): nothing is written after it."""
@@ -80,10 +86,24 @@ class Writer:
         self.at = at
         self.written = 0  # stored by this writer
         self.passed = 0  # stored already (by an earlier run or another replica)
+        self.checked: datetime | None = None  # the window whose first write checked the stream
+
+    async def _still_there(self) -> None:
+        """Once a window: the last digest this writer knows is still in the stream. Gone (the
+        stream purged while it ran, or everything aged out): ``Rewound``, before a digest of
+        this window lands after the purge and makes another writer's rebuild pass over the
+        windows before it."""
+        msg = await self.nc.request(f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=5.0)
+        st: dict[str, Any] = json.loads(msg.data).get("state", {})
+        if int(st.get("messages", 0)) == 0 or int(st.get("first_seq", 0)) > self.at.seq:
+            raise Rewound(f"{self.stream} no longer holds sequence {self.at.seq}: purged")
 
     async def write(self, d: Digest) -> bool:
         """Store ``d`` once; True when this call stored it. Raises nats-py's errors for a
         stream that does not answer (the caller tries the same digest again)."""
+        if d.start != self.checked and self.at.at is not None:
+            await self._still_there()
+            self.checked = d.start
         while True:
             if self.at.written(d):
                 self.passed += 1
@@ -105,6 +125,10 @@ class Writer:
                 before, self.at = self.at, await frontier(self.nc, self.stream)
                 if self.at.seq == before.seq:  # refused, and nothing moved: never a tight loop
                     raise
+                if before.at is not None and (self.at.at is None or self.at.at < before.at):
+                    raise Rewound(
+                        f"{self.stream} went back from {before.seq} to {self.at.seq}: purged"
+                    ) from exc
                 continue
             self.at = Frontier(ack.seq, place(d), d)
             self.written += 1
