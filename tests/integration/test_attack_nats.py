@@ -164,7 +164,7 @@ async def test_one_request_of_a_program_makes_jetstream_store_nothing_where_its_
             return all(seen.get(t, 0) >= answering for t in targets)
 
         try:
-            await eventually(all_answered, timeout=15)
+            await eventually(all_answered, timeout=60)  # a loaded machine answers late
         except Exception:
             raise AssertionError(seen) from None
         await _answered(attacker)

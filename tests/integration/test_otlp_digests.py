@@ -86,11 +86,12 @@ async def fold(nc: Any) -> list[digests.Digest]:
     time, as ``k8s-event-digests`` makes them: occurrences what the counts advanced (a new
     series from 0), the sequences and stream times read back from JetStream."""
     js = nc.jetstream()
+    last = (await js.stream_info("K8S_EVENTS")).state.last_seq
     sub = await js.pull_subscribe("k8s.events.>", stream="K8S_EVENTS")
-    versions = []
-    with contextlib.suppress(nats.errors.TimeoutError):
-        while True:
-            for m in await sub.fetch(500, timeout=1):
+    versions: list[tuple[int, datetime, dict[str, Any]]] = []
+    while not versions or versions[-1][0] < last:  # every version stored: not "quiet for 1 s"
+        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
+            for m in await sub.fetch(500, timeout=5):
                 ev = json.loads(m.data)["data"]
                 versions.append((m.metadata.sequence.stream, m.metadata.timestamp, ev))
                 await m.ack()
