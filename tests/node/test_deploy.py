@@ -120,11 +120,11 @@ def test_the_warnings_the_cluster_writes_are_in_the_stream_each_once(
     def written() -> bool:
         scheduled = [
             e for e in truth.of("FailedScheduling", "default")
-            if e["involvedObject"]["name"] == UNSCHEDULABLE
+            if e["involvedObject"].get("name", "") == UNSCHEDULABLE
         ]  # fmt: skip
         backoff = [
             e for e in truth.of("BackOff", "default")
-            if e["involvedObject"]["name"].startswith("crash-loop-")
+            if e["involvedObject"].get("name", "").startswith("crash-loop-")
         ]  # fmt: skip
         return bool(scheduled and backoff)
 
@@ -220,7 +220,7 @@ def test_a_sigkill_of_the_leader_is_restarted_by_the_kubelet_and_nothing_is_lost
     assert last["exitCode"] == 128 + signal.SIGKILL, last
     eventually_sync(lambda: started_events(node, "while-killed"), 60, 1, what="its Events")
     kept = deployed.carried()
-    assert [e for e in kept.values() if e["involvedObject"]["name"] == "while-killed"]
+    assert [e for e in kept.values() if e["involvedObject"].get("name", "") == "while-killed"]
     assert deployed.holder() in {p["metadata"]["name"] for p in deployed.both_ready()}
     node.kubectl("-n", "default", "delete", "pod", "while-killed", "--wait=false")
 
