@@ -192,6 +192,19 @@ class NatsSettings(common.NatsStream):
         )
 
 
+def pod_indexed(name: str) -> str:
+    """A consumer's name that the manifests write as ``<name>-$(POD_INDEX)``, one per replica:
+    a missing index (a cluster without the apps.kubernetes.io/pod-index label) would put both
+    replicas on one consumer, each then reading half of the messages. ``ValueError`` for a
+    name ending in ``-``."""
+    if name.endswith("-"):
+        raise ValueError(
+            f"{name!r} ends in '-': an empty $(POD_INDEX)? (the label "
+            "apps.kubernetes.io/pod-index needs Kubernetes 1.28+)"
+        )
+    return name
+
+
 def _covers(a: str, b: str) -> bool:
     """Every subject filter ``b`` takes, ``a`` takes (filters of ``*`` and literals only)."""
     ta, tb = a.split("."), b.split(".")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import nats.errors
@@ -75,15 +76,10 @@ async def _gets(
     if start.policy == DeliverPolicy.NEW:
         return
     if start.policy == DeliverPolicy.BY_START_TIME and start.time is not None:
-        # the first sequence at or after the time (nats-py's get_msg takes no time)
-        req = {"start_time": start.time.isoformat(), "next_by_subj": subject}
-        msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode())
-        resp = json.loads(msg.data)
-        if "error" in resp:
-            if resp["error"].get("code") == 404:
-                return  # nothing from then on
-            nats.js.errors.APIError.from_error(resp["error"])
-        seq = int(resp["message"]["seq"])
+        found = await sequence_at(nc, stream, start.time, subject)
+        if found is None:
+            return  # nothing from then on
+        seq = found
     else:
         seq = start.sequence or 1
     while seq <= last:
@@ -100,6 +96,23 @@ async def _gets(
         else:
             yield Delivery(decoded, raw.seq, 1, raw.time)
         seq = raw.seq + 1
+
+
+async def sequence_at(
+    nc: NATS, stream: str, t: datetime, subject: str | None = None, timeout: float = 5.0
+) -> int | None:
+    """The first sequence stored at or after ``t`` (on ``subject`` when given); None when there
+    is none yet. One message get: nats-py's ``get_msg`` takes no time."""
+    req: dict[str, Any] = {"start_time": t.isoformat()}
+    if subject is not None:
+        req["next_by_subj"] = subject
+    msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(req).encode(), timeout)
+    resp: dict[str, Any] = json.loads(msg.data)
+    if "error" in resp:
+        if resp["error"].get("code") == 404:
+            return None
+        nats.js.errors.APIError.from_error(resp["error"])
+    return int(resp["message"]["seq"])
 
 
 async def _ordered(

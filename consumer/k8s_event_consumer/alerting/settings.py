@@ -67,15 +67,8 @@ class NatsSettings(configuring.NatsSettings):
     @field_validator("durable")
     @classmethod
     def _durable(cls, v: str) -> str:
-        # deploy/ and the chart write k8s-event-alerting-$(POD_INDEX): a missing index (a
-        # cluster without the apps.kubernetes.io/pod-index label) would put both replicas on
-        # one durable, each then seeing half of the messages
-        if v.endswith("-"):
-            raise ValueError(
-                f"{v!r} ends in '-': an empty $(POD_INDEX)? (the label "
-                "apps.kubernetes.io/pod-index needs Kubernetes 1.28+)"
-            )
-        return v
+        # deploy/ and the chart write k8s-event-alerting-$(POD_INDEX)
+        return configuring.pod_indexed(v)
 
 
 class AlertmanagerSettings(Section):

@@ -27,7 +27,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 from k8s_event_common.cloudevents import parse_time
 from k8s_event_common.logformat import Logger
 from k8s_event_common.streams import Difference, ShapeMismatch
-from k8s_event_consumer import fetching
+from k8s_event_consumer import fetching, replaying
 from k8s_event_consumer.options import MAX_BATCH_BYTES
 
 BATCH = 256
@@ -82,6 +82,7 @@ class StreamState:
     first_seq: int
     last_seq: int
     ts: datetime | None
+    messages: int = 0
 
 
 async def state(nc: NATS, stream: str, timeout: float = 5.0) -> StreamState:
@@ -93,20 +94,11 @@ async def state(nc: NATS, stream: str, timeout: float = 5.0) -> StreamState:
         nats.js.errors.APIError.from_error(resp["error"])
     st = resp.get("state", {})
     return StreamState(
-        int(st.get("first_seq", 0)), int(st.get("last_seq", 0)), parse_time(resp.get("ts"))
+        int(st.get("first_seq", 0)),
+        int(st.get("last_seq", 0)),
+        parse_time(resp.get("ts")),
+        int(st.get("messages", 0)),
     )
-
-
-async def sequence_at(nc: NATS, stream: str, t: datetime, timeout: float = 5.0) -> int | None:
-    """The first sequence stored at or after ``t``; None when there is none yet."""
-    req = json.dumps({"start_time": t.isoformat()}).encode()
-    msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", req, timeout=timeout)
-    resp: dict[str, Any] = json.loads(msg.data)
-    if "error" in resp:
-        if resp["error"].get("code") == 404:
-            return None
-        nats.js.errors.APIError.from_error(resp["error"])
-    return int(resp["message"]["seq"])
 
 
 class Reader:
@@ -128,7 +120,7 @@ class Reader:
         """Move the consumer to ``start`` (a sequence, or the first stored at a time)."""
         await self._drop()
         if isinstance(start, datetime):
-            seq = await sequence_at(self.nc, self.stream, start)
+            seq = await replaying.sequence_at(self.nc, self.stream, start)
             if seq is None:  # nothing stored since: from the end on
                 seq = (await state(self.nc, self.stream)).last_seq + 1
             start = seq

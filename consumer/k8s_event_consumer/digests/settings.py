@@ -41,14 +41,8 @@ class NatsSettings(configuring.NatsSettings):
     @field_validator("durable")
     @classmethod
     def _durable(cls, v: str) -> str:
-        # a missing $(POD_INDEX) would put both replicas on one consumer, each then reading
-        # half of the versions (and moving it back over and over)
-        if v.endswith("-"):
-            raise ValueError(
-                f"{v!r} ends in '-': an empty $(POD_INDEX)? (the label "
-                "apps.kubernetes.io/pod-index needs Kubernetes 1.28+)"
-            )
-        return v
+        # deploy/ and the chart write k8s-event-digests-$(POD_INDEX)
+        return configuring.pod_indexed(v)
 
 
 class DigestSettings(Section):

@@ -11,10 +11,8 @@ stored already (the same bytes: the projection is the same everywhere) and is pa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -22,6 +20,7 @@ from nats.aio.client import Client as NATS
 
 from k8s_event_common import cloudevents, digests
 from k8s_event_common.digests import Digest
+from k8s_event_consumer.digests import reading
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code
 
@@ -55,12 +54,9 @@ class Refused(Exception):
 
 
 async def frontier(nc: NATS, stream: str, timeout: float = 5.0) -> Frontier:
-    msg = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=timeout)
-    resp: dict[str, Any] = json.loads(msg.data)
-    if "error" in resp:
-        nats.js.errors.APIError.from_error(resp["error"])
-    last = int(resp.get("state", {}).get("last_seq", 0))
-    if last == 0 or int(resp.get("state", {}).get("messages", 0)) == 0:
+    st = await reading.state(nc, stream, timeout)
+    last = st.last_seq
+    if last == 0 or st.messages == 0:
         return Frontier(last, None)
     raw = await nc.jetstream().get_msg(stream, seq=last)
     try:
@@ -93,9 +89,8 @@ class Writer:
         stream purged while it ran, or everything aged out): ``Rewound``, before a digest of
         this window lands after the purge and makes another writer's rebuild pass over the
         windows before it."""
-        msg = await self.nc.request(f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=5.0)
-        st: dict[str, Any] = json.loads(msg.data).get("state", {})
-        if int(st.get("messages", 0)) == 0 or int(st.get("first_seq", 0)) > self.at.seq:
+        st = await reading.state(self.nc, self.stream)
+        if st.messages == 0 or st.first_seq > self.at.seq:
             raise Rewound(f"{self.stream} no longer holds sequence {self.at.seq}: purged")
 
     async def write(self, d: Digest) -> bool:
